@@ -1,0 +1,29 @@
+# Two commands (see README): `make quickstart` and `make test`. Everything installs into .venv.
+PYTHON ?= python3
+# The CPU build of torch, installed first so nothing pulls the CUDA build (on a Trn1 use the DLAMI's venv instead).
+TORCH ?= torch==2.13.0
+# The transformers line optimum-neuron 0.4.x and the Neuron DLAMI use; tested beside the newest.
+COMPAT_TRANSFORMERS ?= transformers==4.57.*
+export TORCH COMPAT_TRANSFORMERS
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup quickstart test export clean-nbs compat
+
+$(BIN)/trn-tutorials: settings.ini setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(BIN)/trn-tutorials
+
+quickstart: setup
+	HF_HUB_DISABLE_TELEMETRY=1 $(BIN)/trn-tutorials quickstart
+
+test: setup
+	bash tools/test.sh
+
+export: setup
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Run every test: the notebooks (nbdev_test), pytest (torchrun, CLI, servers), the training tests again
+# with transformers 4.57.x (the optimum-neuron pin), and a Python 3.10 compile check.
+# Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+passed=0; failed=0
+count() { passed=$((passed + $1)); failed=$((failed + $2)); }
+pytest_counts() {  # the numbers in pytest's summary line, from a junit xml file
+  "$BIN/python" - "$1" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try: r = ET.parse(sys.argv[1]).getroot()
+except Exception: print(0, 1); sys.exit()
+s = r if r.tag == 'testsuite' else r.find('testsuite')
+t, f, e, sk = (int(s.get(k, 0)) for k in ('tests', 'failures', 'errors', 'skipped'))
+print(t - f - e - sk, f + e)
+PY
+}
+export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+export PATH="$PWD/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
+tmp=$(mktemp -d)
+
+if [ -f .ci/services.sh ]; then bash .ci/services.sh "$BIN" || { echo "services setup failed"; count 0 1; }; fi
+
+echo "== notebooks (nbdev_test) =="
+nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
+"$BIN/nbdev_test" --n_workers 2 --do_print 2>&1 | tee "$tmp/nbdev.log"
+nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
+ntotal=$(echo "$nbs" | wc -w)
+count $((ntotal - nfail)) "$nfail"
+
+echo "== pytest =="
+"$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" tests
+count $(pytest_counts "$tmp/pytest.xml")
+
+echo "== training with transformers 4.57 (the optimum-neuron / DLAMI line) =="
+C=.venv-compat
+if [ ! -x $C/bin/python ]; then python3 -m venv $C && $C/bin/pip install -q ${TORCH:-torch==2.13.0}; fi
+$C/bin/pip install -q -e ".[dev]" "${COMPAT_TRANSFORMERS:-transformers==4.57.*}" \
+  && $C/bin/python -c "import transformers; print('transformers', transformers.__version__)" \
+  && $C/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/compat.xml" tests/test_train.py
+count $(pytest_counts "$tmp/compat.xml")
+
+echo "== Python 3.10 compiles the package =="
+py310=$(command -v python3.10 || ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)
+if [ -n "$py310" ] && "$py310" -m compileall -q trn_tutorials tests; then echo "ok: $py310"; count 1 0
+else echo "FAILED: no Python 3.10 found or the package does not compile under it"; count 0 1; fi
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
