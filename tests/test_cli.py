@@ -1,15 +1,17 @@
 "The `trn-tutorials` command, run as a user runs it: in a subprocess."
-import json, os, subprocess, time
+import json, os, subprocess, sys, time
 from pathlib import Path
 
 import pytest
 
 from trn_tutorials.core import local_model
 
+TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
+
 
 def cli(*args, cwd=None, timeout=600):
     env = dict(os.environ, HF_HUB_OFFLINE='1')
-    return subprocess.run(['trn-tutorials', *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run([TRN, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
 def test_help_for_every_command():
@@ -62,3 +64,23 @@ def test_quickstart_offline(tmp_path):
     assert m['test']['f1'] > 0.5, m['test']
     assert 'test weighted F1' in r.stdout
     assert wall < 300, wall
+
+
+def test_up_status_down_against_moto(moto_server, tmp_path):
+    "`up`, `status` and `down` as a user types them, with the AWS calls going to the local moto server."
+    env = dict(os.environ)   # moto_server put AWS_ENDPOINT_URL and fake credentials in os.environ
+    def aws(*args):
+        return subprocess.run([TRN, *args], capture_output=True, text=True, env=env, timeout=300)
+    r = aws('up', '--my_ip', '203.0.113.7', '--key_dir', str(tmp_path), '--wait_ssh', 'false')
+    assert r.returncode == 0, r.stderr
+    assert 'next: trn-tutorials tunnel --run_id' in r.stdout
+    run_id = r.stdout.split('--run_id ')[1].split()[0]
+    r = aws('status', '--run_id', run_id, '--key_dir', str(tmp_path))
+    assert r.returncode == 0 and run_id in r.stdout, r.stdout + r.stderr
+    for _ in range(2):   # twice: the second finds nothing to remove and says so
+        r = aws('down', '--run_id', run_id, '--key_dir', str(tmp_path))
+        assert r.returncode == 0, r.stderr
+    r = aws('status', '--run_id', run_id, '--key_dir', str(tmp_path))
+    assert r.returncode == 0 and 'running' not in r.stdout
+    r = aws('up', '--instance_type', 'trn1.4xlarge', '--my_ip', '203.0.113.7')
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and 'use one of' in r.stderr

@@ -1,0 +1,44 @@
+"""Fixtures with real components: a moto_server for the AWS APIs and an OpenSSH sshd on 127.0.0.1.
+
+A missing program fails the test with the command that installs it (`.ci/services.sh`); nothing is skipped.
+"""
+import time
+import pytest
+from local_services import MissingService, MotoServer, Sshd, alive, procs_mentioning
+
+_AWS_VARS_TO_DROP = ('AWS_PROFILE', 'AWS_DEFAULT_PROFILE', 'AWS_REGION', 'AWS_SESSION_TOKEN', 'AWS_SECURITY_TOKEN',
+                     'AWS_ROLE_ARN', 'AWS_WEB_IDENTITY_TOKEN_FILE', 'AWS_CONTAINER_CREDENTIALS_FULL_URI',
+                     'AWS_CONTAINER_CREDENTIALS_RELATIVE_URI')
+
+
+@pytest.fixture(scope='session')
+def _moto(tmp_path_factory):
+    try: srv = MotoServer(tmp_path_factory.mktemp('moto')).start()
+    except MissingService as e: pytest.fail(str(e), pytrace=False)
+    yield srv
+    srv.stop()
+    assert not alive(srv.proc.pid), "moto_server still running"
+
+
+@pytest.fixture
+def moto_server(_moto, monkeypatch):
+    "A real moto_server on 127.0.0.1, emptied, with boto3 pointed at it (AWS_ENDPOINT_URL, fake credentials, us-east-1)."
+    _moto.reset()
+    for k in _AWS_VARS_TO_DROP: monkeypatch.delenv(k, raising=False)
+    for k, v in _moto.env.items(): monkeypatch.setenv(k, v)
+    return _moto
+
+
+@pytest.fixture(scope='session')
+def sshd(tmp_path_factory):
+    "A real OpenSSH sshd on 127.0.0.1 accepting `sshd.key` for the current user; checks at the end that nothing it served is left running."
+    try: srv = Sshd(tmp_path_factory.mktemp('sshd')).start()
+    except MissingService as e: pytest.fail(str(e), pytrace=False)
+    yield srv
+    deadline = time.monotonic() + 10
+    while srv.children() and time.monotonic() < deadline: time.sleep(0.1)
+    left = srv.children()
+    srv.stop()
+    assert not left, f"sshd sessions still open at the end: {left}"
+    assert not alive(srv.proc.pid), "sshd still running"
+    assert not procs_mentioning(str(srv.dir)), f"processes left behind: {procs_mentioning(str(srv.dir))}"

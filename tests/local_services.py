@@ -1,0 +1,218 @@
+"""Real local stand-ins for the cloud, shared by the tests and the notebooks' demonstration cells.
+
+- `MotoServer`: a real `moto_server` (the AWS APIs) on a free 127.0.0.1 port; `env` holds the
+  variables that point boto3 at it (`AWS_ENDPOINT_URL`, fake credentials, a region).
+- `Sshd`: a real OpenSSH `sshd` on a free 127.0.0.1 port with its own config, host key and
+  authorized_keys in a temporary folder, and a client key that it accepts.
+
+Nothing here is imported by the library. Missing programs raise `MissingService`, whose message says
+to run `.ci/services.sh`; tests turn that into a failure, never a skip.
+"""
+from __future__ import annotations
+import ctypes, getpass, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+from pathlib import Path
+
+HINT = "install it with `bash .ci/services.sh .venv` (as root, from the repository root)"
+
+
+class MissingService(RuntimeError):
+    "A program the real-component tests need is not installed."
+
+
+def free_port() -> int:
+    "A TCP port on 127.0.0.1 that nothing listens on right now."
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = '127.0.0.1') -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5): return True
+    except OSError: return False
+
+
+def _die_with_parent():
+    "Run in the child before exec: get SIGTERM when the parent dies, so no server outlives a killed test run."
+    try: ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception: pass
+
+
+def _wait_listening(proc: subprocess.Popen, port: int, timeout: float, log: Path, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        if port_open(port): return
+        time.sleep(0.05)
+    proc.kill(); proc.wait(5)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s: {log.read_text()[-2000:]}")
+
+
+def _stop(proc: subprocess.Popen | None, timeout: float = 10):
+    if proc is None or proc.poll() is not None: return
+    proc.terminate()
+    try: proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill(); proc.wait(timeout)
+
+
+def alive(pid: int) -> bool:
+    "Whether `pid` is a live (not zombie) process."
+    try: stat = Path(f'/proc/{pid}/stat').read_text()
+    except OSError: return False
+    return stat.rsplit(')', 1)[1].split()[0] != 'Z'
+
+
+def procs_mentioning(text: str) -> list[tuple[int, str]]:
+    "Live processes (not zombies) whose command line contains `text`, except this one."
+    out = []
+    for p in Path('/proc').iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid(): continue
+        try: cmd = (p/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace')
+        except OSError: continue
+        if text in cmd and alive(int(p.name)): out.append((int(p.name), cmd.strip()))
+    return out
+
+
+def listen_addresses(port: int) -> set[str]:
+    "Local addresses with a TCP socket in LISTEN state on `port`, read from /proc/net/tcp and tcp6."
+    addrs = set()
+    for f, v6 in (('/proc/net/tcp', False), ('/proc/net/tcp6', True)):
+        try: lines = Path(f).read_text().splitlines()[1:]
+        except OSError: continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            hexip, hexport = local.split(':')
+            if state != '0A' or int(hexport, 16) != port: continue
+            raw = bytes.fromhex(hexip)
+            # /proc prints each 32-bit word in host (little-endian) order
+            raw = b''.join(raw[i:i+4][::-1] for i in range(0, len(raw), 4))
+            addrs.add(socket.inet_ntop(socket.AF_INET6 if v6 else socket.AF_INET, raw))
+    return addrs
+
+
+# Images the moto server knows, in the shape of moto's own `amis.json` (loaded through MOTO_AMIS_PATH).
+# Two releases of the Neuron multi-framework DLAMI (the newer must win) and one plain Ubuntu image
+# (which the name filter must not pick). Owner 898082745236 is the account that publishes the DLAMIs.
+AMIS = [
+    {"ami_id": "ami-0dl4m1neur0n2410", "name": "Deep Learning AMI Neuron (Ubuntu 24.04) 20261020",
+     "creation_date": "2026-10-20T00:00:00.000Z"},
+    {"ami_id": "ami-0dl4m1neur0n2611", "name": "Deep Learning AMI Neuron (Ubuntu 24.04) 20261120",
+     "creation_date": "2026-11-20T00:00:00.000Z"},
+    {"ami_id": "ami-0ub4ntu2404n0b1e", "name": "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20261101",
+     "creation_date": "2026-11-01T00:00:00.000Z", "owner_id": "099720109477"},
+]
+NEWEST_DLAMI = "ami-0dl4m1neur0n2611"
+
+
+def _ami(d: dict) -> dict:
+    return {"state": "available", "public": True, "owner_id": "898082745236", "image_location": f"amazon/{d['name']}",
+            "sriov": "simple", "root_device_type": "ebs", "root_device_name": "/dev/sda1", "description": d['name'],
+            "image_type": "machine", "platform": None, "architecture": "x86_64", "virtualization_type": "hvm",
+            "hypervisor": "xen", **d}
+
+
+class MotoServer:
+    "A real `moto_server` on a free 127.0.0.1 port, with the Neuron DLAMIs of `AMIS`."
+    region = 'us-east-1'
+
+    def __init__(self, workdir=None):
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix='moto-'))
+        self.port, self.proc = free_port(), None
+
+    @property
+    def url(self) -> str: return f'http://127.0.0.1:{self.port}'
+
+    @property
+    def env(self) -> dict:
+        "Variables that send boto3 to this server with fake credentials, and away from any real profile."
+        return {'AWS_ENDPOINT_URL': self.url, 'AWS_ACCESS_KEY_ID': 'testing', 'AWS_SECRET_ACCESS_KEY': 'testing',
+                'AWS_DEFAULT_REGION': self.region, 'AWS_CONFIG_FILE': str(self.dir/'no-config'),
+                'AWS_SHARED_CREDENTIALS_FILE': str(self.dir/'no-credentials'), 'AWS_EC2_METADATA_DISABLED': 'true'}
+
+    def start(self, timeout: float = 30) -> 'MotoServer':
+        exe = Path(sys.executable).parent/'moto_server'
+        if not exe.exists(): raise MissingService(f"moto_server is not in {exe.parent}: {HINT}")
+        amis = self.dir/'amis.json'
+        amis.write_text(json.dumps([_ami(a) for a in AMIS]))
+        log = self.dir/'moto.log'
+        env = {**os.environ, 'MOTO_AMIS_PATH': str(amis)}
+        with open(log, 'wb') as f:
+            self.proc = subprocess.Popen([str(exe), '-H', '127.0.0.1', '-p', str(self.port)], stdout=f, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
+        _wait_listening(self.proc, self.port, timeout, log, 'moto_server')
+        return self
+
+    def reset(self):
+        "Forget every resource (moto's documented reset endpoint)."
+        urllib.request.urlopen(urllib.request.Request(self.url + '/moto-api/reset', method='POST'), timeout=10).read()
+
+    def stop(self): _stop(self.proc)
+    def __enter__(self): return self.start()
+    def __exit__(self, *exc): self.stop()
+
+
+class Sshd:
+    "A real OpenSSH sshd on a free 127.0.0.1 port: key login only, for the current user (root by key only)."
+    exe = '/usr/sbin/sshd'  # sshd must be started by its absolute path (it re-executes itself)
+
+    def __init__(self, workdir=None):
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix='sshd-'))
+        self.port, self.user, self.proc = free_port(), getpass.getuser(), None
+        self.key = self.dir/'client_ed25519'            # the private key sshd accepts
+        self.known_hosts = self.dir/'known_hosts'       # empty: the client learns the host key (accept-new)
+        self.config = self.dir/'sshd_config'
+        self.log = self.dir/'sshd.log'
+
+    def start(self, timeout: float = 15) -> 'Sshd':
+        for exe in (self.exe, shutil.which('ssh'), shutil.which('ssh-keygen')):
+            if not exe or not Path(exe).exists(): raise MissingService(f"OpenSSH is missing ({exe or 'ssh/ssh-keygen'}): {HINT}")
+        Path('/run/sshd').mkdir(mode=0o755, exist_ok=True)   # privilege-separation directory sshd insists on
+        kg = lambda *a: subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', *a], check=True, capture_output=True, timeout=30)
+        kg('-f', str(self.dir/'host_ed25519'))
+        kg('-f', str(self.key), '-C', 'trn-tutorials-test')
+        self.key.chmod(0o400)
+        (self.dir/'authorized_keys').write_text((self.dir/'client_ed25519.pub').read_text())
+        (self.dir/'authorized_keys').chmod(0o600)
+        self.known_hosts.touch()
+        self.config.write_text(f"""Port {self.port}
+ListenAddress 127.0.0.1
+HostKey {self.dir}/host_ed25519
+PidFile {self.dir}/sshd.pid
+AuthorizedKeysFile {self.dir}/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+AllowTcpForwarding local
+X11Forwarding no
+PermitTTY no
+PrintMotd no
+UseDNS no
+LogLevel VERBOSE
+""")
+        t = subprocess.run([self.exe, '-t', '-f', str(self.config)], capture_output=True, text=True, timeout=30)
+        if t.returncode: raise RuntimeError(f"sshd rejects its test config: {t.stderr.strip()}")
+        with open(self.log, 'wb') as f:
+            self.proc = subprocess.Popen([self.exe, '-D', '-e', '-f', str(self.config)], stdout=f, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        _wait_listening(self.proc, self.port, timeout, self.log, 'sshd')
+        return self
+
+    def children(self) -> list[int]:
+        "Live per-connection sshd processes under this server."
+        if self.proc is None: return []
+        kids = []
+        for p in Path('/proc').iterdir():
+            if not p.name.isdigit(): continue
+            try: ppid = int((p/'stat').read_text().rsplit(')', 1)[1].split()[1])
+            except (OSError, IndexError, ValueError): continue
+            if ppid == self.proc.pid and alive(int(p.name)): kids.append(int(p.name))
+        return kids
+
+    def stop(self): _stop(self.proc)
+    def __enter__(self): return self.start()
+    def __exit__(self, *exc): self.stop()
