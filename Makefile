@@ -8,7 +8,7 @@ export TORCH COMPAT_TRANSFORMERS
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart test export clean-nbs compat
+.PHONY: setup quickstart test export readme
 
 $(BIN)/trn-tutorials: settings.ini setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,5 +25,6 @@ quickstart: setup
 test: setup
 	bash tools/test.sh
 
+# after editing notebooks: the library, clean notebooks and README.md from them
 export: setup
-	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && bash tools/readme.sh

@@ -21,7 +21,7 @@ export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 export PATH="$PWD/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
 tmp=$(mktemp -d)
 
-if [ -f .ci/services.sh ]; then bash .ci/services.sh "$BIN" || { echo "services setup failed"; count 0 1; }; fi
+if [ -f .ci/services.sh ]; then bash .ci/services.sh .venv || { echo "services setup failed"; count 0 1; }; fi
 
 echo "== notebooks (nbdev_test) =="
 nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
@@ -43,7 +43,8 @@ $C/bin/pip install -q -e ".[dev]" "${COMPAT_TRANSFORMERS:-transformers==4.57.*}"
 count $(pytest_counts "$tmp/compat.xml")
 
 echo "== Python 3.10 compiles the package =="
-py310=$(command -v python3.10 || ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)
+py310=$(ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)   # the DLAMI's Python line
+[ -n "$py310" ] || py310=$(command -v python3.10 || true)
 if [ -n "$py310" ] && "$py310" -m compileall -q trn_tutorials tests; then echo "ok: $py310"; count 1 0
 else echo "FAILED: no Python 3.10 found or the package does not compile under it"; count 0 1; fi
 
