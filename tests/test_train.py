@@ -1,13 +1,14 @@
 "Training through a real torchrun: a tiny BERT built here (no download), two workers, metrics.json checked."
-import json, subprocess, sys
+import json, os, shutil, signal, subprocess, sys, time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.launch import launch, torchrun_command, launch_env
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.data import DataArguments, load_prepared, load_raw, prepare, sample_data
+from trn_tutorials.launch import launch, torchrun_command, launch_env, process_tree
+from trn_tutorials.train import BucketBatchSampler, TrainArguments, checkpoints
 
 
 @pytest.fixture(scope='module')
@@ -17,7 +18,15 @@ def prepared(tmp_path_factory):
     words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
     model = tiny_bert(tmp/'tiny-bert', words)
     manifest = prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-3'), buckets=3))
     return tmp, manifest
+
+
+def torchrun(args, n=2, **kw):
+    return subprocess.run(torchrun_command(args, n), env=launch_env('cpu', n), capture_output=True, text=True, timeout=600, **kw)
+
+
+def metrics(args): return json.loads(Path(args.output_dir, 'metrics.json').read_text())
 
 
 def test_torchrun_two_workers(prepared):
@@ -60,3 +69,73 @@ def test_bf16_false_means_false(prepared):
     r = subprocess.run(cmd, env=launch_env('cpu', 1), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp/'bf16'/'metrics.json').read_text())['args']['bf16'] is False
+
+
+def test_buckets_two_workers(prepared):
+    "Three length buckets on two workers: the batches, steps and input shapes are the sampler's, and every row is used."
+    tmp, _ = prepared
+    args = TrainArguments(dataset_path=str(tmp/'data-3'), output_dir=str(tmp/'buckets'), epochs=2, learning_rate=1e-3,
+                          per_device_train_batch_size=8, logging_steps=50)
+    r = torchrun(args)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    m = metrics(args)
+    ds, manifest = load_prepared(args.dataset_path)
+    rows = [len(x) for x in ds['train']['input_ids']]
+    workers = [BucketBatchSampler(rows, 8, 2, rank) for rank in range(2)]
+    assert sorted(i for w in workers for b in w for i in b) == list(range(len(rows)))   # every row once an epoch
+    assert m['train']['steps'] == 2 * len(workers[0]) and m['world_size'] == 2
+    shapes = {tuple(s) for s in m['train']['input_shapes']}
+    assert shapes == workers[0].shapes() | workers[1].shapes(), (shapes, workers[0].shapes(), workers[1].shapes())
+    assert all(n <= len(manifest['bucket_lengths']) + 1 for n in m['train']['shapes_per_worker'])
+    assert {l for _, l in shapes} <= set(manifest['bucket_lengths']) and len(manifest['bucket_lengths']) == 3
+    assert not list(Path(args.output_dir).glob('.shapes-*'))
+
+
+def test_resume_after_kill_9(prepared):
+    "kill -9 of the whole torchrun process group mid-epoch, a half-written checkpoint, relaunch: same end as an uninterrupted run."
+    tmp, _ = prepared
+    base = TrainArguments(dataset_path=str(tmp/'data-3'), epochs=3, learning_rate=1e-3, per_device_train_batch_size=8,
+                          logging_steps=1, save_steps=5, save_total_limit=2, seed=7)
+    whole = replace(base, output_dir=str(tmp/'whole'))
+    r = torchrun(whole)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    total, per_epoch = metrics(whole)['train']['steps'], metrics(whole)['train']['steps_per_epoch']
+    assert len(checkpoints(whole.output_dir)) == 2   # save_total_limit
+
+    cut = replace(base, output_dir=str(tmp/'cut'))
+    log = open(tmp/'cut.log', 'w')
+    p = subprocess.Popen(torchrun_command(cut, 2), env=launch_env('cpu', 2), stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    deadline, target = time.time() + 300, per_epoch + 5   # a checkpoint inside the second epoch
+    while time.time() < deadline and p.poll() is None:
+        done = [int(c.name.split('-')[1]) for c, ok in checkpoints(cut.output_dir) if ok]
+        if done and max(done) >= target: break
+        time.sleep(0.1)
+    assert p.poll() is None, f"training ended before it could be killed: {(tmp/'cut.log').read_text()[-2000:]}"
+    # like a host that dies: SIGKILL to torchrun's group and to every worker (torchrun starts each in its own session)
+    tree = process_tree(p.pid)
+    assert len(tree) >= 3, tree   # torchrun and two workers
+    for pid in tree: os.kill(pid, signal.SIGKILL)
+    p.wait(); log.close()
+    time.sleep(0.5)
+    assert not [pid for pid in tree if Path(f'/proc/{pid}').exists() and 'Z' not in Path(f'/proc/{pid}/stat').read_text().split()[2]]
+    assert not Path(cut.output_dir, 'metrics.json').exists()
+    newest = next(c for c, ok in checkpoints(cut.output_dir) if ok)
+    step = int(newest.name.split('-')[1])
+    assert per_epoch < step < total and step % per_epoch, (step, per_epoch)   # mid-epoch
+    # a checkpoint the kill cut short while it was being written: state missing, optimizer truncated
+    torn = Path(cut.output_dir, f'checkpoint-{step + 100}')
+    shutil.copytree(newest, torn)
+    (torn/'trainer_state.json').unlink()
+    (torn/'optimizer.pt').write_bytes((torn/'optimizer.pt').read_bytes()[:100])
+
+    r = torchrun(cut)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert f'skipping {torn.name}: incomplete' in out and f'resuming from {newest.name}' in out
+    m, w = metrics(cut), metrics(whole)
+    assert m['train']['resumed_from'] == newest.name
+    assert m['train']['steps'] == total
+    # the same batches in the same order, the same random state: the same model as the uninterrupted run
+    for split in ('validation', 'test'):
+        assert abs(m[split]['accuracy'] - w[split]['accuracy']) < 1e-9, (split, m[split], w[split])
