@@ -74,7 +74,6 @@ class Case:
     kind: str          # 'cli' (trn-tutorials), 'module' (python -m trn_tutorials.train), 'func' (raises UsageError), 'exit' (SystemExit 2)
     setup: Callable    # (case folder, prepared data folder) -> argv list (cli/module) or a no-argument callable (func/exit)
     words: list[str]   # must all be in the message
-    new: bool = False  # new in issue 4: fails until those options land
 
 M = local_model   # the MiniLM model folder
 
@@ -93,14 +92,14 @@ CASES = [
          ["no text column 'text'", '--text_column']),
     Case('cli prep prepared data given as raw', 'cli', lambda d, p: ['prep', '--data', p], ['holds prepared (tokenized) data']),
     Case('cli prep max_length too short', 'cli', lambda d, p: ['prep', '--max_length', '4'], ['--max_length 4', 'use 8 or more']),
-    Case('cli prep --buckets 0', 'cli', lambda d, p: ['prep', '--buckets', '0'], ['--buckets', 'use 1 to 8'], new=True),  # new in issue 4
+    Case('cli prep --buckets 0', 'cli', lambda d, p: ['prep', '--buckets', '0'], ['--buckets', 'use 1 to 8']),
     Case('cli train on raw data', 'cli', lambda d, p: ['train', '--dataset_path', sample_data()],
          ['has no trn_tutorials.json', 'trn-tutorials prep']),
     Case('cli train warmup_ratio 1', 'cli', lambda d, p: ['train', '--warmup_ratio', '1'], ['--warmup_ratio']),
-    Case('cli train --save_steps -1', 'cli', lambda d, p: ['train', '--save_steps', '-1'], ['--save_steps'], new=True),  # new in issue 4
-    Case('cli train --save_total_limit 0', 'cli', lambda d, p: ['train', '--save_total_limit', '0'], ['--save_total_limit'], new=True),  # new in issue 4
-    Case('cli train checkpoint with --resume false', 'cli',  # new in issue 4
-         lambda d, p: ['train', '--dataset_path', p, '--output_dir', checkpoint(d), '--resume', 'false'], ['--resume'], new=True),
+    Case('cli train --save_steps -1', 'cli', lambda d, p: ['train', '--save_steps', '-1'], ['--save_steps']),
+    Case('cli train --save_total_limit 0', 'cli', lambda d, p: ['train', '--save_total_limit', '0'], ['--save_total_limit']),
+    Case('cli train checkpoint with --resume false', 'cli',
+         lambda d, p: ['train', '--dataset_path', p, '--output_dir', checkpoint(d), '--resume', 'false'], ['--resume']),
     Case('cli quickstart bad instance type', 'cli', lambda d, p: ['quickstart', '--instance_type', 'trn2.48xlarge'],
          ["unknown instance type 'trn2.48xlarge'"]),
     Case('cli up volume too small', 'cli', lambda d, p: ['up', '--volume_gb', '50', '--key_dir', str(d)], ['--volume_gb 50']),
@@ -131,7 +130,7 @@ CASES = [
     Case('prepare empty dataset_path', 'func', lambda d, p: prep(d, sample_data(), dataset_path=''), ['--dataset_path is empty']),
     Case('prepare Hub model while offline', 'func', lambda d, p: prep(d, sample_data(), model_id='someone/some-model'),
          ["could not load the tokenizer of 'someone/some-model'", 'Hub is unreachable']),
-    Case('prepare buckets 9', 'func', lambda d, p: prep(d, sample_data(), buckets=9), ['--buckets', 'use 1 to 8'], new=True),  # new in issue 4
+    Case('prepare buckets 9', 'func', lambda d, p: prep(d, sample_data(), buckets=9), ['--buckets', 'use 1 to 8']),
     # --- the other public functions
     Case('load_raw neither path nor Hub id', 'func', lambda d, p: lambda: load_raw('my tweets'), ['no such file or folder: my tweets']),
     Case('validate without train split', 'func', lambda d, p: lambda: validate(DatasetDict(test=two_labels(*SIX)['train'])),
@@ -150,16 +149,6 @@ CASES = [
     Case('parse_args ambiguous option', 'exit', lambda d, p: lambda: parse_args([TrainArguments], ['--per_device', '8'], prog='trn-tutorials train'),
          ['ambiguous option: --per_device']),
 ]
-
-# Existing messages that name no fix. Their other checks still run; only the fix check is an xfail, and it fails once
-# the message gains a fix, so that the id is removed from here.
-KNOWN_NO_FIX = {
-    'prepare only one label': 'data.validate: "only one label (...) in split \'train\': a classifier needs at least two"',
-    'cli train warmup_ratio 1': 'train.check_args: "--warmup_ratio must be in [0, 1), got 1.0" (same for --max_steps and the "must be positive" ones)',
-    'ssh_cidr address range': 'instance.ssh_cidr: "... is a range of N addresses: SSH is opened to one address, e.g. X/32"',
-    'cli tunnel host without key': 'cli.tunnel_cmd: "--host needs --key_path (the instance\'s .pem file)"',
-    'choose_length no lengths': 'data.choose_length: "no lengths to choose from: the split is empty"',
-}
 
 IDS = [c.id for c in CASES]
 assert len(set(IDS)) == len(IDS) >= 20
@@ -183,10 +172,7 @@ def check_message(case:Case, line:str):
     for w in case.words: assert w in line, f"{w!r} not in: {line}"
     if 'unrecognized arguments' not in ' '.join(case.words):   # an unknown option is no answer to a case about a known one
         assert 'unrecognized arguments' not in line, line
-    if not FIX.search(line.strip()):
-        if case.id in KNOWN_NO_FIX: pytest.xfail(f"message names no fix: {line.strip()}")
-        pytest.fail(f"message names no fix: {line.strip()}")
-    assert case.id not in KNOWN_NO_FIX, f"the message names a fix now: remove {case.id!r} from KNOWN_NO_FIX ({line.strip()})"
+    assert FIX.search(line.strip()), f"message names no fix: {line.strip()}"
 
 
 # ---------------------------------------------------------------------------------------------------------- fixtures

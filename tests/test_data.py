@@ -45,7 +45,8 @@ def test_failed_first_save_leaves_nothing(tmp_path, monkeypatch):
 def test_manifest_is_json_with_the_interface_keys(tmp_path):
     m = prepare(_args(tmp_path, percentile=100))
     assert set(m) == {'model_id', 'max_length', 'percentile', 'label_names', 'rows', 'truncated', 'length_stats', 'data',
-                      'text_column', 'label_column', 'trn_tutorials_version'}
+                      'text_column', 'label_column', 'trn_tutorials_version', 'bucket_lengths', 'bucket_rows', 'padding_share'}
+    assert m['bucket_lengths'] == [m['max_length']] and m['bucket_rows']['train'] == [m['rows']['train']]
     assert json.loads((tmp_path/'prep'/'trn_tutorials.json').read_text()) == m
     assert m['truncated'] == {'train': 0, 'validation': 0, 'test': 0}
 

@@ -137,5 +137,7 @@ def test_resume_after_kill_9(prepared):
     assert m['train']['resumed_from'] == newest.name
     assert m['train']['steps'] == total
     # the same batches in the same order, the same random state: the same model as the uninterrupted run
-    for split in ('validation', 'test'):
-        assert abs(m[split]['accuracy'] - w[split]['accuracy']) < 1e-9, (split, m[split], w[split])
+    from safetensors.torch import load_file
+    got, want = (load_file(Path(a.output_dir, 'model.safetensors')) for a in (cut, whole))
+    assert max(float((got[k] - want[k]).abs().max()) for k in want) < 1e-6
+    for split in ('validation', 'test'): assert m[split]['accuracy'] == w[split]['accuracy'], (split, m[split], w[split])
