@@ -1,5 +1,5 @@
 "The `trn-tutorials` command, run as a user runs it: in a subprocess."
-import json, os, subprocess, sys, time
+import json, os, subprocess, sys
 from pathlib import Path
 
 import pytest
