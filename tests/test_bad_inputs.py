@@ -10,9 +10,9 @@ Each case sets up its own folder (a bad CSV, a key file, ...), snapshots it, run
 The CLI cases run concurrently in one module fixture (each subprocess spends ~1.5 s importing), so the file stays fast.
 """
 from __future__ import annotations
-import os, re, subprocess, sys, time
+import json, os, re, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +23,7 @@ from trn_tutorials.core import UsageError, local_model, parse_args, parse_visibl
 from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
 from trn_tutorials.instance import ssh_cidr
 from trn_tutorials.launch import launch
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.train import RUN_ARGS, TrainArguments
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
@@ -50,9 +50,10 @@ def rows(*pairs) -> str:
 SIX = [('i feel happy', 'joy'), ('so sad today', 'sadness'), ('i am angry', 'anger'),
        ('what a lovely day', 'joy'), ('i miss you', 'sadness'), ('this is unfair', 'anger')]
 
-def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8) -> str:
-    "An output folder holding a complete-looking `checkpoint-{step}/` of a run planned for `max_steps`."
+def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8, **run) -> str:
+    "An output folder holding a complete-looking `checkpoint-{step}/` of a run planned for `max_steps` (with `run`'s arguments, if any)."
     c = d/out/f'checkpoint-{step}'; c.mkdir(parents=True)
+    if run: (c/RUN_ARGS).write_text(json.dumps(asdict(TrainArguments(**run))))
     (c/'trainer_state.json').write_text(f'{{"global_step": {step}, "max_steps": {max_steps}}}\n')
     for f in ('model.safetensors', 'optimizer.pt', 'scheduler.pt'): (c/f).write_bytes(b'\0' * 16)
     (c/'config.json').write_text('{}\n')
@@ -104,6 +105,8 @@ CASES = [
          lambda d, p: ['train', '--dataset_path', p, '--output_dir', checkpoint(d, max_steps=999)], ['999 steps', 'another --output_dir']),
     Case('module checkpoint of a run with other options', 'module',
          lambda d, p: ['--dataset_path', p, '--output_dir', checkpoint(d, max_steps=999)], ['999 steps', 'another --output_dir']),
+    Case('cli train checkpoint of a run with another seed', 'cli',
+         lambda d, p: ['train', '--dataset_path', p, '--output_dir', checkpoint(d, seed=7)], ['--seed 7, not --seed 42', 'another --output_dir']),
     Case('cli quickstart bad instance type', 'cli', lambda d, p: ['quickstart', '--instance_type', 'trn2.48xlarge'],
          ["unknown instance type 'trn2.48xlarge'"]),
     Case('cli up volume too small', 'cli', lambda d, p: ['up', '--volume_gb', '50', '--key_dir', str(d)], ['--volume_gb 50']),

@@ -20,7 +20,7 @@ from .core import UsageError, default_model, hub_reachable, local_model
 # %% auto #0
 __all__ = ['HUB_DATA', 'EMOTION_LABELS', 'MAX_BUCKETS', 'DataArguments', 'sample_data', 'default_data', 'load_raw', 'validate',
            'label_maps', 'token_lengths', 'length_stats', 'choose_length', 'plot_lengths', 'choose_buckets',
-           'padded_lengths', 'padding_share', 'tokenize', 'prepare', 'load_prepared']
+           'padded_lengths', 'padding_share', 'tokenize', 'prepare', 'load_prepared', 'row_lengths']
 
 # %% ../nbs/03_data.ipynb #650ef876
 @dataclass
@@ -429,3 +429,10 @@ def load_prepared(dataset_path:str # folder written by `prepare`
     if not (p/_MANIFEST).exists():
         raise UsageError(f"{dataset_path} has no {_MANIFEST}, so it was not made by prepare: run `trn-tutorials prep --dataset_path {dataset_path}` first")
     return load_from_disk(str(p)), json.loads((p/_MANIFEST).read_text())
+
+# %% ../nbs/03_data.ipynb #b6d43816
+def row_lengths(split:Dataset # a tokenized split, e.g. `load_prepared(path)[0]['train']`
+               ) -> np.ndarray:
+    "The padded length of each row of `split` (its bucket's length), in row order."
+    import pyarrow.compute as pc
+    return pc.list_value_length(split.with_format('arrow')['input_ids']).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .core import Accelerator, UsageError, detect, run_cost, instance_type as _instance_type
-from .data import load_prepared
+from .data import load_prepared, row_lengths
 from .train import ERROR_PREFIX, BucketBatchSampler, TrainArguments, check_args, resume_from
 
 # %% auto #0
@@ -252,7 +252,7 @@ def precompile_steps(args:TrainArguments, # the real run's arguments
                      nproc:int # workers
                     ) -> int:
     "Optimizer steps after which every worker has fed its model each training input shape of `args` (at least 2)."
-    rows = [len(r) for r in load_prepared(args.dataset_path)[0]['train']['input_ids']]
+    rows = row_lengths(load_prepared(args.dataset_path)[0]['train'])
     need = 2   # the first step and a following one: the optimizer's state is created on the first
     for rank in range(nproc):
         s = BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, rank, args.seed, drop_last=True)

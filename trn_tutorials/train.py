@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from .core import UsageError, detect, parse_args
-from .data import load_prepared
+from .data import load_prepared, row_lengths
 
 # %% auto #0
-__all__ = ['ERROR_PREFIX', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline', 'training_arguments',
-           'BucketBatchSampler', 'trainer_class', 'checkpoint_complete', 'checkpoints', 'planned_steps', 'resume_from',
-           'train', 'summary', 'main']
+__all__ = ['RUN_ARGS', 'SAME_RUN', 'ERROR_PREFIX', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
+           'training_arguments', 'BucketBatchSampler', 'trainer_class', 'checkpoint_complete', 'checkpoints',
+           'planned_steps', 'resume_from', 'train', 'summary', 'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
 @dataclass
@@ -153,11 +153,18 @@ def trainer_class():
         def __init__(self, sampler): self.sampler = sampler
         def on_epoch_begin(self, args, state, control, **kwargs): self.sampler.set_epoch(int(state.epoch + 1e-6))
 
+    class SaveRunArgs(TrainerCallback):
+        def __init__(self, run_args:dict): self.run_args = run_args
+        def on_save(self, args, state, control, **kwargs):
+            d = Path(args.output_dir)/f'checkpoint-{state.global_step}'
+            if state.is_world_process_zero and d.is_dir(): (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
+
     class BucketTrainer(Trainer):
-        "A `Trainer` whose training batches come from `BucketBatchSampler`, and that counts the input shapes."
-        def __init__(self, *a, **kw):
+        "A `Trainer` whose training batches come from `BucketBatchSampler`, that counts the input shapes, and that writes `run_args` into every checkpoint."
+        def __init__(self, *a, run_args:dict|None=None, **kw):
             super().__init__(*a, **kw)
             self.shapes, self.epoch_callback = {'train': {}, 'eval': {}}, None
+            if run_args is not None: self.add_callback(SaveRunArgs(run_args))
             def count(module, args, kwargs):
                 x = kwargs.get('input_ids')
                 if x is not None:
@@ -167,7 +174,7 @@ def trainer_class():
 
         def get_train_dataloader(self):
             ds, a = self._remove_unused_columns(self.train_dataset, description='training'), self.args
-            self.sampler = BucketBatchSampler([len(r) for r in ds['input_ids']], self._train_batch_size, a.world_size,
+            self.sampler = BucketBatchSampler(row_lengths(ds), self._train_batch_size, a.world_size,
                                               a.process_index, a.seed, a.dataloader_drop_last)
             if self.epoch_callback is None: self.epoch_callback = SetEpoch(self.sampler); self.add_callback(self.epoch_callback)
             self.epoch_callback.sampler = self.sampler
@@ -239,6 +246,18 @@ def planned_steps(args:TrainArguments, # the run's arguments
     if args.max_steps > 0: return args.max_steps
     return math.ceil(args.epochs * len(BucketBatchSampler(rows, args.per_device_train_batch_size, workers, 0, args.seed, drop_last)))
 
+RUN_ARGS = 'trn_tutorials_args.json'  # the run's `TrainArguments`, written into each of its checkpoints
+SAME_RUN = ('learning_rate', 'epochs', 'max_steps', 'per_device_train_batch_size', 'warmup_ratio', 'weight_decay', 'seed', 'bf16')
+
+def _opts(d:dict, names) -> str: return ' '.join(f"--{n} {str(d[n]).lower() if isinstance(d[n], bool) else d[n]}" for n in names)
+
+def _other_run(last:Path, args:TrainArguments) -> str|None:
+    "Why checkpoint `last` belongs to another run than `args` (the options of `SAME_RUN` that differ), or `None`."
+    try: was = json.loads((last/RUN_ARGS).read_text())
+    except (OSError, ValueError): return None   # not written (older checkpoint, or cut off): the step count still decides
+    diff = [n for n in SAME_RUN if n in was and was[n] != getattr(args, n)]
+    return f"{last} was written by a run with {_opts(was, diff)}, not {_opts(asdict(args), diff)}" if diff else None
+
 def resume_from(args:TrainArguments, # the run's arguments
                 workers:int|None=None, # if given, the checkpoint must have been planned for as many steps as this run
                 drop_last:bool=False # as in `planned_steps`
@@ -247,9 +266,11 @@ def resume_from(args:TrainArguments, # the run's arguments
     last = next((p for p, ok in checkpoints(args.output_dir) if ok), None)
     if last and not args.resume:
         raise UsageError(f"{args.output_dir} holds checkpoints (newest: {last.name}): pass --resume true to continue from it, or another --output_dir")
+    if last and (why := _other_run(last, args)):
+        raise UsageError(f"{why}: relaunch with that run's options to continue it, or pass another --output_dir")
     if last and workers:
         was = json.loads((last/'trainer_state.json').read_text()).get('max_steps')
-        now = planned_steps(args, [len(r) for r in load_prepared(args.dataset_path)[0]['train']['input_ids']], workers, drop_last)
+        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, drop_last)
         if was != now:
             raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, "
                              "batch size, --epochs and --max_steps, or pass another --output_dir")
@@ -273,7 +294,7 @@ def train(args:TrainArguments # the run's arguments
         model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         ignore_mismatched_sizes=True)
     targs = training_arguments(args, backend)
-    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'],
+    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=asdict(args),
                               processing_class=tokenizer,
                               compute_metrics=lambda p: {k: v for k, v in _scores(p, names).items() if k in ('accuracy', 'f1')})
     if trainer.is_world_process_zero():
