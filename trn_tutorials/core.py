@@ -9,9 +9,10 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'neuron_core_total', 'parse_visible_cores', 'neuron_ls',
-           'visible_neuron_cores', 'Accelerator', 'detect', 'InstanceType', 'instance_type', 'run_cost',
-           'hub_reachable', 'local_model', 'default_model', 'tiny_bert']
+__all__ = ['BACKENDS', 'XLA_INSTALL', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'neuron_core_total',
+           'parse_visible_cores', 'neuron_ls', 'visible_neuron_cores', 'Accelerator', 'detect', 'backend_env',
+           'check_backend', 'InstanceType', 'instance_type', 'run_cost', 'hub_reachable', 'local_model',
+           'default_model', 'tiny_bert']
 
 # %% ../nbs/00_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -85,7 +86,7 @@ def visible_neuron_cores(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
 @dataclass
 class Accelerator:
     "What this machine trains on."
-    backend: str  # 'neuron', 'cuda' or 'cpu'
+    backend: str  # 'neuron' (torch-neuronx, XLA), 'torchneuron' (native PyTorch device `neuron`), 'cuda', 'cpu'; 'xla' only when asked for
     workers: int  # torchrun processes to start: one per NeuronCore or GPU, one on a CPU
     detail: str   # a human-readable description
 
@@ -94,41 +95,97 @@ def _cuda_count() -> int:
     except ImportError: return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
+def _torchneuron_count() -> int:
+    "How many `neuron` devices native PyTorch sees through `torch.accelerator` (TorchNeuron on Trn2/Trn3), else 0."
+    try:
+        import torch
+        acc = torch.accelerator
+        return acc.device_count() if acc.is_available() and acc.current_accelerator().type == 'neuron' else 0
+    except Exception: return 0   # no torch, a torch without `torch.accelerator`, or no device
+
 def detect(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
            env:dict|None=None # environment; default `os.environ`
           ) -> Accelerator:
     "The accelerator this machine trains on."
+    if (n := _torchneuron_count()): return Accelerator('torchneuron', n, f'{n} NeuronCore(s) as PyTorch device `neuron` (TorchNeuron)')
     has_neuronx = importlib.util.find_spec('torch_neuronx') is not None
     cores = visible_neuron_cores(ls, env) if has_neuronx else 0
     if cores: return Accelerator('neuron', cores, f'{cores} NeuronCore(s), torch-neuronx installed')
     if (n := _cuda_count()): return Accelerator('cuda', n, f'{n} CUDA GPU(s)')
     return Accelerator('cpu', 1, f'CPU with {os.cpu_count()} cores (no NeuronCores or GPUs visible)')
 
+# %% ../nbs/00_core.ipynb #6181e254
+BACKENDS = ('auto', 'neuron', 'torchneuron', 'xla', 'cuda', 'cpu')
+XLA_INSTALL = "pip install torch==2.9.0 torch-xla==2.9.0 'transformers==4.57.*'"  # the Neuron 2.31 DLAMI's versions
+
+def backend_env(backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
+               ) -> dict:
+    "Environment variables `backend` needs before torch-xla, accelerate or transformers is imported."
+    if backend == 'xla': return {'USE_TORCH_XLA': '1', 'PJRT_DEVICE': 'CPU'}
+    if backend == 'neuron': return {'USE_TORCH_XLA': '1'}   # torch-neuronx sets PJRT_DEVICE=NEURON itself
+    return {'USE_TORCH_XLA': '0'}   # even where torch-xla is installed, stay off XLA
+
+_NEEDS = {'neuron': "a Trn1 with the Neuron 2.31 DLAMI's venv /opt/aws_neuronx_venv_pytorch_2_9 activated",
+          'torchneuron': "a Trn2/Trn3 with the DLAMI 'Deep Learning AMI Neuron torch-neuronx 2.14' and its venv activated",
+          'cuda': "a machine with a CUDA GPU"}
+
+def check_backend(backend:str='auto', # one of `BACKENDS`
+                  acc:Accelerator|None=None, # what `detect` found, if known; 'auto' detects when not given
+                  instance_type:str|None=None # the instance type, when known, e.g. 'trn1.2xlarge'
+                 ) -> str:
+    "The backend to train on: `backend` resolved and checked against this machine, or a one-line `UsageError`."
+    if backend not in BACKENDS: raise UsageError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
+    if backend == 'torchneuron' and instance_type and instance_type.startswith('trn1'):
+        raise UsageError(f"TorchNeuron supports Trn2 and Trn3 only, not {instance_type}: on a Trn1 use --backend neuron "
+                         "(torch-neuronx in the Neuron 2.31 DLAMI's /opt/aws_neuronx_venv_pytorch_2_9)")
+    if backend == 'xla':
+        if importlib.util.find_spec('torch_xla') is None:
+            raise UsageError(f"--backend xla needs torch-xla: `{XLA_INSTALL}` in a separate virtual environment, or use --backend cpu")
+        return 'xla'
+    if backend == 'auto': return (acc or detect()).backend
+    if backend == 'cpu': return 'cpu'
+    # cheap checks, no `neuron-ls`: every torchrun worker runs this with the backend its launcher chose
+    here = acc.backend == backend if acc else {
+        'neuron': lambda: importlib.util.find_spec('torch_neuronx') is not None and not _torchneuron_count(),
+        'torchneuron': lambda: _torchneuron_count() > 0, 'cuda': lambda: _cuda_count() > 0}[backend]()
+    if not here:
+        raise UsageError(f"--backend {backend} but this machine has {acc.backend if acc else 'no such device'}: "
+                         f"it needs {_NEEDS[backend]}; or use --backend auto")
+    return backend
+
 # %% ../nbs/00_core.ipynb #7ce16edc
 @dataclass(frozen=True)
 class InstanceType:
-    "One Trn1 instance type."
+    "One Trainium instance type."
     name: str
     devices: int            # Trainium devices
-    neuron_cores: int       # NeuronCores (2 per Trainium device)
+    neuron_cores: int       # NeuronCores a process can use: 2 per Trainium1 device; logical cores (LNC=2) on Trn2/Trn3
     accel_memory_gb: int    # accelerator memory
     vcpus: int
     memory_gib: int
-    usd_per_hour: float     # on-demand, us-east-1
+    usd_per_hour: float     # on-demand, us-east-1 (Trn1) or us-east-2 (Trn2/Trn3)
     price_date: str         # when that price was taken
+    worker_counts: tuple = ()  # torchrun worker counts Neuron supports here; () = any from 1 to `neuron_cores`
 
-TRN1 = {o.name: o for o in [
-    InstanceType('trn1.2xlarge',    1,  2,  32,   8,  32,  1.34, '2026-11-22'),
-    InstanceType('trn1.32xlarge',  16, 32, 512, 128, 512, 21.50, '2026-11-22'),
-    InstanceType('trn1n.32xlarge', 16, 32, 512, 128, 512, 24.78, '2026-11-22'),
+    @property
+    def family(self) -> str:
+        "'trn1', 'trn2' or 'trn3': which Trainium generation, and so which software stack."
+        return self.name.split('.')[0].rstrip('nu')
+
+# Neuron supports 1 or 2 workers on a trn1.2xlarge and 1, 2, 8 or 32 on a trn1.32xlarge
+CATALOG = {o.name: o for o in [
+    InstanceType('trn1.2xlarge',    1,  2,  32,   8,  32,  1.34, '2026-11-22', (1, 2)),
+    InstanceType('trn1.32xlarge',  16, 32, 512, 128, 512, 21.50, '2026-11-22', (1, 2, 8, 32)),
+    InstanceType('trn1n.32xlarge', 16, 32, 512, 128, 512, 24.78, '2026-11-22', (1, 2, 8, 32)),
 ]}
+TRN1 = {k: v for k, v in CATALOG.items() if v.family == 'trn1'}
 
 # %% ../nbs/00_core.ipynb #4c78ca34
 def instance_type(name:str # an instance type, e.g. 'trn1.2xlarge'
                  ) -> InstanceType:
     "The catalog entry for `name`."
-    if name not in TRN1: raise UsageError(f"unknown instance type {name!r}: use one of {', '.join(TRN1)}")
-    return TRN1[name]
+    if name not in CATALOG: raise UsageError(f"unknown instance type {name!r}: use one of {', '.join(CATALOG)}")
+    return CATALOG[name]
 
 def run_cost(name:str, # instance type, e.g. 'trn1.2xlarge'
              seconds:float # how long the instance ran

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .core import UsageError, detect, parse_args
+from .core import BACKENDS, UsageError, backend_env, check_backend, parse_args
 from .data import load_prepared, row_lengths
 
 # %% auto #0
-__all__ = ['RUN_ARGS', 'SAME_RUN', 'ERROR_PREFIX', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
-           'training_arguments', 'BucketBatchSampler', 'trainer_class', 'checkpoint_complete', 'checkpoints',
-           'planned_steps', 'resume_from', 'train', 'summary', 'main']
+__all__ = ['XLA_BACKENDS', 'RUN_ARGS', 'SAME_RUN', 'ERROR_PREFIX', 'TrainArguments', 'check_args', 'classification_metrics',
+           'majority_baseline', 'training_arguments', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows',
+           'trainer_class', 'checkpoint_complete', 'checkpoints', 'planned_steps', 'resume_from', 'train', 'summary',
+           'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
 @dataclass
@@ -39,6 +40,8 @@ class TrainArguments:
     save_steps: int = field(default=500, metadata={'help': 'save a checkpoint every N optimizer steps (0: no checkpoints)'})
     save_total_limit: int = field(default=2, metadata={'help': 'keep only the newest N checkpoints'})
     resume: bool = field(default=True, metadata={'help': 'continue from the newest complete checkpoint in output_dir, if any'})
+    backend: str = field(default='auto', metadata={'help': 'auto (detect), neuron (Trn1: torch-neuronx), torchneuron (Trn2/Trn3), '
+                         'xla (the Neuron code path on the CPU: a rehearsal, one worker), cuda or cpu'})
 
 # %% ../nbs/04_train.ipynb #df42d097
 def check_args(args:TrainArguments # the run's arguments
@@ -53,6 +56,7 @@ def check_args(args:TrainArguments # the run's arguments
     if not 0 <= args.warmup_ratio < 1: raise UsageError(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}: use e.g. --warmup_ratio 0.1")
     if args.max_steps == 0 or args.max_steps < -1:
         raise UsageError(f"--max_steps must be -1 (all epochs) or positive, got {args.max_steps}: use -1, or a number of steps")
+    if args.backend not in BACKENDS: raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     return args
 
 # %% ../nbs/04_train.ipynb #fd3c7a82
@@ -80,13 +84,15 @@ def majority_baseline(train_labels, # label ids of the training split
     return {'label': label_names[majority], 'accuracy': m['accuracy'], 'f1': m['f1']}
 
 # %% ../nbs/04_train.ipynb #817feccd
+XLA_BACKENDS = ('neuron', 'xla')  # the backends that run PyTorch/XLA: static shapes, compiled graphs
+
 def training_arguments(args:TrainArguments, # the run's arguments
-                       backend:str # 'neuron', 'cuda' or 'cpu'
+                       backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
                       ):
     "transformers `TrainingArguments` for `args` on `backend`."
     from dataclasses import fields
     from transformers import TrainingArguments
-    neuron = backend == 'neuron'
+    xla = backend in XLA_BACKENDS
     # transformers 5 folded `warmup_ratio` into `warmup_steps` (a float below 1 is a ratio); 4.57 has both
     warmup = ({'warmup_ratio': args.warmup_ratio} if 'warmup_ratio' in {f.name for f in fields(TrainingArguments)}
               else {'warmup_steps': args.warmup_ratio})
@@ -97,7 +103,7 @@ def training_arguments(args:TrainArguments, # the run's arguments
         logging_steps=args.logging_steps, seed=args.seed, optim='adamw_torch', eval_strategy='epoch',
         save_strategy='steps' if args.save_steps else 'no', save_steps=args.save_steps or 500, save_total_limit=args.save_total_limit,
         report_to='none', disable_tqdm=True, ddp_find_unused_parameters=False,
-        dataloader_drop_last=neuron, eval_do_concat_batches=not neuron, use_cpu=backend == 'cpu')
+        dataloader_drop_last=xla, eval_do_concat_batches=not xla, use_cpu=backend == 'cpu')
 
 # %% ../nbs/04_train.ipynb #75f1f464
 class BucketBatchSampler:
@@ -107,11 +113,12 @@ class BucketBatchSampler:
                  num_replicas:int=1, # workers
                  rank:int=0, # this worker
                  seed:int=42, # seed of the order (combined with the epoch)
-                 drop_last:bool=False, # drop the last, smaller batch
-                 shuffle:bool=True # shuffle rows and batches (else keep the data order)
+                 fill_last:bool=False, # complete the epoch's last, smaller batch with rows repeated from the epoch (XLA: one shape)
+                 shuffle:bool=True, # shuffle rows and batches (else keep the data order)
+                 pad_to_batch:bool=False # yield `(row, length)` pairs: every worker pads to the longest row of the whole step
                 ):
         self.lengths, self.bs, self.replicas, self.rank = np.asarray(lengths), batch_size, num_replicas, rank
-        self.seed, self.drop_last, self.shuffle, self.epoch = seed, drop_last, shuffle, 0
+        self.seed, self.fill_last, self.shuffle, self.pad_to_batch, self.epoch = seed, fill_last, shuffle, pad_to_batch, 0
         if len(self.lengths) < num_replicas: raise UsageError(f"{len(self.lengths)} training rows for {num_replicas} workers: use fewer workers")
         # no `batch_size` attribute: accelerate would then treat smaller batches as incomplete and refill them
 
@@ -128,21 +135,83 @@ class BucketBatchSampler:
             if n: batches += np.split(pool[:n], n // g)
             carry = pool[n:]
         if self.shuffle: batches = [batches[i] for i in rng.permutation(len(batches))]
-        if len(carry) and not self.drop_last:
+        if len(carry) and self.fill_last:   # repeat rows from the epoch's start, as torch's DistributedSampler does
+            done = np.concatenate(batches) if batches else carry
+            batches.append(np.concatenate([carry, np.resize(done, g - len(carry))]))
+        elif len(carry):
             if len(carry) < self.replicas: carry = np.concatenate([batches.pop(), carry])  # too few for every worker
             batches.append(carry)
         return batches
 
     def __iter__(self):
-        for b in self.global_batches(): yield np.array_split(b, self.replicas)[self.rank].tolist()
+        for b in self.global_batches():
+            mine = np.array_split(b, self.replicas)[self.rank].tolist()
+            if self.pad_to_batch: L = int(self.lengths[b].max()); mine = [(i, L) for i in mine]
+            yield mine
 
     def __len__(self): return len(self.global_batches())
 
     def shapes(self) -> set:
-        "The `(rows, length)` batch shapes this worker feeds the model in an epoch."
-        return {(len(b), int(self.lengths[b].max())) for b in self}
+        "The `(rows, length)` batch shapes this worker feeds the model in an epoch (padded to the step's longest row)."
+        return {(len(mine), int(self.lengths[b].max()))
+                for b in self.global_batches() for mine in [np.array_split(b, self.replicas)[self.rank]]}
+
+# %% ../nbs/04_train.ipynb #1207b5fc
+class EvalBatchSampler:
+    "Evaluation batches in the split's order, each of one bucket; a bucket's last batch filled up with unscored filler rows."
+    def __init__(self, lengths, # padded length of each row (its bucket)
+                 batch_size:int, # rows per batch on each worker
+                 num_replicas:int=1, # workers
+                 rank:int=0 # this worker
+                ):
+        self.lengths, self.bs, self.replicas, self.rank = np.asarray(lengths), batch_size, num_replicas, rank
+
+    def global_batches(self) -> list[list[tuple]]:
+        "Every worker's batches together: `(row, length, filler)` triples."
+        g, out = self.bs * self.replicas, []
+        for L in np.unique(self.lengths):
+            idx = np.flatnonzero(self.lengths == L).tolist()
+            for s in range(0, len(idx), g):
+                chunk = [(i, int(L), False) for i in idx[s:s + g]]
+                out.append(chunk + [(idx[0], int(L), True)] * (g - len(chunk)))
+        return out
+
+    def __iter__(self):
+        for b in self.global_batches(): yield b[self.rank * self.bs:(self.rank + 1) * self.bs]
+
+    def __len__(self): return len(self.global_batches())
+
+    def fed_rows(self) -> int:
+        "Rows all workers feed, fillers included."
+        return len(self) * self.bs * self.replicas
+
+class PaddedRows:
+    "A tokenized split indexed by `row`, `(row, length)` or `(row, length, filler)`: padded to `length`; a filler's label is -100."
+    def __init__(self, ds, # a tokenized split
+                 pad_id:int, # the tokenizer's padding id
+                 n:int|None=None # the length to report; default `len(ds)`
+                ):
+        self.ds, self.pad_id, self.n = ds, pad_id, n
+
+    def __len__(self): return len(self.ds) if self.n is None else self.n
+
+    def __getitem__(self, key):
+        i, L, filler = (key, None, False) if isinstance(key, (int, np.integer)) else (tuple(key) + (False,))[:3]
+        row = dict(self.ds[int(i)])
+        for col, pad in (('input_ids', self.pad_id), ('attention_mask', 0), ('token_type_ids', 0)):
+            if L and col in row and len(row[col]) < L: row[col] = list(row[col]) + [pad] * (L - len(row[col]))
+        if filler: row['labels'] = -100
+        return row
+
+    def __getitems__(self, keys): return [self[k] for k in keys]
 
 # %% ../nbs/04_train.ipynb #000619e4
+def _xla_compiles() -> tuple[int, float]:
+    "Graphs PyTorch/XLA has compiled in this process so far, and the seconds spent compiling them."
+    import torch_xla.debug.metrics as met
+    d = met.metric_data('CompileTime')   # (samples, total nanoseconds, recent samples), or None before the first
+    return int(met.counter_value('UncachedCompile') or 0), (d[1] / 1e9 if d else 0.0)
+
 @functools.cache
 def trainer_class():
     "`BucketTrainer`, defined on first use: importing `Trainer` takes seconds that `launch` and the CLI should not pay."
@@ -159,12 +228,26 @@ def trainer_class():
             d = Path(args.output_dir)/f'checkpoint-{state.global_step}'
             if state.is_world_process_zero and d.is_dir(): (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
 
+    class EpochGraphs(TrainerCallback):
+        "At each epoch's start (and the end of training): the training graphs compiled since the previous one."
+        def __init__(self, trainer): self.t = trainer
+        def on_epoch_begin(self, args, state, control, **kwargs): self.t._close_epoch()
+        def on_train_end(self, args, state, control, **kwargs): self.t._close_epoch()
+
     class BucketTrainer(Trainer):
-        "A `Trainer` whose training batches come from `BucketBatchSampler`, that counts the input shapes, and that writes `run_args` into every checkpoint."
+        "A `Trainer` with bucket batches (same shape on every worker), unscored filler rows in evaluation, "
+        "input shapes and compiled graphs counted, evaluation time kept apart, and `run_args` in every checkpoint."
         def __init__(self, *a, run_args:dict|None=None, **kw):
             super().__init__(*a, **kw)
             self.shapes, self.epoch_callback = {'train': {}, 'eval': {}}, None
+            self.pad_id = getattr(self.processing_class, 'pad_token_id', None) or 0
+            self.xla = self.args.device.type == 'xla'
+            self.graphs = {'train': 0, 'eval': 0, 'per_epoch': [], 'per_evaluation': []} if self.xla else None
+            self.compile_s = {'train': 0.0, 'eval': 0.0} if self.xla else None
+            self.eval_s = {'in_train': 0.0, 'all': 0.0}
+            self.eval_rows, self._mark = 0, None
             if run_args is not None: self.add_callback(SaveRunArgs(run_args))
+            if self.xla: self.add_callback(EpochGraphs(self))
             def count(module, args, kwargs):
                 x = kwargs.get('input_ids')
                 if x is not None:
@@ -172,18 +255,68 @@ def trainer_class():
                     seen[tuple(x.shape)] = seen.get(tuple(x.shape), 0) + 1
             self.model.register_forward_pre_hook(count, with_kwargs=True)
 
-        def get_train_dataloader(self):
-            ds, a = self._remove_unused_columns(self.train_dataset, description='training'), self.args
-            self.sampler = BucketBatchSampler(row_lengths(ds), self._train_batch_size, a.world_size,
-                                              a.process_index, a.seed, a.dataloader_drop_last)
-            if self.epoch_callback is None: self.epoch_callback = SetEpoch(self.sampler); self.add_callback(self.epoch_callback)
-            self.epoch_callback.sampler = self.sampler
-            dl = self.accelerator.prepare(DataLoader(ds, batch_sampler=self.sampler, collate_fn=self.data_collator,
+        def _sync(self):
+            "On XLA: run what is pending now, so it is neither timed nor compiled as part of what follows."
+            if self.xla:
+                import torch_xla.core.xla_model as xm
+                xm.mark_step(); xm.wait_device_ops()
+
+        def _close_epoch(self):
+            self._sync()
+            n, s = _xla_compiles()
+            train_n, train_s = n - self.graphs['eval'], s - self.compile_s['eval']   # all compiles so far that were not evaluation's
+            if self._mark is not None: self.graphs['per_epoch'].append(train_n - self._mark)
+            self._mark = train_n
+            self.graphs['train'], self.compile_s['train'] = train_n - self._first, train_s - self._first_s
+
+        def train(self, *a, **kw):
+            if self.xla: self._first, self._first_s = _xla_compiles(); self._first -= self.graphs['eval']; self._first_s -= self.compile_s['eval']
+            return super().train(*a, **kw)
+
+        def _timed(self, method, *a, **kw):
+            "Run `evaluate` or `predict`, keeping its time and compiled graphs apart from training's."
+            self._sync()
+            c0, t0 = _xla_compiles() if self.xla else None, time.perf_counter()
+            out = getattr(super(), method)(*a, **kw)
+            self._sync()
+            dt = time.perf_counter() - t0
+            self.eval_s['all'] += dt
+            if self.is_in_train: self.eval_s['in_train'] += dt
+            if self.xla:
+                n, s = _xla_compiles()
+                self.graphs['eval'] += n - c0[0]; self.compile_s['eval'] += s - c0[1]
+                self.graphs['per_evaluation'].append(n - c0[0])
+            return out
+
+        def evaluate(self, *a, **kw): return self._timed('evaluate', *a, **kw)
+        def predict(self, *a, **kw): return self._timed('predict', *a, **kw)
+
+        def _loader(self, ds, batch_sampler, n:int|None=None):
+            a = self.args
+            dl = self.accelerator.prepare(DataLoader(PaddedRows(ds, self.pad_id, n), batch_sampler=batch_sampler, collate_fn=self.data_collator,
                                                      num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory))
             shard = getattr(dl, 'batch_sampler', None)
-            if shard is not self.sampler and getattr(shard, 'batch_sampler', None) is self.sampler:
+            if shard is not batch_sampler and getattr(shard, 'batch_sampler', None) is batch_sampler:
                 shard.num_processes, shard.process_index = 1, 0   # already split per worker: pass through
             return dl
+
+        def get_train_dataloader(self):
+            ds, a = self._remove_unused_columns(self.train_dataset, description='training'), self.args
+            self.sampler = BucketBatchSampler(row_lengths(ds), self._train_batch_size, a.world_size, a.process_index, a.seed,
+                                              fill_last=a.dataloader_drop_last, pad_to_batch=True)
+            if self.epoch_callback is None: self.epoch_callback = SetEpoch(self.sampler); self.add_callback(self.epoch_callback)
+            self.epoch_callback.sampler = self.sampler
+            return self._loader(ds, self.sampler)
+
+        def _scoring_loader(self, ds, description:str):
+            ds, a = self._remove_unused_columns(ds, description=description), self.args
+            s = EvalBatchSampler(row_lengths(ds), a.per_device_eval_batch_size, a.world_size, a.process_index)
+            return self._loader(ds, s, s.fed_rows())
+
+        def get_eval_dataloader(self, eval_dataset=None):
+            return self._scoring_loader(self.eval_dataset if eval_dataset is None else eval_dataset, 'evaluation')
+
+        def get_test_dataloader(self, test_dataset): return self._scoring_loader(test_dataset, 'test')
 
         def _load_optimizer_and_scheduler(self, checkpoint):
             if checkpoint is None or self.args.device.type != 'cpu': return super()._load_optimizer_and_scheduler(checkpoint)
@@ -204,8 +337,8 @@ def _flat(x) -> np.ndarray:
 def _scores(p, names:list[str]) -> dict:
     "Metrics of a `Trainer` prediction output (`EvalPrediction` or `PredictionOutput`)."
     preds, labels = _flat(p.predictions).argmax(-1), _flat(p.label_ids)
-    n = min(len(preds), len(labels))
-    return classification_metrics(labels[:n], preds[:n], names) | {'rows': n}
+    keep = labels >= 0   # filler rows (label -100) fill a batch up; they are never scored
+    return classification_metrics(labels[keep], preds[keep], names) | {'rows': int(keep.sum())}
 
 def _versions() -> dict:
     out = {'python': platform.python_version()}
@@ -240,11 +373,11 @@ def checkpoints(output_dir:str|Path # a run's output folder
 def planned_steps(args:TrainArguments, # the run's arguments
                   rows, # padded length of each training row
                   workers:int, # torchrun workers
-                  drop_last:bool=False # drop the epoch's last, smaller batch (Neuron does)
+                  fill_last:bool=False # fill the epoch's last, smaller batch up (the XLA backends do)
                  ) -> int:
     "The optimizer steps a run of `args` takes on `workers` workers, counted as the Trainer counts them."
     if args.max_steps > 0: return args.max_steps
-    return math.ceil(args.epochs * len(BucketBatchSampler(rows, args.per_device_train_batch_size, workers, 0, args.seed, drop_last)))
+    return math.ceil(args.epochs * len(BucketBatchSampler(rows, args.per_device_train_batch_size, workers, 0, args.seed, fill_last)))
 
 RUN_ARGS = 'trn_tutorials_args.json'  # the run's `TrainArguments`, written into each of its checkpoints
 SAME_RUN = ('learning_rate', 'epochs', 'max_steps', 'per_device_train_batch_size', 'warmup_ratio', 'weight_decay', 'seed', 'bf16')
@@ -260,7 +393,7 @@ def _other_run(last:Path, args:TrainArguments) -> str|None:
 
 def resume_from(args:TrainArguments, # the run's arguments
                 workers:int|None=None, # if given, the checkpoint must have been planned for as many steps as this run
-                drop_last:bool=False # as in `planned_steps`
+                fill_last:bool=False # as in `planned_steps`
                ) -> Path|None:
     "The newest complete checkpoint a run of `args` continues from, or `None`; a one-line error if the run cannot continue it."
     last = next((p for p, ok in checkpoints(args.output_dir) if ok), None)
@@ -270,20 +403,32 @@ def resume_from(args:TrainArguments, # the run's arguments
         raise UsageError(f"{why}: relaunch with that run's options to continue it, or pass another --output_dir")
     if last and workers:
         was = json.loads((last/'trainer_state.json').read_text()).get('max_steps')
-        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, drop_last)
+        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, fill_last)
         if was != now:
             raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, "
                              "batch size, --epochs and --max_steps, or pass another --output_dir")
     return last
 
 # %% ../nbs/04_train.ipynb #44c77a5b
+def _check_runtime(backend:str, world_size:int):
+    "A one-line error where this process cannot train on `backend`."
+    if backend == 'xla' and world_size > 1:
+        raise UsageError(f"--backend xla runs one worker (torch-xla has no cross-process collectives on the CPU), not {world_size}: use --nproc_per_node 1")
+    from transformers.utils import is_torch_xla_available   # decided once, when transformers was first imported
+    if is_torch_xla_available() != (backend in XLA_BACKENDS):
+        raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
+                         "run training in its own process (`python -m trn_tutorials.train`, torchrun, or `launch`)")
+
 def train(args:TrainArguments # the run's arguments
          ) -> dict:
     "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
     check_args(args)
     ds, manifest = load_prepared(args.dataset_path)
-    backend = detect().backend
-    start = resume_from(args, int(os.environ.get('WORLD_SIZE', 1)), drop_last=backend == 'neuron')
+    backend, world = check_backend(args.backend), int(os.environ.get('WORLD_SIZE', 1))
+    for k, v in backend_env(backend).items(): os.environ[k] = v if k == 'USE_TORCH_XLA' else os.environ.get(k, v)
+    _check_runtime(backend, world)
+    xla = backend in XLA_BACKENDS
+    start = resume_from(args, world, fill_last=xla)
     model_id = args.model_id or manifest['model_id']
     names = manifest['label_names']
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
@@ -292,7 +437,7 @@ def train(args:TrainArguments # the run's arguments
     # a checkpoint with another head (2 labels, or none) gets a fresh one sized for our labels
     model = AutoModelForSequenceClassification.from_pretrained(
         model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
-        ignore_mismatched_sizes=True)
+        ignore_mismatched_sizes=True, **({'attn_implementation': 'eager'} if xla else {}))
     targs = training_arguments(args, backend)
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=asdict(args),
                               processing_class=tokenizer,
@@ -303,26 +448,33 @@ def train(args:TrainArguments # the run's arguments
         if start: print(f"resuming from {start.name}")
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(start) if start else None)
+    train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
     scores = {}
     for split in [s for s in ('validation', 'test') if s in ds]: scores[split] = _scores(trainer.predict(ds[split]), names)
+    trainer.save_model(args.output_dir)   # on every worker: a collective on XLA; only the first one writes
     shapes = _gather_shapes(trainer, args.output_dir)
+    if not trainer.is_world_process_zero(): return {}
     final = 'test' if 'test' in scores else 'validation'
     baseline = majority_baseline(ds['train']['labels'], ds[final]['labels'], names)
+    fed = shapes.pop('train_rows_fed')
+    scored = sum(s['rows'] for s in scores.values())
     metrics = {
         'model_id': model_id, 'dataset_path': str(args.dataset_path), 'max_length': manifest['max_length'],
         'bucket_lengths': manifest.get('bucket_lengths', [manifest['max_length']]),
         'label_names': names, 'backend': backend, 'world_size': targs.world_size,
-        'train': {'samples_per_second': result.metrics.get('train_samples_per_second'),
-                  'runtime_s': result.metrics.get('train_runtime'), 'loss': result.metrics.get('train_loss'),
-                  'steps': result.global_step, 'rows': len(ds['train']), 'resumed_from': start.name if start else None,
-                  'steps_per_epoch': len(trainer.sampler), **(shapes or {})},
+        'train': {'samples_per_second': fed / train_only_s, 'runtime_s': train_only_s,
+                  'runtime_with_eval_s': result.metrics.get('train_runtime'),
+                  'trainer_samples_per_second': result.metrics.get('train_samples_per_second'), 'loss': result.metrics.get('train_loss'),
+                  'steps': result.global_step, 'rows': len(ds['train']), 'rows_fed': fed, 'resumed_from': start.name if start else None,
+                  'steps_per_epoch': len(trainer.sampler), **shapes},
+        'eval': {'runtime_s': trainer.eval_s['all'], 'rows_scored_after_training': scored,
+                 'samples_per_second': scored / max(1e-9, trainer.eval_s['all'] - trainer.eval_s['in_train'])},
+        'compiled_graphs': trainer.graphs, 'compile_s': trainer.compile_s,
         **scores, 'final_split': final, 'baseline': baseline,
         'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'],
         'wall_s': time.time() - t0, 'versions': _versions(), 'args': asdict(args)}
-    if trainer.is_world_process_zero():
-        trainer.save_model(args.output_dir)
-        Path(args.output_dir, 'metrics.json').write_text(json.dumps(metrics, indent=2))
-        print(summary(metrics))
+    Path(args.output_dir, 'metrics.json').write_text(json.dumps(metrics, indent=2))
+    print(summary(metrics))
     return metrics
 
 # %% ../nbs/04_train.ipynb #5f52faa7
@@ -338,18 +490,22 @@ def _gather_shapes(trainer, output_dir:str) -> dict|None:
     for f in files: f.unlink()
     union = lambda k: sorted({(r, l) for w in per for r, l, _ in w[k]})
     return {'input_shapes': [list(s) for s in union('train')], 'shapes_per_worker': [len(w['train']) for w in per],
-            'eval_shapes': [list(s) for s in union('eval')]}
+            'eval_shapes': [list(s) for s in union('eval')], 'train_rows_fed': sum(r * n for w in per for r, _, n in w['train'])}
 
 # %% ../nbs/04_train.ipynb #fc7362b2
 def summary(metrics:dict # what `train` returns
            ) -> str:
     "A few lines a person reads at the end of a run."
-    s, b = metrics[metrics['final_split']], metrics['baseline']
+    s, b, t = metrics[metrics['final_split']], metrics['baseline'], metrics['train']
     lines = [f"{metrics['final_split']}: weighted F1 {s['f1']:.4f}, accuracy {s['accuracy']:.4f} "
              f"(always '{b['label']}': accuracy {b['accuracy']:.4f})",
-             f"train: {metrics['train']['samples_per_second']:.1f} samples/s, {metrics['train']['runtime_s']:.1f} s, "
-             f"{metrics['train']['steps']} steps on {metrics['world_size']} {metrics['backend']} worker(s), "
-             f"{len(metrics['train'].get('input_shapes', []))} input shape(s) for {len(metrics['bucket_lengths'])} bucket(s)"]
+             f"train: {t['samples_per_second']:.1f} samples/s, {t['runtime_s']:.1f} s without evaluation, "
+             f"{t['steps']} steps on {metrics['world_size']} {metrics['backend']} worker(s), "
+             f"{len(t.get('input_shapes', []))} input shape(s) for {len(metrics['bucket_lengths'])} bucket(s)"]
+    if (g := metrics.get('compiled_graphs')):
+        lines.append(f"graphs compiled: {g['train']} in training (per epoch: {', '.join(map(str, g['per_epoch']))}), "
+                     f"{g['eval']} in evaluation (per evaluation: {', '.join(map(str, g['per_evaluation']))}); "
+                     f"{sum(metrics['compile_s'].values()):.1f} s compiling")
     if not metrics['beats_baseline']:
         lines.append("warning: no better than always predicting the majority label. With --bf16 true, retry with "
                      "--bf16 false (or NEURON_RT_STOCHASTIC_ROUNDING_EN=1); otherwise train longer or raise --learning_rate.")
@@ -358,10 +514,22 @@ def summary(metrics:dict # what `train` returns
 # %% ../nbs/04_train.ipynb #c330ab87
 ERROR_PREFIX = 'trn_tutorials.train: error: '  # how a worker's one-line error starts; the launcher looks for it
 
+def _set_backend_env(argv:list[str]) -> str|None:
+    "Resolve `--backend` and set its environment before transformers is imported (it reads `USE_TORCH_XLA` only then)."
+    import argparse
+    p = argparse.ArgumentParser(add_help=False); p.add_argument('--backend', default='auto')
+    try: backend = check_backend(p.parse_known_args(argv)[0].backend)
+    except UsageError: return None   # `train` repeats the check and reports it
+    for k, v in backend_env(backend).items(): os.environ[k] = v if k == 'USE_TORCH_XLA' else os.environ.get(k, v)
+    return backend
+
 def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
         ) -> dict:
     "Parse the arguments and train."
+    argv = sys.argv[1:] if argv is None else argv
+    backend = _set_backend_env(argv)
     args, = parse_args([TrainArguments], argv, prog='trn_tutorials.train')
+    if backend: args.backend = backend   # resolved once: `auto` does not detect again
     import datasets, transformers   # progress bars redraw lines: noise in a log or a notebook cell
     datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
     try: return train(args)
