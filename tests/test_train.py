@@ -141,3 +141,62 @@ def test_resume_after_kill_9(prepared):
     got, want = (load_file(Path(a.output_dir, 'model.safetensors')) for a in (cut, whole))
     assert max(float((got[k] - want[k]).abs().max()) for k in want) < 1e-6
     for split in ('validation', 'test'): assert m[split]['accuracy'] == w[split]['accuracy'], (split, m[split], w[split])
+
+
+def test_every_worker_saves_the_model(prepared, tmp_path):
+    "On XLA saving is a collective: every worker must call `save_model` (before, only the first did, and it waited forever)."
+    (tmp_path/'sitecustomize.py').write_text(
+        "import os\n"
+        "if os.environ.get('SAVE_MARKS'):\n"
+        "    import transformers\n"
+        "    orig = transformers.Trainer.save_model\n"
+        "    def save_model(self, output_dir=None, _internal_call=False):\n"
+        "        if not _internal_call: open(os.path.join(os.environ['SAVE_MARKS'], 'rank' + os.environ.get('RANK', '0')), 'w').close()\n"
+        "        return orig(self, output_dir, _internal_call)\n"
+        "    transformers.Trainer.save_model = save_model\n")
+    marks = tmp_path/'marks'; marks.mkdir()
+    tmp, _ = prepared
+    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp_path/'model'), max_steps=2, save_steps=0)
+    env = launch_env('cpu', 2) | {'SAVE_MARKS': str(marks), 'PYTHONPATH': str(tmp_path)}
+    r = subprocess.run(torchrun_command(args, 2), env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in marks.iterdir()) == ['rank0', 'rank1']
+
+
+def test_graph_extraction_skips_padding_across_workers(prepared, monkeypatch):
+    "`neuron_parallel_compile`'s trial (NEURON_EXTRACT_GRAPHS_ONLY) feeds placeholders: accelerate's padding is patched out."
+    tmp, manifest = prepared
+    from transformers import AutoModelForSequenceClassification
+    from trn_tutorials.train import trainer_class, training_arguments
+    import torch
+    model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
+    targs = training_arguments(TrainArguments(output_dir=str(tmp/'extract')), 'cpu')
+    t, ds = torch.ones(3, 2), load_prepared(str(tmp/'data'))[0]
+    make = lambda: trainer_class()(model=model, args=targs, eval_dataset=ds['validation'])
+    monkeypatch.setenv('NEURON_EXTRACT_GRAPHS_ONLY', '1')
+    acc = make().accelerator
+    assert 'pad_across_processes' in vars(acc) and acc.pad_across_processes(t, dim=1, pad_index=-100) is t
+    monkeypatch.setenv('NEURON_EXTRACT_GRAPHS_ONLY', '0')
+    assert 'pad_across_processes' not in vars(make().accelerator)   # accelerate's own, everywhere else
+
+
+def test_launcher_hands_the_backend_to_the_workers(prepared):
+    tmp, _ = prepared
+    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'handed'), max_steps=1)
+    res = launch(args, nproc_per_node=1, echo=False)
+    assert res.metrics['args']['backend'] == 'cpu'   # resolved once by the launcher, not 'auto' detected again per worker
+    assert res.compiled_graphs is None and res.metrics['compiled_graphs'] is None
+
+
+def test_neuron_environment_and_worker_counts():
+    from trn_tutorials.core import Accelerator, UsageError
+    from trn_tutorials.launch import workers
+    env = launch_env('neuron', 2, base={'NEURON_CC_FLAGS': '--retry_failed_compilation', 'PATH': '/usr/bin'}, python='/venv/bin/python')
+    assert env['NEURON_CC_FLAGS'] == '--retry_failed_compilation --model-type transformer'
+    assert env['PATH'].split(':')[0] == '/venv/bin' and env['USE_TORCH_XLA'] == '1'
+    assert launch_env('cpu', 1, base={})['USE_TORCH_XLA'] == '0'
+    trn1_32 = Accelerator('neuron', 32, '32 NeuronCore(s)')
+    assert [workers(n, trn1_32) for n in (1, 2, 8, 32)] == [1, 2, 8, 32]
+    for n in (3, 4, 16):
+        with pytest.raises(UsageError, match='1, 2, 8, 32'): workers(n, trn1_32)
+    assert workers(2, Accelerator('neuron', 2, '2 NeuronCore(s)')) == 2

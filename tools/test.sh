@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run every test: the notebooks (nbdev_test), pytest (torchrun, CLI, servers), the training tests again
-# with transformers 4.57.x (the optimum-neuron pin), and a Python 3.10 compile check.
+# with transformers 4.57.x (the optimum-neuron pin), the XLA rehearsal (the Neuron code path on PJRT's CPU
+# device, in its own environment with the Neuron 2.31 DLAMI's versions), and a Python 3.10 compile check.
 # Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,16 @@ $C/bin/pip install -q -e ".[dev]" "${COMPAT_TRANSFORMERS:-transformers==4.57.*}"
   && $C/bin/python -c "import transformers; print('transformers', transformers.__version__)" \
   && $C/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/compat.xml" tests/test_train.py
 count $(pytest_counts "$tmp/compat.xml")
+
+echo "== XLA rehearsal: torch 2.9 + torch-xla 2.9 + transformers 4.57 (the Neuron 2.31 DLAMI's stack) =="
+X=.venv-xla   # PyPI's torch 2.9 is the CUDA build: it imports only with its nvidia-* wheels (about 3.4 GB)
+if [ ! -x $X/bin/python ]; then python3 -m venv $X && $X/bin/pip install -q --upgrade pip; fi
+$X/bin/pip install -q ${XLA_STACK:-torch==2.9.0 torch-xla==2.9.0 transformers==4.57.6} \
+  && $X/bin/pip install -q -e . pytest \
+  && $X/bin/python -c "import torch, torch_xla, transformers; print('torch', torch.__version__, 'torch-xla', torch_xla.__version__, 'transformers', transformers.__version__)" \
+  && PATH="$PWD/$X/bin:$PATH" $X/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/xla.xml" tests/test_xla.py
+count $(pytest_counts "$tmp/xla.xml")
+grep -q 'skipped="[1-9]' "$tmp/xla.xml" 2>/dev/null && { echo "FAILED: the XLA rehearsal was skipped"; count 0 1; }
 
 echo "== Python 3.10 compiles the package =="
 py310=$(ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)   # the DLAMI's Python line

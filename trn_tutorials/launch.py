@@ -9,26 +9,39 @@ from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .core import Accelerator, UsageError, detect, run_cost, instance_type as _instance_type
+from .core import Accelerator, UsageError, backend_env, check_backend, detect, run_cost, instance_type as _instance_type
 from .data import load_prepared, row_lengths
-from .train import ERROR_PREFIX, BucketBatchSampler, TrainArguments, check_args, resume_from
+from .train import (ERROR_PREFIX, XLA_BACKENDS, BucketBatchSampler, EvalBatchSampler, TrainArguments, check_args,
+                                 resume_from)
 
 # %% auto #0
-__all__ = ['NEURON_ENV', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env', 'train_argv', 'torchrun_command',
-           'process_tree', 'stream', 'LaunchError', 'Results', 'launch', 'compile_cache', 'cache_status',
-           'precompile_args', 'precompile_command', 'precompile_steps', 'PrecompileError', 'precompile']
+__all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env', 'train_argv',
+           'torchrun_command', 'process_tree', 'stream', 'LaunchError', 'Results', 'launch', 'compile_cache',
+           'cache_status', 'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes',
+           'PrecompileError', 'precompile']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
+NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
+
 def workers(nproc_per_node:int|None=None, # workers asked for; `None` = one per NeuronCore/GPU, 1 on a CPU
-            acc:Accelerator|None=None # the accelerator; default `detect()`
+            acc:Accelerator|None=None, # the accelerator; default `detect()`
+            backend:str|None=None # the backend to train on, if not `acc.backend` (e.g. 'xla')
            ) -> int:
-    "The number of torchrun workers to start, checked against what this machine has."
+    "The number of torchrun workers to start, checked against what this machine and backend support."
     acc = acc or detect()
+    backend = backend or acc.backend
+    if backend == 'xla':
+        if nproc_per_node not in (None, 1):
+            raise UsageError(f"--backend xla runs one worker (torch-xla has no cross-process collectives on the CPU), not {nproc_per_node}: use --nproc_per_node 1")
+        return 1
     if nproc_per_node is None: return acc.workers
     limit = acc.workers if acc.backend != 'cpu' else (os.cpu_count() or 1)
-    unit = {'neuron': 'NeuronCore(s) visible', 'cuda': 'GPU(s)', 'cpu': 'CPU cores'}[acc.backend]
+    unit = {'neuron': 'NeuronCore(s) visible', 'torchneuron': 'NeuronCore(s)', 'cuda': 'GPU(s)', 'cpu': 'CPU cores'}[acc.backend]
     if not 1 <= nproc_per_node <= limit:
         raise UsageError(f"--nproc_per_node {nproc_per_node} but this machine has {limit} {unit}: use --nproc_per_node {limit} or fewer")
+    if acc.backend == 'neuron' and nproc_per_node not in NEURON_WORKER_COUNTS:
+        ok = [n for n in NEURON_WORKER_COUNTS if n <= limit]
+        raise UsageError(f"--nproc_per_node {nproc_per_node}: Neuron trains on {', '.join(map(str, ok))} worker(s) here: use one of those")
     return nproc_per_node
 
 # %% ../nbs/05_launch.ipynb #31fe256b
@@ -43,16 +56,21 @@ NEURON_ENV = {'NEURON_CC_FLAGS': '--model-type transformer',
               'MALLOC_ARENA_MAX': '64',
               'NEURON_RT_STOCHASTIC_ROUNDING_EN': '1'}
 
-def launch_env(backend:str, # 'neuron', 'cuda' or 'cpu'
+def launch_env(backend:str, # 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
                nproc:int, # number of workers
-               base:dict|None=None # environment to start from; default `os.environ`
+               base:dict|None=None, # environment to start from; default `os.environ`
+               python:str=sys.executable # the Python whose `bin` folder goes first on `PATH`
               ) -> dict:
     "The environment torchrun runs in."
     env = dict(os.environ if base is None else base)
     if backend == 'neuron':
         for k, v in NEURON_ENV.items(): env.setdefault(k, v)
+        if '--model-type' not in env['NEURON_CC_FLAGS']: env['NEURON_CC_FLAGS'] += ' --model-type transformer'
+    for k, v in backend_env(backend).items(): env[k] = v if k == 'USE_TORCH_XLA' else env.get(k, v)
     if backend == 'cpu': env.setdefault('OMP_NUM_THREADS', str(max(1, (os.cpu_count() or 1) // nproc)))
     env.setdefault('TOKENIZERS_PARALLELISM', 'false')
+    venv_bin = str(Path(python).parent)
+    env['PATH'] = os.pathsep.join([venv_bin] + [p for p in env.get('PATH', os.defpath).split(os.pathsep) if p != venv_bin])
     return env
 
 # %% ../nbs/05_launch.ipynb #7792c027
@@ -143,23 +161,27 @@ class Results:
     f1: float              # weighted F1 on the final split (test if present, else validation)
     accuracy: float
     split: str             # which split those are from
-    samples_per_second: float  # training throughput, all workers together
-    train_runtime_s: float
+    samples_per_second: float  # training throughput without evaluation, all workers together
+    train_runtime_s: float     # training time without evaluation
     wall_s: float          # the whole launch, start-up and compilation included
     workers: int
     backend: str
     output_dir: str
     cost_usd: float|None = None  # on-demand cost of `wall_s` on the instance type, when known
+    compiled_graphs: dict|None = None  # on XLA: graphs compiled in training and in evaluation
+    compile_s: float|None = None       # on XLA: seconds spent compiling them
     metrics: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_metrics(cls, metrics:dict, wall_s:float, instance_type:str|None=None):
-        s = metrics[metrics['final_split']]
+        s, g = metrics[metrics['final_split']], metrics.get('compiled_graphs')
         return cls(f1=s['f1'], accuracy=s['accuracy'], split=metrics['final_split'],
                    samples_per_second=metrics['train']['samples_per_second'], train_runtime_s=metrics['train']['runtime_s'],
                    wall_s=wall_s, workers=metrics['world_size'], backend=metrics['backend'],
                    output_dir=metrics['args']['output_dir'],
-                   cost_usd=run_cost(instance_type, wall_s) if instance_type else None, metrics=metrics)
+                   cost_usd=run_cost(instance_type, wall_s) if instance_type else None,
+                   compiled_graphs={'train': g['train'], 'eval': g['eval']} if g else None,
+                   compile_s=round(sum(metrics['compile_s'].values()), 1) if g else None, metrics=metrics)
 
 # %% ../nbs/05_launch.ipynb #567b01d0
 def launch(args:TrainArguments, # the run's arguments, as the script parses them
@@ -170,15 +192,17 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
     "Train `args` with torchrun on this machine's accelerator; return the results."
     check_args(args)
     if instance_type: _instance_type(instance_type)
-    acc = detect()
-    n = workers(nproc_per_node, acc)
+    acc = detect()   # once, here: the workers are handed the backend instead of each running `neuron-ls`
+    backend = check_backend(args.backend, acc, instance_type)
+    n = workers(nproc_per_node, acc, backend)
+    args = replace(args, backend=backend)
     load_prepared(args.dataset_path)
-    resume_from(args, n, drop_last=acc.backend == 'neuron')
+    resume_from(args, n, fill_last=backend in XLA_BACKENDS)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.output_dir)/'metrics.json').unlink(missing_ok=True)
     log = str(Path(args.output_dir)/'train.log')
     t0 = time.time()
-    status, tail = stream(torchrun_command(args, n), env=launch_env(acc.backend, n), log=log, echo=echo)
+    status, tail = stream(torchrun_command(args, n), env=launch_env(backend, n), log=log, echo=echo)
     wall = time.time() - t0
     if status != 0: _raise_failure(status, tail, log)
     return Results.from_metrics(json.loads((Path(args.output_dir)/'metrics.json').read_text()), wall, instance_type)
@@ -255,12 +279,23 @@ def precompile_steps(args:TrainArguments, # the real run's arguments
     rows = row_lengths(load_prepared(args.dataset_path)[0]['train'])
     need = 2   # the first step and a following one: the optimizer's state is created on the first
     for rank in range(nproc):
-        s = BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, rank, args.seed, drop_last=True)
+        s = BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, rank, args.seed, fill_last=True, pad_to_batch=True)
         want, seen = s.shapes(), set()
         for i, b in enumerate(s):
-            seen.add((len(b), max(rows[j] for j in b)))
+            seen.add((len(b), b[0][1]))
             if seen == want: need = max(need, i + 1); break
     return need
+
+def precompile_shapes(args:TrainArguments, # the real run's arguments
+                      nproc:int # workers
+                     ) -> dict:
+    "The `(rows, length)` input shapes a run of `args` feeds on the XLA backends: in training, and in evaluation."
+    ds = load_prepared(args.dataset_path)[0]
+    rows = row_lengths(ds['train'])
+    train = set().union(*(BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, r, args.seed, fill_last=True).shapes()
+                          for r in range(nproc)))
+    evals = {(args.per_device_eval_batch_size, L) for split in ('validation', 'test') if split in ds for L in row_lengths(ds[split])}
+    return {'train': sorted(train), 'eval': sorted(evals)}
 
 # %% ../nbs/05_launch.ipynb #f1bfc530
 class PrecompileError(LaunchError):
@@ -286,16 +321,21 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
                acc:Accelerator|None=None # the accelerator; default `detect()`
               ) -> dict|None:
     "On Neuron, compile the graphs of `args` into the compile cache ahead of training; return the cache's status."
-    acc = acc or detect()
-    if acc.backend != 'neuron':
-        print(f"precompile: not needed on {acc.backend} (only the Neuron compiler compiles graphs ahead of a run)")
-        return None
     check_args(args)
+    acc = acc or detect()
+    backend = check_backend(args.backend, acc)
+    if backend == 'xla':
+        shapes = precompile_shapes(args, workers(nproc_per_node, acc, backend))
+        print("precompile: the xla rehearsal has no cache to fill (torch-xla 2.9 writes its persistent cache on the CPU but "
+              f"cannot load it back); a run of these options feeds {shapes['train']} in training, {shapes['eval']} in evaluation")
+        return {'shapes': shapes}
+    if backend != 'neuron':
+        print(f"precompile: not needed on {backend} (only the Neuron compiler compiles graphs ahead of a run)")
+        return None
     n = workers(nproc_per_node, acc)
     steps = precompile_steps(args, n) if steps is None else steps
-    cmd = precompile_command(args, n, steps)
+    cmd = precompile_command(replace(args, backend='neuron'), n, steps)
     env = launch_env('neuron', n)
-    env['PATH'] = os.pathsep.join([str(Path(sys.executable).parent), env.get('PATH', os.defpath)])
     env.setdefault('NEURON_PARALLEL_COMPILE_MAX_RETRIES', '1')
     cache = compile_cache(env)
     before = cache_status(cache)

@@ -247,6 +247,10 @@ def trainer_class():
             self.eval_s = {'in_train': 0.0, 'all': 0.0}
             self.eval_rows, self._mark = 0, None
             if run_args is not None: self.add_callback(SaveRunArgs(run_args))
+            if os.environ.get('NEURON_EXTRACT_GRAPHS_ONLY', '0') not in ('', '0'):
+                # `neuron_parallel_compile`'s trial: tensors are placeholders, and accelerate's padding across workers fails on
+                # them (the Neuron HF Trainer guide patches it out). Our evaluation batches already match on every worker.
+                self.accelerator.pad_across_processes = lambda tensor, *a, **kw: tensor
             if self.xla: self.add_callback(EpochGraphs(self))
             def count(module, args, kwargs):
                 x = kwargs.get('input_ids')

@@ -1,0 +1,105 @@
+"""The XLA rehearsal: the Neuron code path of `train`/`launch`/`precompile` on PJRT's CPU device, graphs counted.
+
+Runs where torch-xla is installed: `tools/test.sh` makes that environment (`.venv-xla`: torch 2.9, torch-xla 2.9,
+transformers 4.57, the Neuron 2.31 DLAMI's versions). torch-xla has no cross-process collectives on the CPU, so one
+worker; the multi-worker rules are tested on the samplers and loaders in `tests/test_sampler.py`.
+"""
+import json, re, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in its own environment (.venv-xla, see tools/test.sh)")
+
+from trn_tutorials.core import tiny_bert
+from trn_tutorials.data import DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.launch import launch, launch_env, precompile, precompile_shapes, torchrun_command
+from trn_tutorials.train import TrainArguments
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('xla')
+    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
+    model = tiny_bert(tmp/'tiny-bert', words)
+    for n in (1, 2, 4):
+        prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/f'data-{n}'), buckets=n))
+    from transformers import AutoModelForSequenceClassification
+    n_params = len(list(AutoModelForSequenceClassification.from_pretrained(model, num_labels=6, ignore_mismatched_sizes=True).parameters()))
+    return tmp, n_params
+
+
+def compiles(log:str) -> list[dict]:
+    "The graphs torch-xla compiled, from its PT_XLA_DEBUG_LEVEL=1 report: inputs, and the Python frames that triggered it."
+    out = []
+    for block in log.split('Compilation Analysis: Compilation Cause')[1:]:
+        head, _, rest = block.partition('Post Compilation Analysis')
+        if not rest: continue   # executed from the in-memory cache: not compiled
+        out.append({'inputs': int(re.search(r'Number of Graph Inputs: (\d+)', head)[1]),
+                    'frames': re.findall(r'Compilation Analysis:   (\w+) \(', head)})
+    return out
+
+
+def rehearse(tmp:Path, buckets:int, **kw):
+    args = TrainArguments(dataset_path=str(tmp/f'data-{buckets}'), output_dir=str(tmp/f'model-{buckets}'), epochs=2,
+                          learning_rate=3e-3, per_device_train_batch_size=16, per_device_eval_batch_size=16,
+                          logging_steps=5, save_steps=10, backend='xla', **kw)
+    env = launch_env('xla', 1) | {'PT_XLA_DEBUG_LEVEL': '1'}
+    r = subprocess.run(torchrun_command(args, 1), env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return args, json.loads(Path(args.output_dir, 'metrics.json').read_text()), compiles(r.stdout + r.stderr)
+
+
+@pytest.mark.parametrize('buckets', [1, 2, 4])
+def test_rehearsal_graphs(tiny, buckets):
+    tmp, n_params = tiny
+    args, m, graphs = rehearse(tmp, buckets)
+    g, t = m['compiled_graphs'], m['train']
+    assert m['backend'] == 'xla' and m['versions'].get('torch-xla', '').startswith('2.9')
+    # every validation and test row is scored (72 each; 72 is not a multiple of the evaluation batch of 16)
+    assert (m['validation']['rows'], m['test']['rows']) == (72, 72)
+    # the second epoch and every evaluation after the first compile nothing: logging, saving and metrics included
+    assert len(g['per_epoch']) == 2 and g['per_epoch'][1] == 0, g
+    assert len(g['per_evaluation']) == 4 and g['per_evaluation'][1:] == [0, 0, 0], g
+    assert g['train'] + g['eval'] == len(graphs)
+    large = [c for c in graphs if c['inputs'] >= n_params]   # graphs that hold the model: steps and forwards
+    in_eval = lambda c: '_timed' in c['frames']
+    # one training-step graph per input shape fed, plus one for the first step (it creates the optimizer state)
+    assert len([c for c in large if not in_eval(c)]) == len(t['input_shapes']) + 1, (t['input_shapes'], large)
+    # evaluation: at most one graph per bucket length at the evaluation batch size
+    assert len([c for c in large if in_eval(c)]) <= len({L for _, L in t['eval_shapes']}) and all(r == 16 for r, _ in t['eval_shapes'])
+    # eager attention: BERT's SDPA mask check (a host sync and a graph per length) never runs
+    assert not any('_prepare_4d_attention_mask_for_sdpa' in c['frames'] for c in graphs)
+    # precompile's shape list is what the run fed
+    shapes = precompile_shapes(args, 1)
+    assert [list(s) for s in shapes['train']] == t['input_shapes']
+    assert [list(s) for s in shapes['eval']] == t['eval_shapes']
+    # training throughput leaves the evaluations out; the Trainer's own figure does not
+    assert t['samples_per_second'] > t['trainer_samples_per_second'] and t['runtime_s'] < t['runtime_with_eval_s']
+    assert m['compile_s']['train'] > 0 and m['compile_s']['eval'] > 0
+
+
+def test_launch_and_precompile_xla(tiny, capsys):
+    tmp, _ = tiny
+    args = TrainArguments(dataset_path=str(tmp/'data-2'), output_dir=str(tmp/'launched'), max_steps=4, logging_steps=2,
+                          per_device_eval_batch_size=16, backend='xla')
+    res = launch(args, echo=False)
+    assert (res.backend, res.workers) == ('xla', 1) and res.compiled_graphs['train'] > 0 and res.compile_s > 0
+    out = precompile(args)
+    assert 'cannot load it back' in capsys.readouterr().out and out['shapes']['eval']
+
+
+def test_cpu_stays_cpu_with_torch_xla_installed(tiny):
+    tmp, _ = tiny
+    args = TrainArguments(dataset_path=str(tmp/'data-1'), output_dir=str(tmp/'cpu'), max_steps=2, backend='cpu')
+    r = subprocess.run(torchrun_command(args, 1), env=launch_env('cpu', 1), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads(Path(args.output_dir, 'metrics.json').read_text())
+    assert m['backend'] == 'cpu' and m['compiled_graphs'] is None
+
+
+def test_xla_one_worker_only(tiny):
+    tmp, _ = tiny
+    args = TrainArguments(dataset_path=str(tmp/'data-1'), output_dir=str(tmp/'two'), max_steps=2, backend='xla')
+    r = subprocess.run(torchrun_command(args, 2), env=launch_env('xla', 2), capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and 'trn_tutorials.train: error: --backend xla runs one worker' in r.stderr
