@@ -19,10 +19,10 @@ from typing import Callable
 import pytest
 from datasets import Dataset, DatasetDict
 
-from trn_tutorials.core import UsageError, local_model, parse_args, parse_visible_cores
+from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores
 from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
 from trn_tutorials.instance import ssh_cidr
-from trn_tutorials.launch import launch
+from trn_tutorials.launch import launch, workers
 from trn_tutorials.train import RUN_ARGS, TrainArguments
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
@@ -107,8 +107,15 @@ CASES = [
          lambda d, p: ['--dataset_path', p, '--output_dir', checkpoint(d, max_steps=999)], ['999 steps', 'another --output_dir']),
     Case('cli train checkpoint of a run with another seed', 'cli',
          lambda d, p: ['train', '--dataset_path', p, '--output_dir', checkpoint(d, seed=7)], ['--seed 7, not --seed 42', 'another --output_dir']),
-    Case('cli quickstart bad instance type', 'cli', lambda d, p: ['quickstart', '--instance_type', 'trn2.48xlarge'],
-         ["unknown instance type 'trn2.48xlarge'"]),
+    Case('cli quickstart bad instance type', 'cli', lambda d, p: ['quickstart', '--instance_type', 'p5.48xlarge'],
+         ["unknown instance type 'p5.48xlarge'"]),
+    Case('cli train --backend xla without torch-xla', 'cli', lambda d, p: ['train', '--dataset_path', p, '--backend', 'xla'],
+         ['--backend xla needs torch-xla', 'pip install torch==2.9.0 torch-xla==2.9.0']),
+    Case('cli quickstart TorchNeuron on a Trn1', 'cli', lambda d, p: ['quickstart', '--backend', 'torchneuron', '--instance_type', 'trn1.2xlarge'],
+         ['TorchNeuron supports Trn2 and Trn3 only', '--backend neuron']),
+    Case('cli train unknown backend', 'cli', lambda d, p: ['train', '--dataset_path', p, '--backend', 'tpu'], ["--backend 'tpu' is not one of"]),
+    Case('module --backend neuron without NeuronCores', 'module', lambda d, p: ['--dataset_path', p, '--backend', 'neuron'],
+         ['--backend neuron but this machine has', '/opt/aws_neuronx_venv_pytorch_2_9']),
     Case('cli up volume too small', 'cli', lambda d, p: ['up', '--volume_gb', '50', '--key_dir', str(d)], ['--volume_gb 50']),
     Case('cli up IPv6 address', 'cli', lambda d, p: ['up', '--region', 'us-east-1', '--my_ip', '2001:db8::1', '--key_dir', str(d)], ['is IPv6']),
     Case('cli down run and all', 'cli', lambda d, p: ['down', '--run_id', 'r1', '--all_project', 'true', '--key_dir', str(d)], ['not both']),
@@ -153,6 +160,9 @@ CASES = [
     Case('launch zero workers', 'func',
          lambda d, p: lambda: launch(TrainArguments(dataset_path=p, output_dir=str(d/'out')), nproc_per_node=0, echo=False),
          ['--nproc_per_node 0']),
+    Case('workers: xla runs one', 'func', lambda d, p: lambda: workers(2, Accelerator('cpu', 1, 'cpu'), 'xla'), ['--backend xla runs one worker']),
+    Case('workers: 4 on a trn1.32xlarge', 'func', lambda d, p: lambda: workers(4, Accelerator('neuron', 32, '32 NeuronCore(s)')),
+         ['Neuron trains on 1, 2, 8, 32']),
     Case('parse_args ambiguous option', 'exit', lambda d, p: lambda: parse_args([TrainArguments], ['--per_device', '8'], prog='trn-tutorials train'),
          ['ambiguous option: --per_device']),
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import TRN1, UsageError, run_cost
+from .core import CATALOG, UsageError, run_cost
 from .instance import aws_errors, aws_region, check_run_id, find_instances, key_file, tag_filters
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
@@ -104,7 +104,7 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
             for i in insts:
                 secs = max(60.0, (ended - i.launch_time).total_seconds())
                 hours += secs / 3600
-                if i.instance_type in TRN1: cost += run_cost(i.instance_type, secs)
+                if i.instance_type in CATALOG: cost += run_cost(i.instance_type, secs)
         vols = [v['VolumeId'] for p in ec2.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes'] if v['State'] == 'available']
         for v in vols: ec2.delete_volume(VolumeId=v)
         groups = [g['GroupId'] for p in ec2.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']]

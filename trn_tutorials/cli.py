@@ -8,7 +8,7 @@ import json, sys, time
 from dataclasses import asdict, dataclass, field
 
 import datasets
-from .core import TRN1, UsageError, default_model, detect, hub_reachable, instance_type, parse_args
+from .core import CATALOG, UsageError, check_backend, default_model, detect, hub_reachable, instance_type, parse_args
 from .data import DataArguments, default_data, prepare
 from .launch import launch, precompile, workers
 from .train import TrainArguments, check_args, resume_from
@@ -25,14 +25,14 @@ __all__ = ['OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'LaunchArguments', 'detect_cmd
 class LaunchArguments:
     "How to launch: parsed by `HfArgumentParser` like the other argument sets."
     nproc_per_node: int|None = field(default=None, metadata={'help': 'torchrun workers (default: one per NeuronCore or GPU, 1 on a CPU)'})
-    instance_type: str|None = field(default=None, metadata={'help': f"instance type to price the run, one of {', '.join(TRN1)}"})
+    instance_type: str|None = field(default=None, metadata={'help': f"instance type to price the run (and check the worker count), one of {', '.join(CATALOG)}"})
 
 # %% ../nbs/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
-    "Print which accelerator is here and the Trn1 catalog."
+    "Print which accelerator is here and the Trainium catalog."
     acc = detect()
-    print(f"backend: {acc.backend}\nworkers: {acc.workers}\ndetail:  {acc.detail}\n\nTrn1 on-demand prices (us-east-1):")
-    for t in TRN1.values():
+    print(f"backend: {acc.backend}\nworkers: {acc.workers}\ndetail:  {acc.detail}\n\nTrainium on-demand prices:")
+    for t in CATALOG.values():
         print(f"  {t.name:15} {t.neuron_cores:2} NeuronCores  {t.accel_memory_gb:3} GB  ${t.usd_per_hour:.2f}/h  ({t.price_date})")
     return asdict(acc)
 
@@ -48,7 +48,9 @@ def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
     "Launch training with torchrun (see the launch chapter)."
     res = launch(train, how.nproc_per_node, how.instance_type)
     print(f"\n{res.split} weighted F1 {res.f1:.4f}, accuracy {res.accuracy:.4f}, {res.samples_per_second:.1f} samples/s, "
-          f"wall {res.wall_s:.0f} s" + (f", ${res.cost_usd:.2f} on {how.instance_type}" if res.cost_usd is not None else ''))
+          f"wall {res.wall_s:.0f} s" + (f", ${res.cost_usd:.2f} on {how.instance_type}" if res.cost_usd is not None else '')
+          + (f", graphs compiled: {res.compiled_graphs['train']} training + {res.compiled_graphs['eval']} evaluation "
+             f"({res.compile_s:.0f} s)" if res.compiled_graphs else ''))
     return {k: v for k, v in asdict(res).items() if k != 'metrics'}
 
 # %% ../nbs/07_cli.ipynb #4fb7cf2d
@@ -99,9 +101,10 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
     train.model_id = data.model_id
     check_args(train)   # everything that can be wrong with the options, before the data is prepared
     if how.instance_type: instance_type(how.instance_type)
-    workers(how.nproc_per_node, acc)
+    backend = check_backend(train.backend, acc, how.instance_type)
+    workers(how.nproc_per_node, acc, backend)
     resume_from(train)
-    print(f"accelerator: {acc.backend} ({acc.detail})\ndata:  {data.data}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
+    print(f"accelerator: {backend} ({acc.detail if backend == acc.backend else 'PJRT on the CPU: the Neuron code path, rehearsed'})\ndata:  {data.data}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
           + f"\nmodel: {data.model_id}\n", flush=True)
     prepare(data)
     out = train_cmd(train, how)

@@ -136,7 +136,7 @@ def check_backend(backend:str='auto', # one of `BACKENDS`
     "The backend to train on: `backend` resolved and checked against this machine, or a one-line `UsageError`."
     if backend not in BACKENDS: raise UsageError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     if backend == 'torchneuron' and instance_type and instance_type.startswith('trn1'):
-        raise UsageError(f"TorchNeuron supports Trn2 and Trn3 only, not {instance_type}: on a Trn1 use --backend neuron "
+        raise UsageError(f"TorchNeuron supports Trn2 and Trn3 only, not {instance_type}: use --backend neuron on a Trn1 "
                          "(torch-neuronx in the Neuron 2.31 DLAMI's /opt/aws_neuronx_venv_pytorch_2_9)")
     if backend == 'xla':
         if importlib.util.find_spec('torch_xla') is None:

@@ -11,9 +11,9 @@ from pathlib import Path
 from .core import UsageError
 
 # %% auto #0
-__all__ = ['USER', 'KNOWN_HOSTS', 'ssh_command', 'ssh_config_entry', 'check_key', 'ssh_args', 'explain_ssh', 'run_remote',
-           'Tunnel', 'RemoteJupyter', 'start_jupyter', 'api_status', 'JupyterSession', 'open_jupyter', 'stop_all',
-           'forget_host', 'TunnelArguments']
+__all__ = ['USER', 'KNOWN_HOSTS', 'NEURON_VENV', 'NEURON_BIN', 'ssh_command', 'ssh_config_entry', 'check_key', 'ssh_args',
+           'explain_ssh', 'run_remote', 'Tunnel', 'RemoteJupyter', 'start_jupyter', 'api_status', 'JupyterSession',
+           'open_jupyter', 'stop_all', 'forget_host', 'TunnelArguments']
 
 # %% ../nbs/02_ssh.ipynb #8802687c
 USER = 'ubuntu'
@@ -199,9 +199,19 @@ class Tunnel:
         return f'Tunnel(127.0.0.1:{self.local_port} -> {self.user}@{self.host}:{self.port} -> localhost:{self.remote_port}, {state})'
 
 # %% ../nbs/02_ssh.ipynb #69febd0a
-def _start_script(token:str, remote_port:int, jupyter:str, workdir:str, timeout:float) -> str:
+NEURON_VENV = '/opt/aws_neuronx_venv_pytorch_2_9'   # Trn1's PyTorch/XLA environment (the Neuron SDK 2.31 DLAMI)
+NEURON_BIN = '/opt/aws/neuron/bin'                  # the Neuron tools: neuron-ls, neuron-top
+
+def _start_script(token:str, remote_port:int, jupyter:str, venv:str|None, workdir:str, timeout:float) -> str:
     return f"""set -u
 umask 077
+VENV={shlex.quote(venv or '')}
+if [ -n "$VENV" ]; then
+  [ -x "$VENV/bin/python" ] || {{ ls -d /opt/aws_neuronx_venv_* 2>/dev/null | tr '\\n' ' ' >&2; exit 15; }}
+  export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:{NEURON_BIN}:$PATH"
+else
+  export PATH="{NEURON_BIN}:$PATH"
+fi
 export JUPYTER_TOKEN={token}
 PORT={int(remote_port)}
 WORKDIR={shlex.quote(workdir)}; WORKDIR="${{WORKDIR/#\\~/$HOME}}"
@@ -210,8 +220,9 @@ cd -- "$WORKDIR" 2>/dev/null || exit 10
 mkdir -p .trn-tutorials && LOG="$WORKDIR/.trn-tutorials/jupyter-$PORT.log"
 if [ "$JUPYTER" = auto ]; then
   JUPYTER=
-  for c in "$(command -v jupyter-lab)" $(ls -d /opt/aws_neuronx_venv_pytorch_*/bin/jupyter-lab 2>/dev/null | sort -rV) \\
-           $(ls -d /opt/aws_neuronx_venv_*/bin/jupyter-lab 2>/dev/null | sort -rV) "$(command -v jupyter-server)"; do
+  if [ -n "$VENV" ]; then set -- "$VENV/bin/jupyter-lab" "$VENV/bin/jupyter-server"
+  else set -- "$(command -v jupyter-lab)" "$(command -v jupyter-server)"; fi
+  for c in "$@"; do
     if [ -n "$c" ] && [ -x "$c" ]; then JUPYTER=$c; break; fi
   done
   [ -n "$JUPYTER" ] || exit 11
@@ -250,6 +261,7 @@ class RemoteJupyter:
     port: int = 22
     known_hosts: str = KNOWN_HOSTS
     token: str = field(default='', repr=False)
+    venv: str = ''        # the environment it runs in ('' = none)
 
     def url(self, local_port:int # the tunnel's local port
            ) -> str:
@@ -265,11 +277,14 @@ class RemoteJupyter:
 
 _JUPYTER_FAILS = {
     10: "the folder {workdir} does not exist on {host}: pass an existing --workdir",
-    11: "no JupyterLab on {host}: install it (`pip install jupyterlab` in the Neuron venv) or pass --jupyter with the command to run",
+    11: "no JupyterLab {where}: install it (`{pip} install jupyterlab` there) or pass --jupyter with the command to run",
     12: "port {remote_port} on {host} is already in use (a Jupyter from before?): pass another --remote_port, or stop it",
     13: "Jupyter exited at once on {host}: {err}",
     14: "Jupyter did not listen on {host}:{remote_port} within {timeout:.0f} s: see {workdir}/.trn-tutorials/jupyter-{remote_port}.log there",
+    15: "{host} has no {venv}{why}; relaunch with `trn-tutorials up` (it picks the Neuron 2.31 DLAMI for Trn1, the torch-neuronx "
+        "2.14 one for Trn2/Trn3) or with --ami of an image that has it, or pass --venv with an environment it has: {has}",
 }
+_NO_XLA = " (it was launched from an image without the PyTorch/XLA environment: Neuron SDK 2.32 removed it from the DLAMIs)"
 
 def start_jupyter(host:str, # the instance's address
                   key_path:str, # its private key
@@ -277,19 +292,23 @@ def start_jupyter(host:str, # the instance's address
                   user:str=USER, # login user
                   port:int=22, # SSH port
                   known_hosts:str=KNOWN_HOSTS, # file of remembered host keys
-                  jupyter:str='auto', # command to run, e.g. 'jupyter lab'; 'auto' finds JupyterLab
+                  jupyter:str='auto', # command to run, e.g. 'jupyter lab'; 'auto': JupyterLab of `venv`
+                  venv:str|None=NEURON_VENV, # the environment on the instance Jupyter runs in (first on PATH); None = none
                   workdir:str='~', # folder Jupyter shows (on the instance)
                   timeout:float=120 # seconds to wait for Jupyter to listen
                  ) -> RemoteJupyter:
-    "Start Jupyter on the instance's 127.0.0.1 with a fresh token."
+    "Start Jupyter on the instance's 127.0.0.1 with a fresh token, in the Neuron environment `venv`."
     token = secrets.token_hex(24)
-    r = run_remote(_start_script(token, remote_port, jupyter, workdir, timeout), host, key_path, user, port, known_hosts, timeout + 60)
+    r = run_remote(_start_script(token, remote_port, jupyter, venv, workdir, timeout), host, key_path, user, port, known_hosts, timeout + 60)
     if r.returncode:
-        err = ([l.strip() for l in r.stderr.splitlines() if l.strip()] or [f'exit code {r.returncode}'])[-1][-300:]
+        lines = [l.strip() for l in r.stderr.splitlines() if l.strip()]
+        err = (lines or [f'exit code {r.returncode}'])[-1][-300:]
         msg = _JUPYTER_FAILS.get(r.returncode, "starting Jupyter on {host} failed: {err}")
-        raise UsageError(msg.format(host=host, workdir=workdir, remote_port=remote_port, timeout=timeout, err=err))
+        raise UsageError(msg.format(host=host, workdir=workdir, remote_port=remote_port, timeout=timeout, err=err, venv=venv,
+                                    why=_NO_XLA if venv == NEURON_VENV else '', has=', '.join(' '.join(lines).split()) or 'none',
+                                    where=f'in {venv} on {host}' if venv else f'on {host}', pip=f'{venv}/bin/pip' if venv else 'pip'))
     pid, command = r.stdout.split('\n')[:2]
-    j = RemoteJupyter(host, str(key_path), remote_port, int(pid), command, user, port, known_hosts, token)
+    j = RemoteJupyter(host, str(key_path), remote_port, int(pid), command, user, port, known_hosts, token, venv or '')
     _live.append(j)
     return j
 
@@ -345,14 +364,15 @@ def open_jupyter(host:str, # the instance's address
                  user:str=USER, # login user
                  port:int=22, # SSH port
                  known_hosts:str=KNOWN_HOSTS, # file of remembered host keys
-                 jupyter:str='auto', # command to run on the instance; 'auto' finds JupyterLab
+                 jupyter:str='auto', # command to run on the instance; 'auto': JupyterLab of `venv`
+                 venv:str|None=NEURON_VENV, # the environment on the instance Jupyter runs in (first on PATH); None = none
                  workdir:str='~', # folder Jupyter shows (on the instance)
                  timeout:float=120 # seconds to wait for Jupyter and the tunnel
                 ) -> JupyterSession:
     "Start Jupyter on the instance and tunnel to it; `url` is the link to open."
     check_key(key_path)
     if _port_busy(local_port): raise UsageError(explain_ssh('Address already in use', host, local_port=local_port))
-    j = start_jupyter(host, key_path, remote_port, user, port, known_hosts, jupyter, workdir, timeout)
+    j = start_jupyter(host, key_path, remote_port, user, port, known_hosts, jupyter=jupyter, venv=venv, workdir=workdir, timeout=timeout)
     try:
         t = Tunnel(host, key_path, local_port, remote_port, user, port, known_hosts, min(timeout, 60)).start()
         deadline = time.monotonic() + timeout
@@ -402,6 +422,8 @@ class TunnelArguments:
     user: str = field(default=USER, metadata={'help': 'login user'})
     port: int = field(default=22, metadata={'help': 'SSH port'})
     known_hosts: str = field(default=KNOWN_HOSTS, metadata={'help': "file where the instance's host key is remembered"})
-    jupyter: str = field(default='auto', metadata={'help': "command to run on the instance ('auto' finds JupyterLab)"})
+    jupyter: str = field(default='auto', metadata={'help': "command to run on the instance ('auto': the JupyterLab of --venv)"})
+    venv: str|None = field(default=NEURON_VENV, metadata={'help': "the Neuron environment on the instance Jupyter runs in, first on PATH "
+        "(Trn2/Trn3: /opt/aws_neuronx_venv_torch_neuronx_2_14_0; '' = none)"})
     workdir: str = field(default='~', metadata={'help': 'folder Jupyter shows, on the instance'})
     timeout: float = field(default=120, metadata={'help': 'seconds to wait for Jupyter and the tunnel'})
