@@ -92,18 +92,32 @@ def listen_addresses(port: int) -> set[str]:
     return addrs
 
 
-# Images the moto server knows, in the shape of moto's own `amis.json` (loaded through MOTO_AMIS_PATH).
-# Two releases of the Neuron multi-framework DLAMI (the newer must win) and one plain Ubuntu image
-# (which the name filter must not pick). Owner 898082745236 is the account that publishes the DLAMIs.
+# Images the moto server knows, in the shape of moto's own `amis.json` (loaded through MOTO_AMIS_PATH): Neuron DLAMIs
+# named as AWS names them, each with its Neuron SDK version in its description (what the Neuron DLAMI guide filters
+# on, "*Neuron SDK 2.32.0*"; the rest of these descriptions, the ids and the dates are made up for the tests).
+# Trn1 must get the newest SDK 2.31 PyTorch 2.9 image although the 2.32 and 2.33 multi-framework images (JAX and vLLM
+# only) are newer; Trn2/Trn3 the torch-neuronx 2.14 image; the 2.31 JAX image and plain Ubuntu never.
+# Owner 898082745236 is the account that publishes the DLAMIs.
+def _dlami(ami_id: str, name: str, sdk: str) -> dict:
+    date = name.rsplit(' ', 1)[1]
+    return {"ami_id": ami_id, "name": name, "creation_date": f"{date[:4]}-{date[4:6]}-{date[6:]}T00:00:00.000Z",
+            "description": f"{name.rsplit(' ', 1)[0]}, Neuron SDK {sdk}, supported EC2 instances: Inf2, Trn1, Trn1n, Trn2, Trn3"}
+
 AMIS = [
-    {"ami_id": "ami-0dl4m1neur0n2410", "name": "Deep Learning AMI Neuron (Ubuntu 24.04) 20261020",
-     "creation_date": "2026-10-20T00:00:00.000Z"},
-    {"ami_id": "ami-0dl4m1neur0n2611", "name": "Deep Learning AMI Neuron (Ubuntu 24.04) 20261120",
-     "creation_date": "2026-11-20T00:00:00.000Z"},
+    _dlami("ami-0dl4m1mf2310707", "Deep Learning AMI Neuron (Ubuntu 24.04) 20260707", "2.31.0"),
+    _dlami("ami-0dl4m1pt2310707", "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04) 20260707", "2.31.0"),
+    _dlami("ami-0dl4m1pt2310812", "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04) 20260812", "2.31.1"),
+    _dlami("ami-0dl4m1jx2310707", "Deep Learning AMI Neuron JAX 0.9 (Amazon Linux 2023) 20260707", "2.31.0"),
+    _dlami("ami-0dl4m1mf2320817", "Deep Learning AMI Neuron (Ubuntu 24.04) 20260817", "2.32.0"),
+    _dlami("ami-0dl4m1mf2331019", "Deep Learning AMI Neuron (Ubuntu 24.04) 20261019", "2.33.0"),
+    _dlami("ami-0dl4m1tn2331019", "Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04) 20261019", "2.33.0"),
     {"ami_id": "ami-0ub4ntu2404n0b1e", "name": "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20261101",
      "creation_date": "2026-11-01T00:00:00.000Z", "owner_id": "099720109477"},
 ]
-NEWEST_DLAMI = "ami-0dl4m1neur0n2611"
+TRN1_DLAMI = "ami-0dl4m1pt2310812"     # what a Trn1 must get: the newest SDK 2.31 PyTorch 2.9 DLAMI
+TRN2_DLAMI = "ami-0dl4m1tn2331019"     # what a Trn2/Trn3 must get: the torch-neuronx 2.14 DLAMI
+LATEST_DLAMI = "ami-0dl4m1mf2331019"   # the newest multi-framework DLAMI ("latest"): no PyTorch/XLA, never for Trn1
+NO_XLA_DLAMI = "ami-0dl4m1mf2320817"   # SDK 2.32 multi-framework: JAX and vLLM only
 
 
 def _ami(d: dict) -> dict:

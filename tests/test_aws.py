@@ -3,18 +3,19 @@
 moto starts no machines, so launches here use `wait_ssh=False`; `wait_for_ssh` is tested against a real
 sshd in test_ssh.py. Addresses are from the documentation range 203.0.113.0/24.
 """
-import base64, http.server, stat, threading
+import base64, dataclasses, http.server, stat, threading
 from dataclasses import fields
 from pathlib import Path
 
 import boto3, pytest
 from botocore.exceptions import ClientError
 
+from trn_tutorials import core
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.instance import (DLAMI_PARAM, InstanceArguments, StatusArguments, caller_ip, explain, find_ami, find_instance,
-                                    find_instances, launch_instance, launch_subnets, tag_filters)
+from trn_tutorials.instance import (DLAMI, Dlami, InstanceArguments, StatusArguments, caller_ip, dlami_for, explain, find_ami,
+                                    find_instance, find_instances, instance_family, launch_instance, launch_subnets, tag_filters)
 from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
-from local_services import NEWEST_DLAMI, free_port
+from local_services import LATEST_DLAMI, NO_XLA_DLAMI, TRN1_DLAMI, TRN2_DLAMI, free_port
 
 IP = '203.0.113.7'
 
@@ -40,7 +41,7 @@ def test_launch_describe_cleanup(moto_server, tmp_path):
     other = launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False)
     assert (inst.state, inst.user, inst.instance_type, inst.region) == ('running', 'ubuntu', 'trn1.2xlarge', 'us-east-1')
     assert inst.host and inst.launch_time.tzinfo is not None
-    assert inst.image_id == NEWEST_DLAMI
+    assert inst.image_id == TRN1_DLAMI     # the SDK 2.31 PyTorch 2.9 DLAMI, not the newer ones without PyTorch/XLA
 
     # the private key: new, mode 0400
     key = Path(inst.key_path)
@@ -115,19 +116,90 @@ def test_options(moto_server, tmp_path):
 
 
 def test_ami_lookup(moto_server):
-    # AWS's public parameter is not in moto (names under /aws/ are reserved), so the name filter finds the newest DLAMI
+    # AWS's public parameters are not in moto (names under /aws/ are reserved), so the name and SDK filters find the DLAMI
     im = find_ami()
-    assert (im['id'], im['found_by'], im['root_device']) == (NEWEST_DLAMI, 'name', '/dev/sda1')
-    # the SSM path, with a parameter of the same shape under a name moto lets us write
-    boto3.client('ssm').put_parameter(Name='/trn-tutorials-test/dlami/image_id', Value='ami-0dl4m1neur0n2410', Type='String')
-    im = find_ami(param='/trn-tutorials-test/dlami/image_id')
-    assert (im['id'], im['found_by']) == ('ami-0dl4m1neur0n2410', 'ssm')
-    assert find_ami(ami='ami-0dl4m1neur0n2410')['found_by'] == 'given'
+    assert (im['id'], im['found_by'], im['root_device'], im['sdk']) == (TRN1_DLAMI, 'filter', '/dev/sda1', '2.31.1')
+    assert im['venv'] == '/opt/aws_neuronx_venv_pytorch_2_9'
+    assert find_ami(ami=NO_XLA_DLAMI)['found_by'] == 'given'     # an explicit id wins, whatever it is
     with pytest.raises(UsageError) as e: find_ami(ami='ami-0123456789abcdef0')
     assert 'leave --ami out' in one_line(e)
-    with pytest.raises(UsageError) as e: find_ami(name='No Such Image *')
-    assert 'pass --ami' in one_line(e)
-    assert DLAMI_PARAM == '/aws/service/neuron/dlami/multi-framework/ubuntu-24.04/latest/image_id'
+
+
+def test_trn1_never_takes_latest(moto_server):
+    "Newer DLAMIs (SDK 2.32, 2.33: JAX and vLLM only) exist; a Trn1 still gets the newest SDK 2.31 PyTorch 2.9 image."
+    ec2 = boto3.client('ec2')
+    newest = max(ec2.describe_images(Owners=['amazon'], Filters=[{'Name': 'name', 'Values': ['Deep Learning AMI Neuron*']}])['Images'],
+                 key=lambda i: i['CreationDate'])
+    assert newest['ImageId'] not in (TRN1_DLAMI, TRN2_DLAMI) and 'Neuron SDK 2.3' in newest['Description']
+    for t in ('trn1.2xlarge', 'trn1.32xlarge', 'trn1n.32xlarge'):
+        assert find_ami(instance_type=t)['id'] == TRN1_DLAMI, t
+    # the PyTorch 2.9 DLAMI preferred; without it, the 2.31 multi-framework DLAMI (which has the same environment)
+    only_mf = dataclasses.replace(DLAMI['trn1'], names=DLAMI['trn1'].names[1:])
+    assert find_ami(dlami=only_mf)['name'] == 'Deep Learning AMI Neuron (Ubuntu 24.04) 20260707'
+
+
+def test_trn1_launch_picks_the_pytorch_image(moto_server, tmp_path):
+    inst = launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
+    assert inst.image_id == TRN1_DLAMI != LATEST_DLAMI
+    assert cleanup(inst.run_id, key_dir=str(tmp_path), known_hosts=str(tmp_path/'kh')).clean
+
+
+def test_trn2_and_trn3_take_torchneuron(moto_server):
+    for t in ('trn2.3xlarge', 'trn2.48xlarge', 'trn2u.48xlarge', 'trn3.48xlarge'):
+        im = find_ami(instance_type=t)
+        assert (im['id'], im['venv'], im['sdk']) == (TRN2_DLAMI, '/opt/aws_neuronx_venv_torch_neuronx_2_14_0', '2.33.0'), t
+    assert find_ami(region='us-east-2', instance_type='trn2.48xlarge')['id'] == TRN2_DLAMI
+
+
+@pytest.mark.skipif('trn2.48xlarge' not in (getattr(core, 'CATALOG', None) or getattr(core, 'TRN1', {})),
+                    reason='the instance catalog (core) has no Trn2 rows yet')
+def test_trn2_launch_picks_the_torchneuron_image(moto_server, tmp_path):
+    inst = launch_instance('trn2.48xlarge', region='us-east-2', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
+    assert inst.image_id == TRN2_DLAMI
+    assert cleanup(inst.run_id, region='us-east-2', key_dir=str(tmp_path), known_hosts=str(tmp_path/'kh')).clean
+
+
+def test_families():
+    assert [instance_family(t) for t in ('trn1.2xlarge', 'trn1n.32xlarge', 'trn2.3xlarge', 'trn2u.48xlarge', 'trn3.48xlarge')] == \
+           ['trn1', 'trn1', 'trn2', 'trn2', 'trn3']
+    assert dlami_for('trn1.32xlarge').venv == '/opt/aws_neuronx_venv_pytorch_2_9' and dlami_for('trn1.2xlarge').sdk == '2.31'
+    assert dlami_for('trn3.48xlarge') is DLAMI['trn2']
+    assert DLAMI['trn1'].description == '*Neuron SDK 2.31*'
+    with pytest.raises(UsageError) as e: instance_family('inf2.xlarge')
+    assert 'not a Trainium instance type' in one_line(e)
+
+
+def test_no_image_names_ami(moto_server, tmp_path):
+    gone = Dlami(('Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04) *',), '2.30', '/opt/aws_neuronx_venv_pytorch_2_9')
+    with pytest.raises(UsageError) as e: find_ami(dlami=gone)
+    msg = one_line(e)
+    assert 'no Neuron SDK 2.30 DLAMI with /opt/aws_neuronx_venv_pytorch_2_9 in us-east-1' in msg and 'pass --ami' in msg
+    # a launch in a region where the image is gone stops there, before anything is created
+    ec2 = boto3.client('ec2')
+    for im in ec2.describe_images(Owners=['amazon'], Filters=[{'Name': 'name', 'Values': ['Deep Learning AMI Neuron*']}])['Images']:
+        ec2.deregister_image(ImageId=im['ImageId'])
+    with pytest.raises(UsageError) as e: launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False)
+    assert 'pass --ami with an image that has /opt/aws_neuronx_venv_pytorch_2_9' in one_line(e)
+    assert ec2.describe_key_pairs()['KeyPairs'] == [] and list(tmp_path.iterdir()) == []
+    assert ec2.describe_security_groups(Filters=tag_filters())['SecurityGroups'] == []
+
+
+def test_ssm_parameter_is_checked(moto_server):
+    "The SSM parameter is read first, but its image is taken only if it passes the name and SDK filters."
+    ssm = boto3.client('ssm')
+    with_param = lambda name: dataclasses.replace(DLAMI['trn1'], ssm=name)
+    ssm.put_parameter(Name='/trn-tutorials-test/pytorch-2.9/image_id', Value='ami-0dl4m1pt2310707', Type='String')
+    im = find_ami(dlami=with_param('/trn-tutorials-test/pytorch-2.9/image_id'))
+    assert (im['id'], im['found_by']) == ('ami-0dl4m1pt2310707', 'ssm')
+    # a parameter that moved on to an image without PyTorch/XLA is not followed
+    ssm.put_parameter(Name='/trn-tutorials-test/moved/image_id', Value=NO_XLA_DLAMI, Type='String')
+    im = find_ami(dlami=with_param('/trn-tutorials-test/moved/image_id'))
+    assert (im['id'], im['found_by']) == (TRN1_DLAMI, 'filter')
+    # a parameter that does not exist (a region without it), or names a deleted image
+    assert find_ami(dlami=with_param('/trn-tutorials-test/missing/image_id'))['found_by'] == 'filter'
+    ssm.put_parameter(Name='/trn-tutorials-test/deleted/image_id', Value='ami-0123456789abcdef0', Type='String')
+    assert find_ami(dlami=with_param('/trn-tutorials-test/deleted/image_id'))['found_by'] == 'filter'
+    assert DLAMI['trn1'].ssm == '/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id'
 
 
 def test_type_not_offered_creates_nothing(moto_server, tmp_path):
@@ -234,3 +306,5 @@ def test_cli_arguments_parse():
     s, c = parse_args([StatusArguments, CleanupArguments], ['--run_id', 'r1', '--region', 'us-west-2', '--all_project', 'false'])
     assert (s.run_id, s.region, c.run_id, c.region, c.all_project) == ('r1', 'us-west-2', 'r1', 'us-west-2', False)
     assert {f.name for f in fields(InstanceArguments)} == set(launch_instance.__code__.co_varnames[:launch_instance.__code__.co_argcount])
+    help_ = {f.name: f.metadata['help'] for f in fields(InstanceArguments)}
+    assert all(t in help_['instance_type'] for t in ('trn1.2xlarge', 'trn1n.32xlarge', 'trn2.3xlarge', 'trn2.48xlarge', 'trn2u.48xlarge'))

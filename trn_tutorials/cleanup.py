@@ -104,7 +104,7 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
             for i in insts:
                 secs = max(60.0, (ended - i.launch_time).total_seconds())
                 hours += secs / 3600
-                if i.instance_type in CATALOG: cost += run_cost(i.instance_type, secs)
+                if i.instance_type in CATALOG: cost += run_cost(i.instance_type, secs) or 0.0   # Trn2: no price known
         vols = [v['VolumeId'] for p in ec2.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes'] if v['State'] == 'available']
         for v in vols: ec2.delete_volume(VolumeId=v)
         groups = [g['GroupId'] for p in ec2.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']]

@@ -12,8 +12,8 @@ from .core import CATALOG, UsageError, check_backend, default_model, detect, hub
 from .data import DataArguments, default_data, prepare
 from .launch import launch, precompile, workers
 from .train import TrainArguments, check_args, resume_from
-from .instance import InstanceArguments, StatusArguments, find_instance, find_instances, launch_instance
-from .ssh import TunnelArguments, open_jupyter, ssh_command
+from .instance import InstanceArguments, StatusArguments, dlami_for, find_instance, find_instances, launch_instance
+from .ssh import NEURON_VENV, TunnelArguments, open_jupyter, ssh_command
 from .cleanup import CleanupArguments, cleanup
 
 # %% auto #0
@@ -33,7 +33,7 @@ def detect_cmd() -> dict:
     acc = detect()
     print(f"backend: {acc.backend}\nworkers: {acc.workers}\ndetail:  {acc.detail}\n\nTrainium on-demand prices:")
     for t in CATALOG.values():
-        print(f"  {t.name:15} {t.neuron_cores:2} NeuronCores  {t.accel_memory_gb:3} GB  ${t.usd_per_hour:.2f}/h  ({t.price_date})")
+        print(f"  {t.name:15} {t.neuron_cores:2} NeuronCores  {t.accel_memory_gb:3} GB  " + (f"${t.usd_per_hour:.2f}/h" if t.usd_per_hour else 'no price found') + f"  ({t.price_date})")
     return asdict(acc)
 
 def prep_cmd(data:DataArguments) -> dict:
@@ -72,6 +72,7 @@ def tunnel_cmd(s:StatusArguments, t:TunnelArguments) -> str:
     if t.host is None:
         inst = find_instance(s.run_id, s.region, s.key_dir)
         t.host, t.key_path = inst.host, t.key_path or inst.key_path
+        if t.venv == NEURON_VENV: t.venv = dlami_for(inst.instance_type).venv   # Trn2/Trn3: TorchNeuron's environment
     if not t.key_path: raise UsageError("--host needs --key_path: pass the instance's .pem file with --key_path")
     sess = open_jupyter(**asdict(t))
     print(f"open {sess.url}\n(Ctrl-C stops Jupyter and the tunnel)", flush=True)

@@ -163,8 +163,8 @@ class InstanceType:
     accel_memory_gb: int    # accelerator memory
     vcpus: int
     memory_gib: int
-    usd_per_hour: float     # on-demand, us-east-1 (Trn1) or us-east-2 (Trn2/Trn3)
-    price_date: str         # when that price was taken
+    usd_per_hour: float|None  # on-demand, us-east-1; None: no published price we could verify
+    price_date: str         # when that price was taken (or looked for)
     worker_counts: tuple = ()  # torchrun worker counts Neuron supports here; () = any from 1 to `neuron_cores`
 
     @property
@@ -177,6 +177,11 @@ CATALOG = {o.name: o for o in [
     InstanceType('trn1.2xlarge',    1,  2,  32,   8,  32,  1.34, '2026-11-22', (1, 2)),
     InstanceType('trn1.32xlarge',  16, 32, 512, 128, 512, 21.50, '2026-11-22', (1, 2, 8, 32)),
     InstanceType('trn1n.32xlarge', 16, 32, 512, 128, 512, 24.78, '2026-11-22', (1, 2, 8, 32)),
+    # Trn2: 8 NeuronCores per Trainium2, two per logical core by default (LNC=2); TorchNeuron only. No on-demand list
+    # price found on 2026-11-23 (AWS sells Trn2 mostly through Capacity Blocks): check the EC2 pricing page.
+    InstanceType('trn2.3xlarge',    1,  4,   96,  12,  128, None, '2026-11-23'),
+    InstanceType('trn2.48xlarge',  16, 64, 1536, 192, 2048, None, '2026-11-23'),
+    InstanceType('trn2u.48xlarge', 16, 64, 1536, 192, 2048, None, '2026-11-23'),
 ]}
 TRN1 = {k: v for k, v in CATALOG.items() if v.family == 'trn1'}
 
@@ -189,9 +194,10 @@ def instance_type(name:str # an instance type, e.g. 'trn1.2xlarge'
 
 def run_cost(name:str, # instance type, e.g. 'trn1.2xlarge'
              seconds:float # how long the instance ran
-            ) -> float:
-    "On-demand cost in US dollars of running `name` for `seconds`."
-    return instance_type(name).usd_per_hour * seconds / 3600
+            ) -> float|None:
+    "On-demand cost in US dollars of running `name` for `seconds`; `None` where no price is known."
+    p = instance_type(name).usd_per_hour
+    return None if p is None else p * seconds / 3600
 
 # %% ../nbs/00_core.ipynb #302d0e20
 HUB_MODEL = 'bert-base-uncased'

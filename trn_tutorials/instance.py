@@ -322,8 +322,8 @@ class Instance:
     image_id: str
 
     def cost(self, until:datetime|None=None # end of the period; default now
-            ) -> float:
-        "On-demand cost in US dollars from launch to `until`."
+            ) -> float|None:
+        "On-demand cost in US dollars from launch to `until` (`None` where the type has no known price)."
         until = until or datetime.now(timezone.utc)
         return run_cost(self.instance_type, max(0.0, (until - self.launch_time).total_seconds()))
 
@@ -332,7 +332,7 @@ class Instance:
         "One line for `trn-tutorials status`: run, id, type, state, address, hours up and cost so far."
         now = now or datetime.now(timezone.utc)
         hours = max(0.0, (now - self.launch_time).total_seconds()) / 3600
-        return f"{self.run_id}  {self.instance_id}  {self.instance_type}  {self.state:8}  {self.host or '-'}  {hours:.1f} h  ${self.cost(now):.2f}"
+        return f"{self.run_id}  {self.instance_id}  {self.instance_type}  {self.state:8}  {self.host or '-'}  {hours:.1f} h  " + (f"${c:.2f}" if (c := self.cost(now)) is not None else 'price unknown')
 
 USER = 'ubuntu'
 LIVE_STATES = ('pending', 'running', 'stopping', 'stopped', 'shutting-down')
