@@ -212,6 +212,25 @@ def _xla_compiles() -> tuple[int, float]:
     d = met.metric_data('CompileTime')   # (samples, total nanoseconds, recent samples), or None before the first
     return int(met.counter_value('UncachedCompile') or 0), (d[1] / 1e9 if d else 0.0)
 
+def _lr_as_data(optimizer, device):
+    "Hand AdamW its learning rate as a tensor sent to the XLA device at every step: data of the graph, never a constant."
+    # As a Python float, the learning rate enters the step graph as a scalar, and `1 - lr * weight_decay` becomes the
+    # constant 1.0 once the schedule has decayed it below ~6e-6 (float32, weight decay 0.01): XLA then traces another
+    # step graph for every shape, near the end of the run, which no short precompile trial reaches.
+    import types, torch
+    opt = getattr(optimizer, 'optimizer', optimizer)
+    for g in opt.param_groups: g['capturable'], g['foreach'] = True, False   # AdamW's code path for a tensor learning rate
+    step = opt.step.__func__
+    def step_with_lr_as_data(self, *a, **kw):
+        floats = [g['lr'] for g in self.param_groups]   # the scheduler, logging and checkpoints keep Python floats
+        # AdamW's capturable path divides by the learning rate: at exactly 0 (the first warm-up step) a parameter whose
+        # gradient is still 0 becomes 0/0 = NaN. 1e-20 instead moves no float32 weight.
+        for g in self.param_groups: g['lr'] = torch.tensor(max(float(g['lr']), 1e-20)).to(device)
+        try: return step(self, *a, **kw)
+        finally:
+            for g, lr in zip(self.param_groups, floats): g['lr'] = lr
+    opt.step = types.MethodType(step_with_lr_as_data, opt)   # a bound method, as the learning-rate scheduler expects
+
 @functools.cache
 def trainer_class():
     "`BucketTrainer`, defined on first use: importing `Trainer` takes seconds that `launch` and the CLI should not pay."
@@ -291,6 +310,11 @@ def trainer_class():
                 self.graphs['eval'] += n - c0[0]; self.compile_s['eval'] += s - c0[1]
                 self.graphs['per_evaluation'].append(n - c0[0])
             return out
+
+        def create_optimizer(self, *a, **kw):
+            opt = super().create_optimizer(*a, **kw)
+            if self.xla: _lr_as_data(self.optimizer, self.args.device)
+            return opt
 
         def evaluate(self, *a, **kw): return self._timed('evaluate', *a, **kw)
         def predict(self, *a, **kw): return self._timed('predict', *a, **kw)
