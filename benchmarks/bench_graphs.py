@@ -18,21 +18,10 @@ with `--max_steps` (one evaluation). Writes `results.json` in `--out` and the ke
 (other keys are kept), after each run. The emotion data is licensed for research and education: it is read from where
 it lies, never copied here.
 """
-import argparse, json, os, platform, re, shlex, subprocess, sys, time
+import argparse, json, os, platform, shlex, subprocess, sys, time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-
-
-def compiles(log:str) -> list[dict]:
-    "The graphs torch-xla compiled, from its PT_XLA_DEBUG_LEVEL=1 report: number of inputs, and whether evaluation compiled it."
-    out = []
-    for block in log.split('Compilation Analysis: Compilation Cause')[1:]:
-        head, _, rest = block.partition('Post Compilation Analysis')
-        if not rest: continue   # executed from the in-memory cache: not compiled
-        frames = re.findall(r'Compilation Analysis:   (\w+) \(', head)
-        out.append({'inputs': int(re.search(r'Number of Graph Inputs: (\d+)', head)[1]), 'in_eval': '_timed' in frames})
-    return out
 
 
 def model_for(kind:str, data:str, out:Path) -> tuple[str, str]:
@@ -59,12 +48,12 @@ def param_tensors(model_dir:str, num_labels:int) -> int:
 
 def run(args, python:str, log:Path) -> tuple[dict, list[dict], float]:
     "One XLA training under torchrun: metrics.json, the compiled graphs of its debug report, and the wall time."
-    from trn_tutorials.launch import launch_env, torchrun_command
+    from trn_tutorials.launch import compile_report, launch_env, torchrun_command
     env = launch_env('xla', 1, python=python) | {'PT_XLA_DEBUG_LEVEL': '1'}
     t0 = time.time()
     with open(log, 'w') as f: r = subprocess.run(torchrun_command(args, 1, python=python), env=env, stdout=f, stderr=subprocess.STDOUT)
     if r.returncode: sys.exit(f'training failed, see {log}:\n' + log.read_text()[-3000:])
-    return json.loads(Path(args.output_dir, 'metrics.json').read_text()), compiles(log.read_text()), time.time() - t0
+    return json.loads(Path(args.output_dir, 'metrics.json').read_text()), compile_report(log.read_text()), time.time() - t0
 
 
 def main():

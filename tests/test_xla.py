@@ -4,7 +4,7 @@ Runs where torch-xla is installed: `tools/test.sh` makes that environment (`.ven
 transformers 4.57, the Neuron 2.31 DLAMI's versions). torch-xla has no cross-process collectives on the CPU, so one
 worker; the multi-worker rules are tested on the samplers and loaders in `tests/test_sampler.py`.
 """
-import json, math, re, subprocess, sys
+import json, math, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in its own envir
 
 from trn_tutorials.core import tiny_bert
 from trn_tutorials.data import DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.launch import launch, launch_env, precompile, precompile_shapes, torchrun_command
+from trn_tutorials.launch import compile_report, launch, launch_env, precompile, precompile_shapes, torchrun_command
 from trn_tutorials.train import TrainArguments
 
 
@@ -29,17 +29,6 @@ def tiny(tmp_path_factory):
     return tmp, n_params
 
 
-def compiles(log:str) -> list[dict]:
-    "The graphs torch-xla compiled, from its PT_XLA_DEBUG_LEVEL=1 report: inputs, and the Python frames that triggered it."
-    out = []
-    for block in log.split('Compilation Analysis: Compilation Cause')[1:]:
-        head, _, rest = block.partition('Post Compilation Analysis')
-        if not rest: continue   # executed from the in-memory cache: not compiled
-        out.append({'inputs': int(re.search(r'Number of Graph Inputs: (\d+)', head)[1]),
-                    'frames': re.findall(r'Compilation Analysis:   (\w+) \(', head)})
-    return out
-
-
 def rehearse(tmp:Path, buckets:int, **kw):
     args = TrainArguments(dataset_path=str(tmp/f'data-{buckets}'), output_dir=str(tmp/f'model-{buckets}'), epochs=2,
                           learning_rate=1e-4, per_device_train_batch_size=16, per_device_eval_batch_size=16,
@@ -47,7 +36,7 @@ def rehearse(tmp:Path, buckets:int, **kw):
     env = launch_env('xla', 1) | {'PT_XLA_DEBUG_LEVEL': '1'}
     r = subprocess.run(torchrun_command(args, 1), env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return args, json.loads(Path(args.output_dir, 'metrics.json').read_text()), compiles(r.stdout + r.stderr)
+    return args, json.loads(Path(args.output_dir, 'metrics.json').read_text()), compile_report(r.stdout + r.stderr)
 
 
 @pytest.mark.parametrize('buckets', [1, 2, 4])
@@ -64,12 +53,11 @@ def test_rehearsal_graphs(tiny, buckets):
     assert len(g['per_evaluation']) == 4 and g['per_evaluation'][1:] == [0, 0, 0], g
     assert g['train'] + g['eval'] == len(graphs)
     large = [c for c in graphs if c['inputs'] >= n_params]   # graphs that hold the model: steps and forwards
-    in_eval = lambda c: '_timed' in c['frames']
     # one training-step graph per input shape fed, plus one for the first step (it creates the optimizer state); the
     # learning rate 1e-4 decays below ~6e-6 at the end, where a Python-float learning rate compiled a second set
-    assert len([c for c in large if not in_eval(c)]) == len(t['input_shapes']) + 1, (t['input_shapes'], large)
+    assert len([c for c in large if not c['in_eval']]) == len(t['input_shapes']) + 1, (t['input_shapes'], large)
     # evaluation: at most one graph per bucket length at the evaluation batch size
-    assert len([c for c in large if in_eval(c)]) <= len({L for _, L in t['eval_shapes']}) and all(r == 16 for r, _ in t['eval_shapes'])
+    assert len([c for c in large if c['in_eval']]) <= len({L for _, L in t['eval_shapes']}) and all(r == 16 for r, _ in t['eval_shapes'])
     # eager attention: BERT's SDPA mask check (a host sync and a graph per length) never runs
     assert not any('_prepare_4d_attention_mask_for_sdpa' in c['frames'] for c in graphs)
     # precompile's shape list is what the run fed

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_launch.ipynb #33064bc6
 from __future__ import annotations
-import json, os, shlex, shutil, signal, socket, subprocess, sys, time
+import json, os, re, shlex, shutil, signal, socket, subprocess, sys, time
 from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -18,7 +18,7 @@ from .train import (ERROR_PREFIX, XLA_BACKENDS, BucketBatchSampler, EvalBatchSam
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env', 'train_argv',
            'torchrun_command', 'process_tree', 'stream', 'LaunchError', 'Results', 'launch', 'compile_cache',
            'cache_status', 'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes',
-           'PrecompileError', 'precompile']
+           'PrecompileError', 'precompile', 'compile_report']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -351,3 +351,16 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
     after = cache_status(cache)
     print(_cache_line(after, before))
     return after
+
+# %% ../nbs/05_launch.ipynb #d91f5832
+def compile_report(log:str # what a run printed with PT_XLA_DEBUG_LEVEL=1
+                  ) -> list[dict]:
+    "The graphs torch-xla compiled, in order, from its debug report: inputs, and the Python frames that triggered each."
+    out = []
+    for block in log.split('Compilation Analysis: Compilation Cause')[1:]:
+        head, _, rest = block.partition('Post Compilation Analysis')
+        if not rest: continue   # executed from the in-memory cache: not compiled
+        frames = re.findall(r'Compilation Analysis:   (\w+) \(', head)
+        out.append({'inputs': int(re.search(r'Number of Graph Inputs: (\d+)', head)[1]), 'frames': frames,
+                    'in_eval': '_timed' in frames})   # `BucketTrainer._timed` runs every evaluation and prediction
+    return out
