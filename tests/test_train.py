@@ -200,3 +200,13 @@ def test_neuron_environment_and_worker_counts():
     for n in (3, 4, 16):
         with pytest.raises(UsageError, match='1, 2, 8, 32'): workers(n, trn1_32)
     assert workers(2, Accelerator('neuron', 2, '2 NeuronCore(s)')) == 2
+
+
+def test_torchneuron_needs_transformers_5():
+    "transformers 5 places the model on TorchNeuron's `neuron` device; 4.57 (the compat run) is refused in one line."
+    import transformers
+    from trn_tutorials.core import UsageError
+    from trn_tutorials.train import _check_runtime
+    if int(transformers.__version__.split('.')[0]) >= 5: assert _check_runtime('torchneuron', 1) is None
+    else:
+        with pytest.raises(UsageError, match="transformers>=5"): _check_runtime('torchneuron', 1)

@@ -442,6 +442,10 @@ def _check_runtime(backend:str, world_size:int):
     "A one-line error where this process cannot train on `backend`."
     if backend == 'xla' and world_size > 1:
         raise UsageError(f"--backend xla runs one worker (torch-xla has no cross-process collectives on the CPU), not {world_size}: use --nproc_per_node 1")
+    if backend == 'torchneuron':
+        from transformers.utils import import_utils
+        if not hasattr(import_utils, 'is_torch_neuron_available'):   # transformers 5 places the model on `neuron`; 4.57 cannot
+            raise UsageError("TorchNeuron needs a transformers that knows the `neuron` device: pip install -U 'transformers>=5'")
     from transformers.utils import is_torch_xla_available   # decided once, when transformers was first imported
     if is_torch_xla_available() != (backend in XLA_BACKENDS):
         raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
