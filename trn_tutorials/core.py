@@ -4,15 +4,15 @@
 
 # %% ../nbs/00_core.ipynb #a3e73709
 from __future__ import annotations
-import importlib.util, json, os, shutil, socket, subprocess
+import importlib.util, json, os, re, shutil, socket, subprocess
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['BACKENDS', 'XLA_INSTALL', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'neuron_core_total',
            'parse_visible_cores', 'neuron_ls', 'visible_neuron_cores', 'Accelerator', 'detect', 'backend_env',
-           'check_backend', 'InstanceType', 'instance_type', 'run_cost', 'hub_reachable', 'local_model',
-           'default_model', 'tiny_bert']
+           'set_backend_env', 'check_backend', 'InstanceType', 'instance_family', 'instance_type', 'run_cost',
+           'hub_reachable', 'local_model', 'default_model', 'tiny_bert']
 
 # %% ../nbs/00_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -125,6 +125,14 @@ def backend_env(backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla'
     if backend == 'neuron': return {'USE_TORCH_XLA': '1'}   # torch-neuronx sets PJRT_DEVICE=NEURON itself
     return {'USE_TORCH_XLA': '0'}   # even where torch-xla is installed, stay off XLA
 
+def set_backend_env(backend:str, # a resolved backend
+                    env:dict|None=None # the environment to change; default `os.environ`
+                   ) -> dict:
+    "Put `backend_env(backend)` into `env`: `USE_TORCH_XLA` always, the others unless already set; return `env`."
+    env = os.environ if env is None else env
+    for k, v in backend_env(backend).items(): env[k] = v if k == 'USE_TORCH_XLA' else env.get(k, v)
+    return env
+
 _NEEDS = {'neuron': "a Trn1 with the Neuron 2.31 DLAMI's venv /opt/aws_neuronx_venv_pytorch_2_9 activated",
           'torchneuron': "a Trn2/Trn3 with the DLAMI 'Deep Learning AMI Neuron torch-neuronx 2.14' and its venv activated",
           'cuda': "a machine with a CUDA GPU"}
@@ -135,7 +143,7 @@ def check_backend(backend:str='auto', # one of `BACKENDS`
                  ) -> str:
     "The backend to train on: `backend` resolved and checked against this machine, or a one-line `UsageError`."
     if backend not in BACKENDS: raise UsageError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
-    if backend == 'torchneuron' and instance_type and instance_type.startswith('trn1'):
+    if backend == 'torchneuron' and instance_type and instance_family(instance_type) == 'trn1':
         raise UsageError(f"TorchNeuron supports Trn2 and Trn3 only, not {instance_type}: use --backend neuron on a Trn1 "
                          "(torch-neuronx in the Neuron 2.31 DLAMI's /opt/aws_neuronx_venv_pytorch_2_9)")
     if backend == 'xla':
@@ -170,7 +178,14 @@ class InstanceType:
     @property
     def family(self) -> str:
         "'trn1', 'trn2' or 'trn3': which Trainium generation, and so which software stack."
-        return self.name.split('.')[0].rstrip('nu')
+        return instance_family(self.name)
+
+def instance_family(name:str # an instance type, e.g. 'trn1n.32xlarge' or 'trn2.48xlarge'
+                   ) -> str:
+    "The Trainium generation of instance type `name`: 'trn1', 'trn2' or 'trn3'."
+    m = re.match(r'(trn[123])[a-z]*\.', name or '')
+    if not m: raise UsageError(f"{name!r} is not a Trainium instance type: use e.g. trn1.2xlarge or trn2.3xlarge")
+    return m[1]
 
 # Neuron supports 1 or 2 workers on a trn1.2xlarge and 1, 2, 8 or 32 on a trn1.32xlarge
 CATALOG = {o.name: o for o in [

@@ -13,14 +13,14 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, ParamValidationError, WaiterError
 
-from .core import UsageError, instance_type as _instance_type, run_cost
+from .core import UsageError, instance_family, instance_type as _instance_type, run_cost
 
 # %% auto #0
 __all__ = ['PROJECT', 'DLAMI', 'CHECKIP_URL', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB', 'new_run_id', 'check_run_id', 'run_tags',
-           'tag_filters', 'aws_region', 'explain', 'aws_errors', 'Dlami', 'instance_family', 'dlami_for', 'find_ami',
-           'launch_subnets', 'caller_ip', 'ssh_cidr', 'key_file', 'ensure_key_pair', 'create_ssh_group',
-           'guard_user_data', 'wait_for_ssh', 'Instance', 'find_instances', 'find_instance', 'launch_instance',
-           'InstanceArguments', 'StatusArguments']
+           'tag_filters', 'aws_region', 'explain', 'aws_errors', 'Dlami', 'dlami_for', 'find_ami', 'launch_subnets',
+           'caller_ip', 'ssh_cidr', 'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data',
+           'wait_for_ssh', 'Instance', 'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments',
+           'StatusArguments']
 
 # %% ../nbs/01_setup.ipynb #e39169ac
 PROJECT = 'trn-tutorials'
@@ -122,15 +122,6 @@ DLAMI = {
                   'PyTorch 2.14 + TorchNeuron (native device `neuron`, beta since Neuron SDK 2.33, Trn2/Trn3 only)'),
 }
 DLAMI['trn3'] = DLAMI['trn2']
-
-def instance_family(instance_type:str # an instance type, e.g. 'trn1.2xlarge' or 'trn2.48xlarge'
-                   ) -> str:
-    "The Trainium generation of `instance_type`: 'trn1', 'trn2' or 'trn3'."
-    try: fam = getattr(_instance_type(instance_type), 'family', None)
-    except UsageError: fam = None
-    fam = fam or (m.group(1) if (m := re.match(r'(trn\d)', instance_type or '')) else None)
-    if fam not in DLAMI: raise UsageError(f"{instance_type!r} is not a Trainium instance type: use e.g. trn1.2xlarge or trn2.3xlarge")
-    return fam
 
 def dlami_for(instance_type:str # an instance type, e.g. 'trn1.2xlarge'
              ) -> Dlami:

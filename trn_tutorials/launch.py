@@ -9,9 +9,9 @@ from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .core import Accelerator, UsageError, backend_env, check_backend, detect, run_cost, instance_type as _instance_type
+from .core import Accelerator, UsageError, check_backend, detect, run_cost, set_backend_env, instance_type as _instance_type
 from .data import load_prepared, row_lengths
-from .train import (ERROR_PREFIX, XLA_BACKENDS, BucketBatchSampler, EvalBatchSampler, TrainArguments, check_args,
+from .train import (ERROR_PREFIX, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args, check_workers,
                                  resume_from)
 
 # %% auto #0
@@ -30,10 +30,7 @@ def workers(nproc_per_node:int|None=None, # workers asked for; `None` = one per 
     "The number of torchrun workers to start, checked against what this machine and backend support."
     acc = acc or detect()
     backend = backend or acc.backend
-    if backend == 'xla':
-        if nproc_per_node not in (None, 1):
-            raise UsageError(f"--backend xla runs one worker (torch-xla has no cross-process collectives on the CPU), not {nproc_per_node}: use --nproc_per_node 1")
-        return 1
+    if backend == 'xla': check_workers(backend, nproc_per_node or 1); return 1
     if nproc_per_node is None: return acc.workers
     limit = acc.workers if acc.backend != 'cpu' else (os.cpu_count() or 1)
     unit = {'neuron': 'NeuronCore(s) visible', 'torchneuron': 'NeuronCore(s)', 'cuda': 'GPU(s)', 'cpu': 'CPU cores'}[acc.backend]
@@ -66,7 +63,7 @@ def launch_env(backend:str, # 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
     if backend == 'neuron':
         for k, v in NEURON_ENV.items(): env.setdefault(k, v)
         if '--model-type' not in env['NEURON_CC_FLAGS']: env['NEURON_CC_FLAGS'] += ' --model-type transformer'
-    for k, v in backend_env(backend).items(): env[k] = v if k == 'USE_TORCH_XLA' else env.get(k, v)
+    set_backend_env(backend, env)
     if backend == 'cpu': env.setdefault('OMP_NUM_THREADS', str(max(1, (os.cpu_count() or 1) // nproc)))
     env.setdefault('TOKENIZERS_PARALLELISM', 'false')
     venv_bin = str(Path(python).parent)

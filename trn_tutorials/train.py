@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .core import BACKENDS, UsageError, backend_env, check_backend, parse_args
+from .core import BACKENDS, UsageError, check_backend, parse_args, set_backend_env
 from .data import load_prepared, row_lengths
 
 # %% auto #0
 __all__ = ['XLA_BACKENDS', 'RUN_ARGS', 'SAME_RUN', 'ERROR_PREFIX', 'TrainArguments', 'check_args', 'classification_metrics',
            'majority_baseline', 'training_arguments', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows',
-           'trainer_class', 'checkpoint_complete', 'checkpoints', 'planned_steps', 'resume_from', 'train', 'summary',
-           'main']
+           'trainer_class', 'checkpoint_complete', 'checkpoints', 'planned_steps', 'resume_from', 'check_workers',
+           'train', 'summary', 'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
 @dataclass
@@ -438,10 +438,16 @@ def resume_from(args:TrainArguments, # the run's arguments
     return last
 
 # %% ../nbs/04_train.ipynb #44c77a5b
+def check_workers(backend:str, # a resolved backend
+                  workers:int # torchrun workers
+                 ):
+    "A one-line error for a worker count `backend` cannot train on: the `xla` rehearsal runs one."
+    if backend == 'xla' and workers != 1:
+        raise UsageError(f"--backend xla runs one worker (torch-xla has no cross-process collectives on the CPU), not {workers}: use --nproc_per_node 1")
+
 def _check_runtime(backend:str, world_size:int):
     "A one-line error where this process cannot train on `backend`."
-    if backend == 'xla' and world_size > 1:
-        raise UsageError(f"--backend xla runs one worker (torch-xla has no cross-process collectives on the CPU), not {world_size}: use --nproc_per_node 1")
+    check_workers(backend, world_size)
     if backend == 'torchneuron':
         from transformers.utils import import_utils
         if not hasattr(import_utils, 'is_torch_neuron_available'):   # transformers 5 places the model on `neuron`; 4.57 cannot
@@ -457,7 +463,7 @@ def train(args:TrainArguments # the run's arguments
     check_args(args)
     ds, manifest = load_prepared(args.dataset_path)
     backend, world = check_backend(args.backend), int(os.environ.get('WORLD_SIZE', 1))
-    for k, v in backend_env(backend).items(): os.environ[k] = v if k == 'USE_TORCH_XLA' else os.environ.get(k, v)
+    set_backend_env(backend)
     _check_runtime(backend, world)
     xla = backend in XLA_BACKENDS
     start = resume_from(args, world, fill_last=xla)
@@ -552,7 +558,7 @@ def _set_backend_env(argv:list[str]) -> str|None:
     p = argparse.ArgumentParser(add_help=False); p.add_argument('--backend', default='auto')
     try: backend = check_backend(p.parse_known_args(argv)[0].backend)
     except UsageError: return None   # `train` repeats the check and reports it
-    for k, v in backend_env(backend).items(): os.environ[k] = v if k == 'USE_TORCH_XLA' else os.environ.get(k, v)
+    set_backend_env(backend)
     return backend
 
 def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
