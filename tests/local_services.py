@@ -4,12 +4,14 @@
   variables that point boto3 at it (`AWS_ENDPOINT_URL`, fake credentials, a region).
 - `Sshd`: a real OpenSSH `sshd` on a free 127.0.0.1 port with its own config, host key and
   authorized_keys in a temporary folder, and a client key that it accepts.
+- `make_venv`: a stand-in for a DLAMI environment (bin/python, bin/jupyter-lab).
+- `rehearse`: all of these at once, for a chapter run by the test runner (see `Rehearsal`).
 
 Nothing here is imported by the library. Missing programs raise `MissingService`, whose message says
 to run `.ci/services.sh`; tests turn that into a failure, never a skip.
 """
 from __future__ import annotations
-import ctypes, getpass, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import atexit, ctypes, getpass, json, os, shlex, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
 
 HINT = "install it with `bash .ci/services.sh .venv` (as root, from the repository root)"
@@ -168,12 +170,15 @@ class MotoServer:
 
 
 class Sshd:
-    "A real OpenSSH sshd on a free 127.0.0.1 port: key login only, for the current user (root by key only)."
+    """A real OpenSSH sshd on a free 127.0.0.1 port: key login only, for the current user (root by key only).
+
+    `home`: the HOME of its sessions (default: the user's own); `authorized`: more private keys it accepts."""
     exe = '/usr/sbin/sshd'  # sshd must be started by its absolute path (it re-executes itself)
 
-    def __init__(self, workdir=None):
+    def __init__(self, workdir=None, home=None, authorized=()):
         self.dir = Path(workdir or tempfile.mkdtemp(prefix='sshd-'))
         self.port, self.user, self.proc = free_port(), getpass.getuser(), None
+        self.home, self.authorized = home, [Path(k).expanduser() for k in authorized]
         self.key = self.dir/'client_ed25519'            # the private key sshd accepts
         self.known_hosts = self.dir/'known_hosts'       # empty: the client learns the host key (accept-new)
         self.config = self.dir/'sshd_config'
@@ -187,7 +192,8 @@ class Sshd:
         kg('-f', str(self.dir/'host_ed25519'))
         kg('-f', str(self.key), '-C', 'trn-tutorials-test')
         self.key.chmod(0o400)
-        (self.dir/'authorized_keys').write_text((self.dir/'client_ed25519.pub').read_text())
+        pub = lambda k: subprocess.run(['ssh-keygen', '-y', '-f', str(k)], check=True, capture_output=True, text=True, timeout=30).stdout
+        (self.dir/'authorized_keys').write_text((self.dir/'client_ed25519.pub').read_text() + ''.join(pub(k) for k in self.authorized))
         (self.dir/'authorized_keys').chmod(0o600)
         self.known_hosts.touch()
         self.config.write_text(f"""Port {self.port}
@@ -207,7 +213,7 @@ PermitTTY no
 PrintMotd no
 UseDNS no
 LogLevel VERBOSE
-""")
+""" + (f"SetEnv HOME={self.home}\n" if self.home else ''))
         t = subprocess.run([self.exe, '-t', '-f', str(self.config)], capture_output=True, text=True, timeout=30)
         if t.returncode: raise RuntimeError(f"sshd rejects its test config: {t.stderr.strip()}")
         with open(self.log, 'wb') as f:
@@ -230,3 +236,94 @@ LogLevel VERBOSE
     def stop(self): _stop(self.proc)
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.stop()
+
+
+def jupyter_command() -> str:
+    "This environment's Jupyter server as a command; a root login (as on CI) needs --allow-root, the DLAMI's ubuntu never does."
+    return f'{sys.executable} -m jupyter_server' + (' --allow-root' if os.geteuid() == 0 else '')
+
+
+def make_venv(path: Path, jupyter: bool = True) -> Path:
+    "A stand-in for a DLAMI environment: bin/python, and a bin/jupyter-lab that notes its PATH (in `path-seen`) and runs this environment's Jupyter."
+    path = Path(path)
+    (path/'bin').mkdir(parents=True)
+    (path/'bin'/'python').symlink_to(sys.executable)
+    if jupyter:
+        (path/'bin'/'jupyter-lab').write_text(f'#!/bin/sh\necho "$PATH" > {shlex.quote(str(path))}/path-seen\nexec {jupyter_command()} "$@"\n')
+        (path/'bin'/'jupyter-lab').chmod(0o755)
+    return path
+
+
+# Variables that could send boto3 to a real account (a profile, SSO, a role) instead of the moto server.
+AWS_VARS_TO_DROP = ('AWS_PROFILE', 'AWS_DEFAULT_PROFILE', 'AWS_REGION', 'AWS_SESSION_TOKEN', 'AWS_SECURITY_TOKEN',
+                    'AWS_ROLE_ARN', 'AWS_WEB_IDENTITY_TOKEN_FILE', 'AWS_CONTAINER_CREDENTIALS_FULL_URI',
+                    'AWS_CONTAINER_CREDENTIALS_RELATIVE_URI')
+MY_IP = '203.0.113.7'   # a documentation address (RFC 5737) in place of the caller's public IP from checkip.amazonaws.com
+
+
+class Rehearsal:
+    """The local stand-ins that the AWS chapters' stored outputs come from. A hidden cell starts one only when the
+    test runner runs the chapter (`IN_TEST=1`: `nbdev_test`, `tools/run_nb.py`); a reader's Run All never does.
+
+    - AWS: a real moto server; boto3 is pointed at it with `AWS_ENDPOINT_URL`, fake credentials and us-east-1, and
+      the variables that could reach a real account are removed;
+    - `~`: `HOME` is a temporary folder, so `~/.ssh` (keys, known hosts) is there, not in the build machine's home;
+      it is also the working folder, so files a chapter makes have short relative names;
+    - `instances` Trn1 instances launched in moto as the setup chapter launches one (SSH open to `MY_IP`, no wait
+      for SSH: moto starts no machine), so `find_instance` has something to find;
+    - with `ssh`: a real sshd on 127.0.0.1 stands in for the instance. It accepts the instances' keys (their `.pem`
+      files in `~/.ssh`), its sessions get the same temporary `HOME`, and a stand-in environment (`make_venv`) takes
+      the place of the DLAMI's. `host`, `port`, `user` and `venv` are what the chapter puts in place of the
+      instance's address, 22, ubuntu and /opt/aws_neuronx_venv_pytorch_2_9; `local_port` and `remote_port` are free
+      ports in place of 8889 and 8888 (several rehearsals may run on one machine at once).
+
+    `stop()` (also registered to run at exit) stops everything, restores the environment and the working folder,
+    and removes the temporary folder."""
+    host = '127.0.0.1'
+    my_ip = MY_IP
+
+    def __init__(self, instances: int = 0, ssh: bool = False):
+        self.n, self.ssh = instances, ssh
+        self.moto = self.sshd = self.venv = None
+        self.instances, self.stopped = [], False
+
+    def start(self) -> 'Rehearsal':
+        self._env, self._cwd = dict(os.environ), os.getcwd()
+        self.dir = Path(tempfile.mkdtemp(prefix='rehearsal-'))
+        self.home = self.dir/'home'
+        self.home.mkdir(mode=0o700)
+        atexit.register(self.stop)
+        try:
+            for k in AWS_VARS_TO_DROP: os.environ.pop(k, None)
+            os.environ['HOME'] = str(self.home)
+            os.chdir(self.home)
+            (self.dir/'moto').mkdir(); (self.dir/'sshd').mkdir()
+            self.moto = MotoServer(self.dir/'moto').start()
+            os.environ.update(self.moto.env)
+            if self.n:
+                from trn_tutorials.instance import launch_instance
+                self.instances = [launch_instance('trn1.2xlarge', my_ip=self.my_ip, wait_ssh=False) for _ in range(self.n)]
+            if self.ssh:
+                self.sshd = Sshd(self.dir/'sshd', home=self.home, authorized=[i.key_path for i in self.instances]).start()
+                self.port, self.user = self.sshd.port, self.sshd.user
+                self.venv = str(make_venv(self.home/'stand-in-venv'))
+                self.local_port, self.remote_port = free_port(), free_port()
+        except BaseException:
+            self.stop(); raise
+        return self
+
+    def stop(self):
+        "Stop the servers (and any tunnel or Jupyter the chapter left running), restore the environment, remove the folder. Harmless twice."
+        if self.stopped: return
+        self.stopped = True
+        if (ssh := sys.modules.get('trn_tutorials.ssh')) is not None: ssh.stop_all()
+        for srv in (self.sshd, self.moto):
+            if srv is not None: srv.stop()
+        os.environ.clear(); os.environ.update(self._env)
+        os.chdir(self._cwd)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def rehearse(instances: int = 0, ssh: bool = False) -> Rehearsal:
+    "Start a `Rehearsal`: moto and a temporary `~`, `instances` launched instances, and with `ssh` an sshd standing in for the instance."
+    return Rehearsal(instances, ssh).start()

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import local_model
+from trn_tutorials.core import local_model, parse_args, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS, sample_data
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 
@@ -32,6 +33,7 @@ BAD = [
     (['trian'], 'unknown command'),
     (['train', '--lr', '5e-5'], 'unrecognized arguments'),
     (['train', '--learning_rate', 'fast'], 'invalid float value'),
+    (['train', '--epochs', 'three'], 'invalid float value'),
     (['train', '--epochs', '0'], '--epochs must be positive'),
     (['train', '--dataset_path', '/no/such/folder'], 'prep'),
     (['train', '--nproc_per_node', '999'], '--nproc_per_node'),
@@ -49,6 +51,85 @@ def test_bad_input_one_line(args, words, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
     assert words.lower() in lines[0].lower(), lines[0]
+
+
+def test_precompile_not_needed_on_cpu():
+    r = cli('precompile')
+    assert (r.returncode, r.stdout.strip()) == (0, 'precompile: not needed on cpu (only the Neuron compiler compiles graphs ahead of a run)')
+
+
+def test_one_behaviour_per_option():
+    "A field that two argument sets of one command share is one option with one meaning: only these may be shared."
+    from dataclasses import fields
+    from typing import get_type_hints   # not `Field.type`: a string until HfArgumentParser resolves it in place
+    import trn_tutorials.cli as C
+    for name, (_, types, _) in C.COMMANDS.items():
+        seen = {}
+        for t in types:
+            hints = get_type_hints(t)
+            for f in fields(t):
+                if f.name in seen:
+                    assert f.name in ('model_id', 'dataset_path'), f"{name}: --{f.name} is in {seen[f.name][0]} and {t.__name__}"
+                    assert hints[f.name] == seen[f.name][1], (name, f.name)
+                seen[f.name] = (t.__name__, hints[f.name])
+
+
+def test_split_seed_and_seed_are_separate():
+    import trn_tutorials.cli as C
+    types = C.COMMANDS['quickstart'][1]
+    data, train, _ = parse_args(types, ['--seed', '7'])
+    assert (data.split_seed, train.seed) == (42, 7)
+    data, train, _ = parse_args(types, ['--split_seed', '3'])
+    assert (data.split_seed, train.seed) == (3, 42)
+    h = cli('quickstart', '--help').stdout
+    assert '--split_seed' in h and '--seed SEED' in h
+
+
+@pytest.mark.parametrize('argv,given', [
+    ([], set()),
+    (['--learning_rate', '2e-5'], {'learning_rate'}),
+    (['--learning_rate=2e-5'], {'learning_rate'}),
+    (['--learning_rat', '2e-5'], {'learning_rate'}),          # a prefix argparse accepts: the strings say `learning_rat`
+    (['--learning-rate', '2e-5'], {'learning_rate'}),          # HfArgumentParser's dashed alias
+    (['--no_resume', '--epochs', '2', '--split_seed', '1'], {'resume', 'epochs', 'split_seed'}),
+])
+def test_quickstart_is_told_what_the_parser_read(argv, given, monkeypatch):
+    "`run` hands quickstart the fields the parser set, not names guessed from the strings."
+    import trn_tutorials.cli as C
+    seen = {}
+    def fake(data, train, how, given=frozenset()): seen.update(given=given, lr=train.learning_rate)
+    monkeypatch.setitem(C.COMMANDS, 'quickstart', (fake, *C.COMMANDS['quickstart'][1:]))
+    C.run(['quickstart', *argv])
+    assert seen['given'] == given
+
+
+def test_offline_defaults_leave_a_given_learning_rate_alone(monkeypatch, tmp_path):
+    "quickstart offline: 1e-4 unless the user gave --learning_rate (in any spelling the parser accepts); stops before preparing."
+    import trn_tutorials.cli as C
+    monkeypatch.chdir(tmp_path)
+    lrs = []
+    class Stop(Exception): pass
+    def stop(train, *a, **k): lrs.append(train.learning_rate); raise Stop()
+    monkeypatch.setattr(C, 'check_args', stop)
+    monkeypatch.setattr(C, 'hub_reachable', lambda *a, **k: False)
+    for argv in ([], ['--learning_rat', '2e-5'], ['--learning_rate=3e-5']):
+        with pytest.raises(Stop): C.run(['quickstart', *argv])
+    assert lrs == [1e-4, 2e-5, 3e-5]
+
+
+def test_prep_and_train_from_python(tmp_path, monkeypatch, capsys):
+    "The chapter's example: `run` prep then train on the sample with a tiny BERT whose head has the emotion labels."
+    import trn_tutorials.cli as C
+    monkeypatch.chdir(tmp_path)
+    words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
+    tiny_bert('tiny-bert', words, labels=EMOTION_LABELS)
+    assert C.run(['prep', '--data', sample_data(), '--model_id', 'tiny-bert', '--dataset_path', 'data'])['max_length'] > 0
+    out = C.run(['train', '--dataset_path', 'data', '--output_dir', 'model', '--epochs', '1', '--learning_rate', '1e-3'])
+    said = capsys.readouterr()
+    assert out['workers'] == 1
+    assert Path(out['output_dir'], 'metrics.json').exists()
+    log = Path(out['output_dir'], 'train.log')   # the workers' own output
+    assert 'LOAD REPORT' not in said.out + said.err + (log.read_text() if log.exists() else '')
 
 
 def test_quickstart_offline(tmp_path):

@@ -10,10 +10,10 @@ import pytest
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.instance import DLAMI, wait_for_ssh
 from trn_tutorials import ssh as S
-from local_services import alive, free_port, listen_addresses, procs_mentioning, port_open
+from local_services import alive, free_port, jupyter_command, listen_addresses, make_venv, procs_mentioning, port_open
 
 # a root login (as here) needs --allow-root; on the DLAMI you log in as ubuntu
-JUPYTER = f'{sys.executable} -m jupyter_server' + (' --allow-root' if os.geteuid() == 0 else '')
+JUPYTER = jupyter_command()
 started = []   # (kind, pid) of every process the tests start, checked at the end
 
 
@@ -26,16 +26,6 @@ def one_line(e) -> str:
 def conn(sshd, **kw):
     "Connection arguments for the test sshd."
     return dict(user=sshd.user, port=sshd.port, known_hosts=str(sshd.known_hosts), **kw)
-
-
-def make_venv(path: Path, jupyter: bool = True) -> Path:
-    "A stand-in for a DLAMI environment: bin/python, and a bin/jupyter-lab that notes its PATH and runs this venv's Jupyter."
-    (path/'bin').mkdir(parents=True)
-    (path/'bin'/'python').symlink_to(sys.executable)
-    if jupyter:
-        (path/'bin'/'jupyter-lab').write_text(f'#!/bin/sh\necho "$PATH" > {shlex.quote(str(path))}/path-seen\nexec {JUPYTER} "$@"\n')
-        (path/'bin'/'jupyter-lab').chmod(0o755)
-    return path
 
 
 @pytest.fixture(scope='module')

@@ -1,14 +1,15 @@
 "Training through a real torchrun: a tiny BERT built here (no download), two workers, metrics.json checked."
-import json, os, shutil, signal, subprocess, sys, time
+import json, math, os, shutil, signal, subprocess, sys, time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import DataArguments, load_prepared, load_raw, prepare, sample_data
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data
 from trn_tutorials.launch import launch, torchrun_command, launch_env, process_tree
-from trn_tutorials.train import BucketBatchSampler, TrainArguments, checkpoints
+from trn_tutorials.core import UsageError
+from trn_tutorials.train import PLOTS, BucketBatchSampler, TrainArguments, checkpoints
 
 
 @pytest.fixture(scope='module')
@@ -16,7 +17,7 @@ def prepared(tmp_path_factory):
     "The bundled sample, prepared for a tiny BERT whose vocabulary is the sample's words."
     tmp = tmp_path_factory.mktemp('train')
     words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words)
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
     manifest = prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
     prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-3'), buckets=3))
     return tmp, manifest
@@ -47,17 +48,25 @@ def test_torchrun_two_workers(prepared):
     assert m['label_names'] == manifest['label_names'] and m['max_length'] == manifest['max_length']
     assert {'torch', 'transformers', 'python'} <= set(m['versions'])
     assert m['args']['bf16'] is False
+    # losses are batch means, not scaled by the worker count (transformers 5 doubled them on 2 workers): about ln 6 at the start
+    evals = [h for h in m['history'] if 'eval_loss' in h]
+    assert len(evals) == 2 and abs(evals[0]['eval_loss'] - math.log(6)) < 0.3, evals
+    assert [h['step'] for h in m['history'] if 'loss' in h] == list(range(5, 2 * 23 + 1, 5))
+    assert sum(map(sum, m['test']['confusion'])) == manifest['rows']['test']
+    for name in PLOTS: assert (tmp/'model'/name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     # the saved model is complete: pipeline loads it and answers with label names
     from transformers import pipeline
     out = pipeline('text-classification', model=str(tmp/'model'))('i feel wonderful today')
     assert out[0]['label'] in manifest['label_names']
 
 
-def test_launch_returns_results(prepared):
+def test_launch_returns_results(prepared, capsys):
     tmp, _ = prepared
     args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'launched'), max_steps=3, logging_steps=1)
-    res = launch(args, nproc_per_node=1, instance_type='trn1.32xlarge', echo=False)
+    res = launch(args, nproc_per_node=1, instance_type='trn1.32xlarge')
     assert res.workers == 1 and res.metrics['train']['steps'] == 3
+    out, err = capsys.readouterr()   # in a terminal: a tqdm bar on stderr; the workers' own lines only in train.log
+    assert '3/3' in err and 'trn_tutorials.train: progress:' not in out + err and "{'loss'" not in out + err
     assert res.cost_usd == pytest.approx(21.50 * res.wall_s / 3600)
     assert (tmp/'launched'/'train.log').read_text().strip()
 
@@ -141,6 +150,9 @@ def test_resume_after_kill_9(prepared):
     got, want = (load_file(Path(a.output_dir, 'model.safetensors')) for a in (cut, whole))
     assert max(float((got[k] - want[k]).abs().max()) for k in want) < 1e-6
     for split in ('validation', 'test'): assert m[split]['accuracy'] == w[split]['accuracy'], (split, m[split], w[split])
+    # its checkpoints belong to this run: refused without resuming, and on another worker count, before torchrun starts
+    with pytest.raises(UsageError, match='pass --resume true'): launch(replace(cut, resume=False), nproc_per_node=2, echo=False)
+    with pytest.raises(UsageError, match='relaunch with that run'): launch(cut, nproc_per_node=1, echo=False)
 
 
 def test_every_worker_saves_the_model(prepared, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in its own environment (.venv-xla, see tools/test.sh)")
 
 from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
 from trn_tutorials.launch import compile_report, launch, launch_env, precompile, precompile_shapes, torchrun_command
 from trn_tutorials.train import TrainArguments
 
@@ -21,7 +21,7 @@ from trn_tutorials.train import TrainArguments
 def tiny(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('xla')
     words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words)
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
     for n in (1, 2, 4):
         prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/f'data-{n}'), buckets=n))
     from transformers import AutoModelForSequenceClassification

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run every test: the notebooks (nbdev_test), pytest (torchrun, CLI, servers), the training tests again
-# with transformers 4.57.x (the optimum-neuron pin), the XLA rehearsal (the Neuron code path on PJRT's CPU
+# Run every test: the notebooks (nbdev_test), nbdev's doc preprocessing on a clean copy (the site's first build
+# step), pytest (torchrun, CLI, servers, the docs' outputs and workflows), the training tests again with
+# transformers 4.57.x (the optimum-neuron pin), the XLA rehearsal (the Neuron code path on PJRT's CPU
 # device, in its own environment with the Neuron 2.31 DLAMI's versions), and a Python 3.10 compile check.
 # Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran.
 set -uo pipefail
@@ -30,6 +31,24 @@ nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
 nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
 ntotal=$(echo "$nbs" | wc -w)
 count $((ntotal - nfail)) "$nfail"
+
+echo "== docs: nbdev's doc preprocessing (what nbdev_docs runs before Quarto), on a clean copy =="
+# The files a fresh clone would hold once the working tree is committed (tracked and new, nothing ignored: no
+# runs/, no _proc/), processed from that copy's root as the deploy workflow does. nbdev.serve.proc_nbs is the
+# processing alone (nbdev_proc_nbs would first download Quarto). Any error, and any warning (such as "Found cells
+# containing imports and other code", a cell nbdev re-runs without the cells before it), fails the stage.
+# The processed notebooks are left in _proc/ (ignored by git) to look at.
+D="$tmp/docs"; mkdir -p "$D"
+git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$D"
+py="$PWD/$BIN/python"
+(cd "$D" && PYTHONPATH="$D" "$py" -c "from nbdev.serve import proc_nbs; proc_nbs(force=True)") > "$tmp/docs.log" 2>&1
+rc=$?
+rm -rf _proc && { [ ! -d "$D/_proc" ] || mv "$D/_proc" _proc; }
+if [ $rc -eq 0 ] && ! grep -Eq 'Warning|Error|Traceback|Exception' "$tmp/docs.log"; then
+  echo "ok: $(ls _proc/*.ipynb | wc -l) notebooks processed, no warning"; count 1 0
+else
+  cat "$tmp/docs.log"; echo "FAILED: nbdev's doc preprocessing (exit $rc; warnings and errors above)"; count 0 1
+fi
 
 echo "== pytest =="
 "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" tests

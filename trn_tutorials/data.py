@@ -15,12 +15,12 @@ from datasets.utils import logging as datasets_logging
 
 import trn_tutorials
 from . import __version__
-from .core import UsageError, default_model, hub_reachable, local_model
+from .core import UsageError, default_model, hub_reachable, local_model, short_path
 
 # %% auto #0
 __all__ = ['HUB_DATA', 'EMOTION_LABELS', 'MAX_BUCKETS', 'DataArguments', 'sample_data', 'default_data', 'load_raw', 'validate',
-           'label_maps', 'token_lengths', 'length_stats', 'choose_length', 'plot_lengths', 'choose_buckets',
-           'padded_lengths', 'padding_share', 'tokenize', 'prepare', 'load_prepared', 'row_lengths']
+           'label_maps', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
+           'padding_share', 'plot_lengths', 'tokenize', 'prepare', 'load_prepared', 'row_lengths']
 
 # %% ../nbs/03_data.ipynb #650ef876
 @dataclass
@@ -40,7 +40,7 @@ class DataArguments:
     buckets: int = field(default=1, metadata={'help': "number of static padded lengths (1 = one length for every row; "
         "2 cut the padding with no measured loss of F1, see the benchmark page; each is one compiled graph on Neuron)"})
     eval_fraction: float = field(default=0.1, metadata={'help': "share of train split off (stratified, seeded) when the data has no validation split"})
-    seed: int = field(default=42, metadata={'help': "seed for that split"})
+    split_seed: int = field(default=42, metadata={'help': "seed of the validation split taken off train (see --eval_fraction); training's own seed is --seed"})
 
 # %% ../nbs/03_data.ipynb #20b43897
 HUB_DATA = 'dair-ai/emotion'
@@ -251,22 +251,6 @@ def choose_length(lengths, # token lengths of the training rows
     n = min(math.ceil(_covering(np.sort(l), percentile) / pad_multiple) * pad_multiple, limit)
     return n, int((l > n).sum())
 
-# %% ../nbs/03_data.ipynb #1aeff195
-def plot_lengths(lengths, # token lengths, e.g. from `token_lengths`
-                 length:int|None=None # padding length to mark, e.g. from `choose_length`
-                ):
-    "Histogram of `lengths` (a matplotlib `Figure`), with a line at the padding length."
-    import matplotlib.pyplot as plt
-    l = np.asarray(lengths)
-    fig, ax = plt.subplots(figsize=(7, 3))
-    ax.hist(l, bins=np.arange(0, l.max() + 2) - 0.5, color='C0')
-    if length is not None:
-        ax.axvline(length + 0.5, color='C3', ls='--', label=f'padded to {length} ({int((l > length).sum())} rows truncated)')
-        ax.legend()
-    ax.set_xlabel('tokens per row, [CLS] and [SEP] included'); ax.set_ylabel('rows')
-    plt.close(fig)
-    return fig
-
 # %% ../nbs/03_data.ipynb #0c1609e1
 MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
 
@@ -310,6 +294,28 @@ def padding_share(lengths, # token lengths of the rows
     "The share of the positions the model computes on that are padding."
     l, p = np.asarray(lengths), padded_lengths(lengths, bucket_lengths)
     return float(1 - np.minimum(l, p).sum() / p.sum())
+
+# %% ../nbs/03_data.ipynb #1aeff195
+def plot_lengths(lengths, # token lengths, e.g. from `token_lengths`
+                 length:int|None=None, # padding length to mark, e.g. from `choose_length`
+                 bucket_lengths:list[int]|None=None, # bucket lengths to mark, e.g. from `choose_buckets`
+                 percentile:float|None=None # the percentile `length` was chosen for, named in the legend
+                ):
+    "Histogram of `lengths` (a matplotlib `Figure`), with lines at the padding length and the bucket edges."
+    import matplotlib.pyplot as plt
+    l = np.asarray(lengths)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.hist(l, bins=np.arange(0, max(l.max(), length or 0) + 2) - 0.5, color='C0')
+    if length is not None:
+        why = f'p{percentile:g}, ' if percentile is not None else ''
+        ax.axvline(length + 0.5, color='C3', ls='--', label=f'padded length {length} ({why}{int((l > length).sum())} rows truncated)')
+    edges = [b for b in (bucket_lengths or []) if b != length]
+    for i, b in enumerate(edges):
+        ax.axvline(b + 0.5, color='C1', ls=':', lw=2, label=f"bucket edges: {', '.join(map(str, edges))}" if i == 0 else None)
+    if length is not None or edges: ax.legend(loc='lower left', bbox_to_anchor=(0, 1), ncol=2, frameon=False)
+    ax.set_xlabel('tokens per row, [CLS] and [SEP] included'); ax.set_ylabel('rows')
+    plt.close(fig)
+    return fig
 
 # %% ../nbs/03_data.ipynb #7b7b78e4
 def tokenize(ds:DatasetDict, # validated data (`text`, `label`)
@@ -395,7 +401,7 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
     "Load, validate, choose the length, tokenize and save `args.data` to `args.dataset_path`; return the manifest."
     _check_args(args)
     data, model_id = args.data or default_data(), args.model_id or default_model()
-    ds = validate(load_raw(data, args.text_column, args.label_column), args.text_column, args.label_column, args.eval_fraction, args.seed)
+    ds = validate(load_raw(data, args.text_column, args.label_column), args.text_column, args.label_column, args.eval_fraction, args.split_seed)
     tok = _load_tokenizer(model_id)
     limit = _max_positions(tok)
     if args.max_length is not None and args.max_length > limit:
@@ -414,7 +420,7 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(lengths['train']), args.percentile)}"
     buckets = (f"\n  buckets: {', '.join(map(str, bl))} tokens (train rows: {' / '.join(map(str, manifest['bucket_rows']['train']))})"
                if len(bl) > 1 else '')
-    print(f"prepared {args.dataset_path} from {data}\n  tokenizer: {model_id}\n  padded length: {length} tokens ({how}){buckets}\n"
+    print(f"prepared {short_path(args.dataset_path)} from {short_path(data)}\n  tokenizer: {short_path(model_id)}\n  padded length: {length} tokens ({how}){buckets}\n"
           f"  padding: {manifest['padding_share']['train']:.0%} of train positions\n"
           f"  rows: {', '.join(f'{s} {n}' for s, n in manifest['rows'].items())}\n"
           f"  truncated rows: {', '.join(f'{s} {n}' for s, n in manifest['truncated'].items())}")

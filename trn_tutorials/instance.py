@@ -306,7 +306,7 @@ class Instance:
     state: str
     host: str|None        # public IPv4 address
     user: str             # login user of the DLAMI
-    key_path: str         # the private key
+    key_path: str         # the private key, in the folder as you named it (`~/.ssh/...` by default)
     region: str
     run_id: str
     launch_time: datetime
@@ -331,7 +331,7 @@ LIVE_STATES = ('pending', 'running', 'stopping', 'stopped', 'shutting-down')
 def _instance(d:dict, region:str, key_dir:str='~/.ssh') -> Instance:
     tags = {t['Key']: t['Value'] for t in d.get('Tags', [])}
     return Instance(d['InstanceId'], d['InstanceType'], d['State']['Name'], d.get('PublicIpAddress'), USER,
-                    str(key_file(d['KeyName'], key_dir)) if d.get('KeyName') else '', region, tags.get('run-id', ''),
+                    str(Path(key_dir)/f"{d['KeyName']}.pem") if d.get('KeyName') else '', region, tags.get('run-id', ''),
                     d['LaunchTime'], d.get('ImageId', ''))
 
 def find_instances(run_id:str|None=None, # one run's id; `None` = every instance of this project

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from .core import Accelerator, UsageError, check_backend, detect, run_cost, set_backend_env, instance_type as _instance_type
 from .data import load_prepared, row_lengths
-from .train import (ERROR_PREFIX, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args, check_workers,
-                                 resume_from)
+from .train import (ERROR_PREFIX, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args,
+                                 check_workers, read_progress, resume_from)
 
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env', 'train_argv',
-           'torchrun_command', 'process_tree', 'stream', 'LaunchError', 'Results', 'launch', 'compile_cache',
-           'cache_status', 'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes',
-           'PrecompileError', 'precompile', 'compile_report']
+           'torchrun_command', 'process_tree', 'stream', 'LaunchError', 'in_notebook', 'Progress', 'Results', 'launch',
+           'compile_cache', 'cache_status', 'precompile_args', 'precompile_command', 'precompile_steps',
+           'precompile_shapes', 'PrecompileError', 'precompile', 'compile_report']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -112,7 +112,8 @@ def stream(cmd:list[str], # the command
            env:dict|None=None, # its environment
            log:str|Path|None=None, # file that receives a copy of the output
            keep:int=40, # how many last lines to keep
-           echo:bool=True # print lines as they arrive
+           echo:bool=True, # print lines as they arrive
+           on_line=None # called with each line; when it returns True the line is not printed
           ) -> tuple[int, list[str]]:
     "Run `cmd`, streaming its output; return the exit status and the last `keep` lines."
     tail = deque(maxlen=keep)
@@ -122,7 +123,8 @@ def stream(cmd:list[str], # the command
     try:
         for line in p.stdout:
             tail.append(line.rstrip('\n'))
-            if echo: print(line, end='', flush=True)
+            taken = on_line(line.rstrip('\n')) if on_line else False
+            if echo and not taken: print(line, end='', flush=True)
             if logf: logf.write(line)
         return p.wait(), list(tail)
     except BaseException:
@@ -150,6 +152,71 @@ def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchEr
     errors = [l[len(ERROR_PREFIX):] for l in tail if l.startswith(ERROR_PREFIX)]
     if errors: raise UsageError(errors[0])
     raise error(status, tail, log)
+
+# %% ../nbs/05_launch.ipynb #db1b7d3a
+def in_notebook() -> bool:
+    "Whether this Python is a Jupyter kernel, which shows HTML (not a terminal)."
+    ip = sys.modules['IPython'].get_ipython() if 'IPython' in sys.modules else None
+    return ip is not None and type(ip).__name__ != 'TerminalInteractiveShell'
+
+class Progress:
+    "Shows progress lines live: transformers' notebook tracker in Jupyter, a `tqdm` bar in a terminal."
+    columns = ('Epoch', 'Training Loss', 'Validation Loss', 'F1', 'Accuracy')
+    def __init__(self, notebook:bool|None=None # HTML or text; default: `in_notebook()`
+                ):
+        self.notebook = in_notebook() if notebook is None else notebook
+        self.bar, self.loss, self.rows, self.epochs = None, None, [], None
+
+    def __call__(self, line:str # a line of the workers' output
+                ) -> bool:
+        "Show `line` if it is a progress line; return whether it was one."
+        r = read_progress(line)
+        if r is None: return False
+        getattr(self, f"_{r['event']}", lambda r: None)(r)
+        return True
+
+    def _begin(self, r):
+        self.close()
+        self.epochs = r.get('epochs')
+        if self.notebook:
+            from transformers.utils.notebook import NotebookTrainingTracker
+            self.bar = NotebookTrainingTracker(r['max_steps'], list(self.columns))
+            self.bar.update(r['step'])
+        else:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=r['max_steps'], initial=r['step'], unit='step', desc='training', file=sys.stderr,
+                            mininterval=1, dynamic_ncols=True)
+
+    def _epoch(self, epoch) -> str|None:
+        return None if epoch is None else f"Epoch {epoch:.2f}/{self.epochs:g}" if self.epochs else f"Epoch {epoch:.2f}"
+
+    def _step(self, r):
+        if self.bar is None: return
+        if self.notebook: self.bar.update(r['step'], comment=self._epoch(r.get('epoch')))
+        else: self.bar.update(r['step'] - self.bar.n); self.bar.set_postfix_str(self._epoch(r.get('epoch')) or '', refresh=False)
+
+    def _log(self, r): self.loss = r.get('loss')
+
+    def _eval(self, r):
+        f = lambda v: 'No log' if v is None else f'{v:.4f}'
+        row = dict(zip(self.columns, (f"{r['epoch']:g}", f(self.loss), f(r.get('loss')), f(r.get('f1')), f(r.get('accuracy')))))
+        self.rows.append(row)
+        if self.bar is None: print('  '.join(f'{k} {v}' for k, v in row.items()))
+        elif self.notebook: self.bar.write_line(row); self.bar.display()
+        else: self.bar.write('  '.join(f'{k} {v}' for k, v in row.items()))
+
+    def _note(self, r):
+        (self.bar.write if self.bar is not None and not self.notebook else print)(r['text'])
+
+    def _end(self, r):
+        if self.bar is None: return
+        if self.notebook: self.bar.update(r['step'], force_update=True)
+        else: self.bar.update(r['step'] - self.bar.n)
+
+    def close(self):
+        "Stop drawing (the notebook's bar and table stay as they are)."
+        if self.bar is not None and not self.notebook: self.bar.close()
+        self.bar = None
 
 # %% ../nbs/05_launch.ipynb #ce26db87
 @dataclass
@@ -180,11 +247,29 @@ class Results:
                    compiled_graphs={'train': g['train'], 'eval': g['eval']} if g else None,
                    compile_s=round(sum(metrics['compile_s'].values()), 1) if g else None, metrics=metrics)
 
+    def rows(self) -> list[tuple[str, str]]:
+        "What a reader wants to see, rounded for reading."
+        rows = [(f'F1 ({self.split})', f'{self.f1:.3f}'), (f'accuracy ({self.split})', f'{self.accuracy:.3f}'),
+                ('training', f'{self.samples_per_second:.1f} samples/s, {self.train_runtime_s:.1f} s without evaluation'),
+                ('wall time', f'{self.wall_s:.1f} s'), ('workers', f'{self.workers} ({self.backend})')]
+        if self.cost_usd is not None: rows.append(('cost', f'${self.cost_usd:.4f}' if self.cost_usd < 1 else f'${self.cost_usd:.2f}'))
+        if self.compiled_graphs:
+            rows.append(('graphs compiled', f"{self.compiled_graphs['train']} in training, {self.compiled_graphs['eval']} in "
+                                            f"evaluation ({self.compile_s:.1f} s)"))
+        rows.append(('output_dir', self.output_dir))
+        if self.metrics and not self.metrics.get('beats_baseline', True):
+            rows.append(('warning', 'no better than always predicting the majority label: see the summary in train.log'))
+        return rows
+
+    def __repr__(self): return 'Results(' + ', '.join(f'{k}: {v}' for k, v in self.rows()) + ')'
+    def _repr_markdown_(self): return '| Results | |\n|---|---|\n' + '\n'.join(f'| {k} | {v} |' for k, v in self.rows())
+
 # %% ../nbs/05_launch.ipynb #567b01d0
 def launch(args:TrainArguments, # the run's arguments, as the script parses them
            nproc_per_node:int|None=None, # workers; default one per NeuronCore/GPU, 1 on a CPU
            instance_type:str|None=None, # e.g. 'trn1.2xlarge', to price the run
-           echo:bool=True # stream the output into the cell
+           echo:bool=True, # show live progress (a bar, a row per evaluation) in the cell or terminal
+           raw:bool=False # also print every line the workers write (all of them are in `output_dir/train.log`)
           ) -> Results:
     "Train `args` with torchrun on this machine's accelerator; return the results."
     check_args(args)
@@ -199,7 +284,11 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
     (Path(args.output_dir)/'metrics.json').unlink(missing_ok=True)
     log = str(Path(args.output_dir)/'train.log')
     t0 = time.time()
-    status, tail = stream(torchrun_command(args, n), env=launch_env(backend, n), log=log, echo=echo)
+    progress = Progress() if echo else None
+    try: status, tail = stream(torchrun_command(args, n), env={**launch_env(backend, n), PROGRESS_ENV: '1'}, log=log,
+                               echo=raw, on_line=progress)
+    finally:
+        if progress: progress.close()
     wall = time.time() - t0
     if status != 0: _raise_failure(status, tail, log)
     return Results.from_metrics(json.loads((Path(args.output_dir)/'metrics.json').read_text()), wall, instance_type)

@@ -15,10 +15,11 @@ from .core import BACKENDS, UsageError, check_backend, parse_args, set_backend_e
 from .data import load_prepared, row_lengths
 
 # %% auto #0
-__all__ = ['XLA_BACKENDS', 'RUN_ARGS', 'SAME_RUN', 'ERROR_PREFIX', 'TrainArguments', 'check_args', 'classification_metrics',
-           'majority_baseline', 'training_arguments', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows',
-           'trainer_class', 'checkpoint_complete', 'checkpoints', 'planned_steps', 'resume_from', 'check_workers',
-           'train', 'summary', 'main']
+__all__ = ['XLA_BACKENDS', 'RUN_ARGS', 'SAME_RUN', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'ERROR_PREFIX', 'TrainArguments',
+           'check_args', 'classification_metrics', 'majority_baseline', 'training_arguments', 'BucketBatchSampler',
+           'EvalBatchSampler', 'PaddedRows', 'trainer_class', 'checkpoint_complete', 'checkpoints', 'planned_steps',
+           'resume_from', 'progress_line', 'read_progress', 'progress_callback', 'plot_history', 'plot_confusion',
+           'save_plots', 'check_workers', 'train', 'summary', 'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
 @dataclass
@@ -64,14 +65,15 @@ def classification_metrics(labels, # true label ids
                            preds, # predicted label ids
                            label_names:list[str] # name of each label id
                           ) -> dict:
-    "Accuracy, weighted F1 and a per-class report."
-    from sklearn.metrics import accuracy_score, classification_report, f1_score
+    "Accuracy, weighted F1, a per-class report and the confusion matrix (rows: true labels)."
+    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
     labels, preds = np.asarray(labels), np.asarray(preds)
     ids = list(range(len(label_names)))
     report = classification_report(labels, preds, labels=ids, target_names=label_names, output_dict=True, zero_division=0)
     return {'accuracy': float(accuracy_score(labels, preds)),
             'f1': float(f1_score(labels, preds, labels=ids, average='weighted', zero_division=0)),
-            'per_class': {n: {k: round(float(report[n][k]), 4) for k in ('precision', 'recall', 'f1-score', 'support')} for n in label_names}}
+            'per_class': {n: {k: round(float(report[n][k]), 4) for k in ('precision', 'recall', 'f1-score', 'support')} for n in label_names},
+            'confusion': confusion_matrix(labels, preds, labels=ids).tolist()}
 
 # %% ../nbs/04_train.ipynb #c4666d63
 def majority_baseline(train_labels, # label ids of the training split
@@ -103,7 +105,9 @@ def training_arguments(args:TrainArguments, # the run's arguments
         logging_steps=args.logging_steps, seed=args.seed, optim='adamw_torch', eval_strategy='epoch',
         save_strategy='steps' if args.save_steps else 'no', save_steps=args.save_steps or 500, save_total_limit=args.save_total_limit,
         report_to='none', disable_tqdm=True, ddp_find_unused_parameters=False,
-        dataloader_drop_last=xla, eval_do_concat_batches=not xla, use_cpu=backend == 'cpu')
+        dataloader_drop_last=xla, eval_do_concat_batches=not xla, use_cpu=backend == 'cpu',
+        # the classification loss is a mean over the batch: scaled by the worker count it read 2x on 2 workers (transformers 5)
+        average_tokens_across_devices=False)
 
 # %% ../nbs/04_train.ipynb #75f1f464
 class BucketBatchSampler:
@@ -437,6 +441,89 @@ def resume_from(args:TrainArguments, # the run's arguments
                              "batch size, --epochs and --max_steps, or pass another --output_dir")
     return last
 
+# %% ../nbs/04_train.ipynb #c5c52b7c
+PROGRESS_PREFIX = 'trn_tutorials.train: progress: '  # a progress line: this prefix, then one JSON object
+PROGRESS_ENV = 'TRN_TUTORIALS_PROGRESS'  # '1': the first worker prints progress lines (`launch` sets it)
+
+def progress_line(event:str, # 'begin', 'step', 'log', 'eval', 'note' or 'end'
+                  **values # what happened: step, epoch, loss, f1, ...
+                 ) -> str:
+    "A progress line: `PROGRESS_PREFIX`, then the event and its values as one JSON object."
+    return PROGRESS_PREFIX + json.dumps({'event': event, **values})
+
+def read_progress(line:str # a line of a worker's output
+                 ) -> dict|None:
+    "The record in a progress line; `None` for any other line."
+    if not line.startswith(PROGRESS_PREFIX): return None
+    try: return json.loads(line[len(PROGRESS_PREFIX):])
+    except ValueError: return None
+
+# %% ../nbs/04_train.ipynb #01277675
+def progress_callback(every:float=0.5 # seconds between two step lines, at least
+                     ):
+    "A `TrainerCallback` with which the first worker prints progress lines: start, steps, logged losses, evaluations, end."
+    from transformers import TrainerCallback
+
+    class ProgressLines(TrainerCallback):
+        def __init__(self): self.last = 0.0
+        def emit(self, state, event, **values):
+            if state.is_world_process_zero: print(progress_line(event, **values), flush=True)
+        def on_train_begin(self, args, state, control, **kw):
+            self.emit(state, 'begin', step=state.global_step, max_steps=state.max_steps, epochs=args.num_train_epochs)
+        def on_step_end(self, args, state, control, **kw):
+            if time.monotonic() - self.last >= every or state.global_step >= state.max_steps:
+                self.last = time.monotonic()
+                self.emit(state, 'step', step=state.global_step, epoch=round(state.epoch or 0, 3))
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and 'loss' in logs: self.emit(state, 'log', step=state.global_step, loss=logs['loss'])
+        def on_evaluate(self, args, state, control, metrics=None, **kw):
+            m = metrics or {}
+            self.emit(state, 'eval', step=state.global_step, epoch=round(state.epoch or 0, 3),
+                      **{k[5:]: m[k] for k in ('eval_loss', 'eval_f1', 'eval_accuracy') if k in m})
+        def on_train_end(self, args, state, control, **kw): self.emit(state, 'end', step=state.global_step)
+    return ProgressLines()
+
+# %% ../nbs/04_train.ipynb #0d684c7d
+PLOTS = ('curves.png', 'confusion.png')  # what `save_plots` writes into `output_dir`
+
+def plot_history(metrics:dict # what `train` returns: its `history` and `baseline`
+                ):
+    "Training and validation loss, and validation F1, over the optimizer steps (a matplotlib `Figure`)."
+    from matplotlib.figure import Figure
+    h, b = metrics['history'], metrics['baseline']
+    fig = Figure(figsize=(9, 3.4), layout='constrained')
+    loss, f1 = fig.subplots(1, 2)
+    tr, ev = [r for r in h if 'loss' in r], [r for r in h if 'eval_loss' in r]
+    loss.plot([r['step'] for r in tr], [r['loss'] for r in tr], label='training')
+    loss.plot([r['step'] for r in ev], [r['eval_loss'] for r in ev], 'o-', label='validation')
+    loss.set(xlabel='step', ylabel='loss', title='Loss'); loss.legend()
+    f1.plot([r['step'] for r in ev], [r['eval_f1'] for r in ev], 'o-', color='C1', label='validation')
+    f1.axhline(b['f1'], ls='--', color='grey', label=f"always '{b['label']}'")
+    f1.set(xlabel='step', ylabel='weighted F1', title='Validation F1', ylim=(0, 1)); f1.legend()
+    return fig
+
+def plot_confusion(metrics:dict, # what `train` returns
+                   split:str|None=None # a scored split; default: the final one
+                  ):
+    "The confusion matrix on `split`: true labels down, predictions across (a matplotlib `Figure`)."
+    from matplotlib.figure import Figure
+    from sklearn.metrics import ConfusionMatrixDisplay
+    split = split or metrics['final_split']
+    cm = np.array(metrics[split]['confusion'])
+    fig = Figure(figsize=(5.5, 4.8), layout='constrained')
+    ax = fig.subplots()
+    ConfusionMatrixDisplay(cm, display_labels=metrics['label_names']).plot(ax=ax, colorbar=False, xticks_rotation=45)
+    ax.set_title(f"{split}: {cm.sum()} rows, accuracy {metrics[split]['accuracy']:.3f}")
+    return fig
+
+def save_plots(metrics:dict, # what `train` returns
+               output_dir:str|Path # the run's folder
+              ) -> list[Path]:
+    "Write `PLOTS` (the curves and the confusion matrix) into `output_dir`; return their paths."
+    paths = [Path(output_dir)/n for n in PLOTS]
+    for p, fig in zip(paths, (plot_history(metrics), plot_confusion(metrics))): fig.savefig(p, dpi=96)
+    return paths
+
 # %% ../nbs/04_train.ipynb #44c77a5b
 def check_workers(backend:str, # a resolved backend
                   workers:int # torchrun workers
@@ -456,6 +543,12 @@ def _check_runtime(backend:str, world_size:int):
     if is_torch_xla_available() != (backend in XLA_BACKENDS):
         raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
                          "run training in its own process (`python -m trn_tutorials.train`, torchrun, or `launch`)")
+
+_HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy')   # kept from the Trainer's log
+
+def _note(text:str):
+    "A line for the reader: a progress line when a launcher reads them, else plain."
+    print(progress_line('note', text=text) if os.environ.get(PROGRESS_ENV) == '1' else text, flush=True)
 
 def train(args:TrainArguments # the run's arguments
          ) -> dict:
@@ -480,10 +573,13 @@ def train(args:TrainArguments # the run's arguments
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=asdict(args),
                               processing_class=tokenizer,
                               compute_metrics=lambda p: {k: v for k, v in _scores(p, names).items() if k in ('accuracy', 'f1')})
+    if os.environ.get(PROGRESS_ENV) == '1':
+        from transformers import PrinterCallback
+        trainer.remove_callback(PrinterCallback); trainer.add_callback(progress_callback())   # lines for the launcher, not dicts
     if trainer.is_world_process_zero():
         for p, ok in checkpoints(args.output_dir):
-            if not ok: print(f"skipping {p.name}: incomplete (the run was stopped while writing it)")
-        if start: print(f"resuming from {start.name}")
+            if not ok: _note(f"skipping {p.name}: incomplete (the run was stopped while writing it)")
+        if start: _note(f"resuming from {start.name}")
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(start) if start else None)
     train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
@@ -510,8 +606,10 @@ def train(args:TrainArguments # the run's arguments
         'compiled_graphs': trainer.graphs, 'compile_s': trainer.compile_s,
         **scores, 'final_split': final, 'baseline': baseline,
         'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'],
-        'wall_s': time.time() - t0, 'versions': _versions(), 'args': asdict(args)}
+        'wall_s': time.time() - t0, 'versions': _versions(), 'args': asdict(args),
+        'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
     Path(args.output_dir, 'metrics.json').write_text(json.dumps(metrics, indent=2))
+    save_plots(metrics, args.output_dir)
     print(summary(metrics))
     return metrics
 
@@ -570,6 +668,7 @@ def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     if backend: args.backend = backend   # resolved once: `auto` does not detect again
     import datasets, transformers   # progress bars redraw lines: noise in a log or a notebook cell
     datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
+    if int(os.environ.get('RANK', 0)) > 0: transformers.utils.logging.set_verbosity_error()   # the first worker speaks for all
     try: return train(args)
     except UsageError as e:
         print(f"{ERROR_PREFIX}{e}", file=sys.stderr)

@@ -1,0 +1,72 @@
+"""The checks that used to sit in the cleanup chapter (nbs/06_cleanup.ipynb), against a real moto_server and sshd.
+
+The chapter removes one run, shows that a second run survives, removes it with `all_project=True` and ends on
+`leftovers()`; the exact values it used to assert, the resources made by hand that must survive, and a Jupyter
+session handed to `cleanup` (the chapter's reader has none open in that kernel) are checked here.
+"""
+import inspect
+from dataclasses import fields
+from pathlib import Path
+
+import boto3, pytest
+
+from trn_tutorials.core import UsageError
+from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
+from trn_tutorials.instance import find_instances, launch_instance
+from trn_tutorials.ssh import open_jupyter
+from local_services import MY_IP, free_port, jupyter_command
+
+NOTHING = {'instances': [], 'volumes': [], 'security_groups': [], 'key_pairs': []}
+
+
+def test_the_chapters_cleanup(moto_server, sshd, tmp_path, monkeypatch):
+    monkeypatch.setenv('HOME', str(tmp_path))        # as in the rehearsal: ~/.ssh in a temporary folder
+    a = launch_instance(my_ip=MY_IP, wait_ssh=False)
+    b = launch_instance(my_ip=MY_IP, wait_ssh=False)
+    ec2 = boto3.client('ec2')
+    # made by hand, without tags: not ours to delete
+    vpc = ec2.describe_vpcs(Filters=[{'Name': 'is-default', 'Values': ['true']}])['Vpcs'][0]['VpcId']
+    mine_sg = ec2.create_security_group(GroupName='my-own-group', Description='not made by trn-tutorials', VpcId=vpc)['GroupId']
+    ec2.create_key_pair(KeyName='my-own-key')
+
+    assert [i.run_id for i in find_instances()] == [a.run_id, b.run_id]            # oldest first
+    assert {k: len(v) for k, v in leftovers(a.run_id).items()} == {'instances': 1, 'volumes': 1, 'security_groups': 1, 'key_pairs': 1}
+    assert len(leftovers()['instances']) == 2
+
+    # a Jupyter session to another host (the test sshd) is handed over and stopped first
+    work = tmp_path/'work'; work.mkdir()
+    s = open_jupyter('127.0.0.1', sshd.key, free_port(), free_port(), sshd.user, sshd.port, str(tmp_path/'known_hosts'),
+                     jupyter=jupyter_command(), venv=None, workdir=str(work))
+    assert s.tunnel.alive
+    rep = cleanup(a.run_id, sessions=[s])
+    assert rep.terminated == [a.instance_id]
+    assert rep.key_pairs == [f'trn-tutorials-{a.run_id}']
+    assert rep.key_files == [a.key_path] == [f'~/.ssh/trn-tutorials-{a.run_id}.pem']    # as the user names the folder
+    assert not Path(a.key_path).expanduser().exists()
+    assert rep.clean and not s.tunnel.alive and len(rep.stopped) == 1
+    assert round(rep.cost_usd, 4) == round(1.34 / 60, 4)
+    assert 'key files:        ~/.ssh/trn-tutorials-' in str(rep)
+
+    # the other run and the resources made by hand are untouched
+    assert [i.instance_id for i in find_instances(b.run_id)] == [b.instance_id]
+    assert Path(b.key_path).expanduser().exists()
+    assert [g['GroupId'] for g in ec2.describe_security_groups(GroupIds=[mine_sg])['SecurityGroups']] == [mine_sg]
+    assert [k['KeyName'] for k in ec2.describe_key_pairs(KeyNames=['my-own-key'])['KeyPairs']] == ['my-own-key']
+
+    again = cleanup(a.run_id)
+    assert (again.terminated, again.security_groups, again.key_pairs, again.key_files, again.clean, again.cost_usd) == \
+           ([], [], [], [], True, 0.0)
+
+    rep_all = cleanup(all_project=True)
+    assert (rep_all.terminated, rep_all.clean) == ([b.instance_id], True)
+    assert leftovers() == NOTHING
+    assert ec2.describe_security_groups(GroupIds=[mine_sg])['SecurityGroups']
+    assert ec2.describe_key_pairs(KeyNames=['my-own-key'])['KeyPairs']
+    with pytest.raises(UsageError, match="pass --run_id RUN"): cleanup()
+    with pytest.raises(UsageError, match="is not valid"): cleanup('a b')
+
+
+def test_cleanup_arguments_match_cleanup():
+    params = list(inspect.signature(cleanup).parameters.items())[:-1]     # all but `sessions`
+    assert [f.name for f in fields(CleanupArguments)] == [k for k, _ in params]
+    assert {f.name: f.default for f in fields(CleanupArguments)} == {k: p.default for k, p in params}

@@ -1,0 +1,205 @@
+"Checks of the launch chapter's pieces, moved out of the lesson: workers, environment, command, stream, progress, precompile."
+import io, json, os, signal, subprocess, sys, time
+from contextlib import redirect_stdout
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fastcore.test import test_eq as eq, test_fail as fails, test_stdout as stdout_is
+
+from trn_tutorials.core import Accelerator, UsageError, parse_args, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, row_lengths, sample_data
+from trn_tutorials.launch import (LaunchError, PrecompileError, Progress, Results, cache_status, compile_cache, free_port, launch,
+                                  launch_env, precompile, precompile_args, precompile_command, precompile_steps, process_tree,
+                                  stream, torchrun_command, train_argv, workers)
+from trn_tutorials.train import BucketBatchSampler, TrainArguments, progress_line
+
+CPU = Accelerator('cpu', 1, 'cpu')
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+    "The bundled sample, prepared for a tiny BERT (one bucket, and four)."
+    tmp = tmp_path_factory.mktemp('launch')
+    raw = load_raw(sample_data())
+    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-4'), buckets=4))
+    return tmp
+
+
+def test_workers():
+    trn1_2xl = Accelerator('neuron', 2, '2 NeuronCore(s)')
+    eq(workers(acc=trn1_2xl), 2)
+    fails(lambda: workers(32, trn1_2xl), contains="use --nproc_per_node 2 or fewer")
+    fails(lambda: workers(0, trn1_2xl), contains="--nproc_per_node 0")
+    eq(workers(acc=CPU), 1)
+    fails(lambda: workers(4, Accelerator('neuron', 32, '32 NeuronCore(s)')), contains="1, 2, 8, 32")
+    fails(lambda: workers(2, CPU, 'xla'), contains="--nproc_per_node 1")
+    eq(1024 < free_port() < 65536, True)
+
+
+def test_launch_env():
+    eq(launch_env('neuron', 2, base={'MALLOC_ARENA_MAX': '8'})['MALLOC_ARENA_MAX'], '8')
+    eq('NEURON_CC_FLAGS' in launch_env('cpu', 1, base={}), False)
+    eq(launch_env('cpu', 1, base={})['OMP_NUM_THREADS'], str(os.cpu_count()))
+    eq(launch_env('neuron', 2, base={'NEURON_CC_FLAGS': '--cache_dir=/data/ncc'})['NEURON_CC_FLAGS'], '--cache_dir=/data/ncc --model-type transformer')
+    eq(launch_env('cpu', 1, base={'PATH': '/usr/bin'}, python='/opt/venv/bin/python')['PATH'], '/opt/venv/bin:/usr/bin')
+
+
+def test_command():
+    a = TrainArguments(dataset_path='d', output_dir='o', learning_rate=3e-5, bf16=True, epochs=2.0, model_id='m')
+    eq(parse_args([TrainArguments], train_argv(a))[0], a)
+    eq(train_argv(TrainArguments(dataset_path='d', output_dir='o')), ['--dataset_path', 'd', '--output_dir', 'o'])
+    cmd = torchrun_command(TrainArguments(), 2, port=29500, python='python')
+    eq(cmd[:5], ['python', '-m', 'torch.distributed.run', '--nproc_per_node', '2'])
+    eq(cmd[cmd.index('-m', 3):][:2], ['-m', 'trn_tutorials.train'])
+
+
+def test_process_tree_and_stream():
+    sleeper = subprocess.Popen([sys.executable, '-c', 'import subprocess, sys; subprocess.run([sys.executable, "-c", "import time; time.sleep(60)"])'])
+    time.sleep(1)
+    tree = process_tree(sleeper.pid)
+    eq((len(tree), tree[0]), (2, sleeper.pid))
+    for p in reversed(tree): os.kill(p, signal.SIGKILL)
+    sleeper.wait()
+    eq(stream([sys.executable, '-c', 'import sys; print("x"); sys.exit(3)'], echo=False), (3, ['x']))
+    seen = []
+    eq(stream([sys.executable, '-c', 'print("a"); print("b")'], echo=False, on_line=seen.append), (0, ['a', 'b']))
+    eq(seen, ['a', 'b'])
+
+
+def run_lines(p: Progress):
+    for line in [progress_line('begin', step=0, max_steps=4, epochs=2), 'some worker log line',
+                 progress_line('step', step=2, epoch=1.0), progress_line('log', step=2, loss=1.7),
+                 progress_line('eval', step=2, epoch=1.0, loss=1.6, f1=0.25, accuracy=0.5),
+                 progress_line('note', text='resuming from checkpoint-2'),
+                 progress_line('step', step=4, epoch=2.0), progress_line('eval', step=4, epoch=2.0, loss=1.4, f1=0.5, accuracy=0.75),
+                 progress_line('end', step=4)]:
+        yield line, p(line)
+
+
+def test_progress_in_a_terminal(capsys):
+    p = Progress(notebook=False)
+    taken = [t for _, t in run_lines(p)]
+    p.close()
+    eq(taken, [True, False, True, True, True, True, True, True, True])   # the worker's own line is left to `stream`
+    out, err = capsys.readouterr()
+    assert 'Epoch 1  Training Loss 1.7000  Validation Loss 1.6000  F1 0.2500  Accuracy 0.5000' in out + err
+    assert 'resuming from checkpoint-2' in out + err and '4/4' in err
+
+
+def test_progress_in_a_notebook(monkeypatch):
+    shown = []
+    import IPython.display as disp
+    class Handle:
+        def update(self, obj): shown.append(obj.data)
+    monkeypatch.setattr(disp, 'display', lambda obj, display_id=None: (shown.append(obj.data), Handle())[1])
+    p = Progress(notebook=True)
+    for _ in run_lines(p): pass
+    html = shown[-1]
+    assert '<progress' in html and '4/4' in html
+    for cell in ('Training Loss', 'Validation Loss', '0.2500', '0.7500', '1.4000'): assert cell in html
+
+
+def test_results_display():
+    m = {'final_split': 'test', 'test': {'f1': 0.83712, 'accuracy': 0.8412}, 'train': {'samples_per_second': 123.456, 'runtime_s': 12.345},
+         'world_size': 2, 'backend': 'cpu', 'args': {'output_dir': 'model'}, 'beats_baseline': True}
+    r = Results.from_metrics(m, 61.234, 'trn1.2xlarge')
+    md = r._repr_markdown_()
+    for s in ('| F1 (test) | 0.837 |', '| wall time | 61.2 s |', '| workers | 2 (cpu) |', '| cost | $0.02'): assert s in md, md
+    assert '0.83712' not in repr(r) and 'output_dir: model' in repr(r)
+    assert 'warning' in Results.from_metrics({**m, 'beats_baseline': False}, 1.0)._repr_markdown_()
+
+
+def test_launch_refuses_bad_input(prepared):
+    tmp = prepared
+    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'))
+    fails(lambda: launch(TrainArguments(dataset_path=str(tmp/'missing'))), contains="prep")
+    fails(lambda: launch(args, nproc_per_node=64), contains="--nproc_per_node")
+    fails(lambda: launch(TrainArguments(dataset_path=str(tmp/'data'), learning_rate=-1)), contains="--learning_rate")
+    fails(lambda: launch(args, instance_type='p5.48xlarge'), contains="unknown instance type")
+    bad = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'bad'), model_id=str(tmp/'deleted-model'), max_steps=1)
+    fails(lambda: launch(bad, nproc_per_node=1, echo=False), exc=(LaunchError, UsageError))
+
+
+def test_compile_cache_and_status(tmp_path):
+    eq(compile_cache({}), Path('/var/tmp/neuron-compile-cache'))
+    eq(compile_cache({'NEURON_COMPILE_CACHE_URL': '/data/ncc'}), Path('/data/ncc'))
+    eq(compile_cache({'NEURON_COMPILE_CACHE_URL': '/data/ncc', 'NEURON_CC_FLAGS': '--model-type transformer --cache_dir=/mnt/ncc'}), Path('/mnt/ncc'))
+    eq(compile_cache({'NEURON_CC_FLAGS': '--cache_dir /mnt/ncc --model-type=transformer'}), Path('/mnt/ncc'))
+    eq(compile_cache({'NEURON_COMPILE_CACHE_URL': 's3://b/p'}), 's3://b/p')
+    ncc = fake_cache(tmp_path/'neuron-compile-cache')
+    st = cache_status(ncc)
+    eq([st[k] for k in ('compiled', 'failed', 'in_progress', 'pending')], [2, 1, 1, 1])
+    eq(st['compilers'], ['2.14.213.0+013d129b', '2.15.128.0+56dc5a86'])
+    eq(st['size_mb'], 2.0)
+    eq(cache_status(tmp_path/'no-cache-yet'), {'path': str(tmp_path/'no-cache-yet'), 'compiled': 0, 'failed': 0, 'in_progress': 0,
+                                               'pending': 0, 'size_mb': 0.0, 'compilers': []})
+    eq(cache_status('s3://b/p')['compiled'], None)
+
+
+def fake_cache(root: Path) -> Path:
+    "A compile cache with 2 compiled graphs under 2 compiler versions, 1 failed, 1 compiling, 1 pending."
+    graphs = {'neuronxcc-2.15.128.0+56dc5a86/MODULE_98ba4c9111d5882d2331+39f12043': ['model.hlo_module.pb', 'compile_flags.json', 'model.neff', 'model.done'],
+              'neuronxcc-2.15.128.0+56dc5a86/MODULE_a7b0021f88c35fba5c31+39f12043': ['model.hlo_module.pb', 'compile_flags.json', 'model.log'],
+              'neuronxcc-2.15.128.0+56dc5a86/MODULE_cafd6eb1a22bbd8d668b+39f12043': ['model.hlo_module.pb', 'compile_flags.json', 'model.hlo_module.pb.lock'],
+              'neuronxcc-2.15.128.0+56dc5a86/MODULE_dbd562f4987f424d68b7+39f12043': ['model.hlo_module.pb'],
+              'neuronxcc-2.14.213.0+013d129b/MODULE_50a122f44c378e1567a4+ede6753c': ['model.hlo_module.pb', 'compile_flags.json', 'model.neff', 'model.done']}
+    for g, files in graphs.items():
+        (root/g).mkdir(parents=True)
+        for f in files: (root/g/f).write_bytes(b'\0' * (2**20 if f == 'model.neff' else 100 if f.endswith('.pb') else 0))
+    return root
+
+
+def test_precompile_command():
+    a = TrainArguments(dataset_path='d', output_dir='runs/m/', bf16=True, logging_steps=50)
+    cmd = precompile_command(a, 2, steps=10, port=29500, python='python')
+    eq(cmd[0], 'neuron_parallel_compile')
+    eq(cmd[1:], torchrun_command(replace(a, max_steps=10, output_dir='runs/m-precompile', logging_steps=5, save_steps=0, resume=False), 2, 29500, 'python'))
+    eq(cmd[cmd.index('--output_dir'):], ['--output_dir', 'runs/m-precompile', '--bf16', 'true', '--max_steps', '10',
+                                        '--logging_steps', '5', '--save_steps', '0', '--resume', 'false'])
+    eq(precompile_args(TrainArguments(logging_steps=2), 10).logging_steps, 2)
+    eq(precompile_args(TrainArguments(), 1).logging_steps, 1)
+    eq(a.output_dir, 'runs/m/')  # the real run's arguments are untouched
+    fails(lambda: precompile_command(a, 2, steps=0), contains="steps must be positive")
+
+
+def test_precompile_steps_reach_every_shape(prepared):
+    tmp = prepared
+    eq(precompile_steps(TrainArguments(dataset_path=str(tmp/'data')), 2), 2)
+    n4 = precompile_steps(TrainArguments(dataset_path=str(tmp/'data-4')), 2)
+    rows4 = row_lengths(load_prepared(str(tmp/'data-4'))[0]['train'])
+    for rank in range(2):
+        s = BucketBatchSampler(rows4, 16, 2, rank, fill_last=True, pad_to_batch=True)
+        eq({(len(b), b[0][1]) for b in list(s)[:n4]}, s.shapes())
+
+
+def test_precompile_on_cpu_and_bad_input():
+    stdout_is(lambda: eq(precompile(TrainArguments(), acc=CPU), None),
+              'precompile: not needed on cpu (only the Neuron compiler compiles graphs ahead of a run)')
+    fails(lambda: precompile(TrainArguments(), steps=0, acc=Accelerator('neuron', 2, '2 NeuronCore(s)')), contains="steps")
+    fails(lambda: precompile(TrainArguments(), 4, acc=Accelerator('neuron', 2, '2 NeuronCore(s)')), contains="--nproc_per_node")
+
+
+def test_precompile_neuron_path_with_a_stand_in_compiler(prepared, tmp_path, monkeypatch):
+    "Everything but the compiler: a stand-in `neuron_parallel_compile` runs the trial as it is, on the CPU."
+    tmp = prepared
+    ncc = fake_cache(tmp_path/'neuron-compile-cache')
+    stub = tmp_path/'bin'; stub.mkdir()
+    (stub/'neuron_parallel_compile').write_text('#!/bin/sh\nfor a; do shift; [ "$a" = neuron ] && a=cpu; set -- "$@" "$a"; done\nexec "$@"\n')
+    (stub/'neuron_parallel_compile').chmod(0o755)
+    monkeypatch.setenv('PATH', f"{stub}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv('NEURON_COMPILE_CACHE_URL', str(ncc))
+    trn = Accelerator('neuron', 1, 'stand-in')
+    trial = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp_path/'pc-model'), logging_steps=100)
+    with redirect_stdout(out := io.StringIO()): after = precompile(trial, steps=2, echo=False, acc=trn)
+    eq(after, cache_status(ncc))
+    eq(out.getvalue().splitlines()[0].startswith(f"Neuron compile cache {ncc}: 2 compiled graph(s), 1 failed"), True)
+    eq('2 compiled graph(s) (0 new)' in out.getvalue().splitlines()[-1], True)
+    eq(os.listdir(tmp_path/'pc-model-precompile'), ['precompile.log'])
+    eq((tmp_path/'pc-model').exists(), False)
+    bad = replace(trial, model_id=str(tmp/'deleted-model'))
+    with redirect_stdout(io.StringIO()):
+        fails(lambda: precompile(bad, steps=2, echo=False, acc=trn), exc=PrecompileError, contains="neuron_parallel_compile exited with status 1")
