@@ -11,7 +11,7 @@ from trn_tutorials.core import Accelerator, UsageError, parse_args, tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, row_lengths, sample_data
 from trn_tutorials.launch import (LaunchError, PrecompileError, Progress, Results, cache_status, compile_cache, free_port, launch,
                                   launch_env, precompile, precompile_args, precompile_command, precompile_steps, process_tree,
-                                  stream, torchrun_command, train_argv, workers)
+                                  stream, worker_error, torchrun_command, train_argv, workers)
 from trn_tutorials.train import BucketBatchSampler, TrainArguments, progress_line
 
 CPU = Accelerator('cpu', 1, 'cpu')
@@ -121,7 +121,17 @@ def test_launch_refuses_bad_input(prepared):
     fails(lambda: launch(TrainArguments(dataset_path=str(tmp/'data'), learning_rate=-1)), contains="--learning_rate")
     fails(lambda: launch(args, instance_type='p5.48xlarge'), contains="unknown instance type")
     bad = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'bad'), model_id=str(tmp/'deleted-model'), max_steps=1)
-    fails(lambda: launch(bad, nproc_per_node=1, echo=False), exc=(LaunchError, UsageError))
+    with pytest.raises(LaunchError) as e: launch(bad, nproc_per_node=1, echo=False)
+    assert 'a worker failed with OSError' in str(e.value) and e.value.log.endswith('train.log'), e.value
+
+
+def test_worker_error():
+    eq(worker_error(['Traceback (most recent call last):', '  File "x.py", line 1', "OSError: no such model 'm'",
+                     'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ', 'trn_tutorials.train FAILED']),
+       "OSError: no such model 'm'")
+    eq(worker_error(['KeyboardInterrupt']), 'KeyboardInterrupt')
+    eq(worker_error(['all fine', 'Error rate: 3%']), None)
+    eq(str(LaunchError(1, ['a', 'b'])), 'torchrun exited with status 1: last lines:\na\nb')
 
 
 def test_compile_cache_and_status(tmp_path):

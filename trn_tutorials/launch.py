@@ -16,9 +16,9 @@ from .train import (ERROR_PREFIX, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler
 
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env', 'train_argv',
-           'torchrun_command', 'process_tree', 'stream', 'LaunchError', 'in_notebook', 'Progress', 'Results', 'launch',
-           'compile_cache', 'cache_status', 'precompile_args', 'precompile_command', 'precompile_steps',
-           'precompile_shapes', 'PrecompileError', 'precompile', 'compile_report']
+           'torchrun_command', 'process_tree', 'stream', 'worker_error', 'LaunchError', 'in_notebook', 'Progress',
+           'Results', 'launch', 'compile_cache', 'cache_status', 'precompile_args', 'precompile_command',
+           'precompile_steps', 'precompile_shapes', 'PrecompileError', 'precompile', 'compile_report']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -140,15 +140,26 @@ def stream(cmd:list[str], # the command
         if logf: logf.close()
 
 # %% ../nbs/05_launch.ipynb #946e1368
+_EXC = re.compile(r'^(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception|Interrupt))(?::\s*(.*))?$')
+
+def worker_error(lines:list[str] # a run's output, e.g. its `train.log`
+                ) -> str|None:
+    "The exception a worker died of (`OSError: ...`): the last one in `lines` that is not torchrun's own report."
+    found = [m for l in lines if (m := _EXC.match(l.strip())) and m.group(1) != 'ChildFailedError']
+    return None if not found else f"{found[-1].group(1)}: {found[-1].group(2) or ''}".rstrip(': ')
+
 class LaunchError(RuntimeError):
-    "torchrun exited with an error; the message ends with the last lines of its output."
+    "torchrun exited with an error; the message names the worker's exception, else ends with the last lines of output."
     def __init__(self, status:int, tail:list[str], log:str|None=None):
         self.status, self.tail, self.log = status, tail, log
+        lines = Path(log).read_text(errors='replace').splitlines() if log and Path(log).is_file() else tail
+        self.cause = worker_error(lines)
         where = f" (full log: {log})" if log else ''
-        super().__init__(f"torchrun exited with status {status}{where}; last lines:\n" + '\n'.join(tail[-20:]))
+        super().__init__(f"torchrun exited with status {status}{where}: " + (
+            f"a worker failed with {self.cause}" if self.cause else "last lines:\n" + '\n'.join(tail[-20:])))
 
 def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchError):
-    "Raise a worker's one-line error as a `UsageError`, any other failure as `error` carrying the end of the log."
+    "Raise a worker's one-line error as a `UsageError`, any other failure as `error` naming what went wrong."
     errors = [l[len(ERROR_PREFIX):] for l in tail if l.startswith(ERROR_PREFIX)]
     if errors: raise UsageError(errors[0])
     raise error(status, tail, log)
@@ -380,7 +391,7 @@ def precompile_shapes(args:TrainArguments, # the real run's arguments
     rows = row_lengths(ds['train'])
     train = set().union(*(BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, r, args.seed, fill_last=True).shapes()
                           for r in range(nproc)))
-    evals = {(args.per_device_eval_batch_size, L) for split in ('validation', 'test') if split in ds for L in row_lengths(ds[split])}
+    evals = {(args.per_device_eval_batch_size, int(L)) for split in ('validation', 'test') if split in ds for L in row_lengths(ds[split])}
     return {'train': sorted(train), 'eval': sorted(evals)}
 
 # %% ../nbs/05_launch.ipynb #f1bfc530

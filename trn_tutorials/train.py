@@ -70,8 +70,8 @@ def classification_metrics(labels, # true label ids
     labels, preds = np.asarray(labels), np.asarray(preds)
     ids = list(range(len(label_names)))
     report = classification_report(labels, preds, labels=ids, target_names=label_names, output_dict=True, zero_division=0)
-    return {'accuracy': float(accuracy_score(labels, preds)),
-            'f1': float(f1_score(labels, preds, labels=ids, average='weighted', zero_division=0)),
+    return {'accuracy': round(float(accuracy_score(labels, preds)), 4),
+            'f1': round(float(f1_score(labels, preds, labels=ids, average='weighted', zero_division=0)), 4),
             'per_class': {n: {k: round(float(report[n][k]), 4) for k in ('precision', 'recall', 'f1-score', 'support')} for n in label_names},
             'confusion': confusion_matrix(labels, preds, labels=ids).tolist()}
 
