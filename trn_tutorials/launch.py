@@ -204,7 +204,7 @@ class Progress:
     def _step(self, r):
         if self.bar is None: return
         if self.notebook: self.bar.update(r['step'], comment=self._epoch(r.get('epoch')))
-        else: self.bar.update(r['step'] - self.bar.n); self.bar.set_postfix_str(self._epoch(r.get('epoch')) or '', refresh=False)
+        else: self.bar.set_postfix_str(self._epoch(r.get('epoch')) or '', refresh=False); self.bar.update(r['step'] - self.bar.n)
 
     def _log(self, r): self.loss = r.get('loss')
 
