@@ -4,6 +4,8 @@ flagged with `tst_flags` (`#| aws`, `#| neuron`, `#| xla`, `#| slow`) and `#| ev
 outputs are left as they are (empty, or from a real run). Then `nbdev_clean` the notebook.
 
 Usage: .venv/bin/python tools/run_nb.py nbs/04_train.ipynb [more notebooks]
+       .venv-xla/bin/python tools/run_nb.py nbs/05_launch.ipynb --flags xla --keep CELL_ID
+         (run the `#| xla` cells too, in the XLA environment, and store only the outputs of cell CELL_ID)
 """
 import os, re, sys
 from pathlib import Path
@@ -36,9 +38,10 @@ def _directives(src: str) -> dict:
         d[m.group(1)] = m.group(2).split()
     return d
 
-def run(fn: Path):
-    flags = set(get_config().tst_flags.split())
+def run(fn: Path, force=(), keep=()):
+    flags = set(get_config().tst_flags.split()) - set(force)
     nb = read_nb(fn)
+    before = {c.id: c.get('outputs') for c in nb.cells}
     def skip(cell):
         if cell.cell_type != 'code': return True
         if 'nbdev_export' + '(' in cell.source: return True
@@ -48,8 +51,17 @@ def run(fn: Path):
     os.environ['IN_TEST'] = '1'
     k = CaptureShell(fn)
     with working_directory(fn.parent): k.run_all(nb, exc_stop=True, preproc=skip)
+    if keep:
+        for c in nb.cells:
+            if c.cell_type == "code" and c.id not in keep: c["outputs"] = before[c.id]
     write_nb(nb, fn)
 
 if __name__ == '__main__':
-    for f in sys.argv[1:]:
-        run(Path(f).resolve()); print('stored outputs:', f)
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('notebooks', nargs='+')
+    p.add_argument('--flags', nargs='*', default=[], help='flagged cells to run too, e.g. xla')
+    p.add_argument('--keep', nargs='*', default=[], help='store the outputs of these cell ids only')
+    a = p.parse_args()
+    for f in a.notebooks:
+        run(Path(f).resolve(), a.flags, set(a.keep)); print('stored outputs:', f)
