@@ -4,11 +4,7 @@ A missing program fails the test with the command that installs it (`.ci/service
 """
 import time
 import pytest
-from local_services import MissingService, MotoServer, Sshd, alive, procs_mentioning
-
-_AWS_VARS_TO_DROP = ('AWS_PROFILE', 'AWS_DEFAULT_PROFILE', 'AWS_REGION', 'AWS_SESSION_TOKEN', 'AWS_SECURITY_TOKEN',
-                     'AWS_ROLE_ARN', 'AWS_WEB_IDENTITY_TOKEN_FILE', 'AWS_CONTAINER_CREDENTIALS_FULL_URI',
-                     'AWS_CONTAINER_CREDENTIALS_RELATIVE_URI')
+from local_services import AWS_VARS_TO_DROP, MissingService, MotoServer, Sshd, alive, procs_mentioning
 
 
 @pytest.fixture(scope='session')
@@ -24,7 +20,7 @@ def _moto(tmp_path_factory):
 def moto_server(_moto, monkeypatch):
     "A real moto_server on 127.0.0.1, emptied, with boto3 pointed at it (AWS_ENDPOINT_URL, fake credentials, us-east-1)."
     _moto.reset()
-    for k in _AWS_VARS_TO_DROP: monkeypatch.delenv(k, raising=False)
+    for k in AWS_VARS_TO_DROP: monkeypatch.delenv(k, raising=False)
     for k, v in _moto.env.items(): monkeypatch.setenv(k, v)
     return _moto
 

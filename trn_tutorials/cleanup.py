@@ -113,7 +113,7 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
         files = []
         for k in pairs:
             ec2.delete_key_pair(KeyName=k)
-            if (p := key_file(k, key_dir)).exists(): p.unlink(); files.append(str(Path(key_dir)/p.name))
+            if (p := key_file(k, key_dir)).exists(): p.unlink(); files.append(str(key_file(k, key_dir, expand=False)))
     for i in insts:
         if i.host: forget_host(i.host, 22, known_hosts)
     return CleanupReport(region, run_id, stopped, [i.instance_id for i in insts], groups, pairs, files, vols,

@@ -219,10 +219,12 @@ def ssh_cidr(ip:str # one IPv4 address, optionally written with /32
 
 # %% ../nbs/01_setup.ipynb #653185ad
 def key_file(key_name:str, # name of the EC2 key pair
-             key_dir:str='~/.ssh' # folder holding private keys
+             key_dir:str='~/.ssh', # folder holding private keys
+             expand:bool=True # `False`: the path as named (`~/.ssh/...`), for messages
             ) -> Path:
     "Where the private key of `key_name` lives."
-    return Path(key_dir).expanduser()/f'{key_name}.pem'
+    d = Path(key_dir)
+    return (d.expanduser() if expand else d)/f'{key_name}.pem'
 
 def ensure_key_pair(key_name:str, # name of the EC2 key pair to reuse or create
                     region:str|None=None, # AWS region; default: your AWS configuration
@@ -331,7 +333,7 @@ LIVE_STATES = ('pending', 'running', 'stopping', 'stopped', 'shutting-down')
 def _instance(d:dict, region:str, key_dir:str='~/.ssh') -> Instance:
     tags = {t['Key']: t['Value'] for t in d.get('Tags', [])}
     return Instance(d['InstanceId'], d['InstanceType'], d['State']['Name'], d.get('PublicIpAddress'), USER,
-                    str(Path(key_dir)/f"{d['KeyName']}.pem") if d.get('KeyName') else '', region, tags.get('run-id', ''),
+                    str(key_file(d['KeyName'], key_dir, expand=False)) if d.get('KeyName') else '', region, tags.get('run-id', ''),
                     d['LaunchTime'], d.get('ImageId', ''))
 
 def find_instances(run_id:str|None=None, # one run's id; `None` = every instance of this project
