@@ -14,7 +14,7 @@ $(BIN)/trn-tutorials: settings.ini setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,sagemaker]"
 	touch $@
 
 setup: $(BIN)/trn-tutorials

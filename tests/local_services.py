@@ -327,3 +327,104 @@ class Rehearsal:
 def rehearse(instances: int = 0, ssh: bool = False) -> Rehearsal:
     "Start a `Rehearsal`: moto and a temporary `~`, `instances` launched instances, and with `ssh` an sshd standing in for the instance."
     return Rehearsal(instances, ssh).start()
+
+
+class SageMakerStandIn:
+    """What SageMaker would do with a training job, done here: moto accepts `CreateTrainingJob` and marks the job
+    Completed at once without running anything. `run(name)` runs the job's container side on this machine:
+
+    - the job's channels (the prepared data, the model, the code and SageMaker's drivers that `ModelTrainer`
+      uploaded) are downloaded from moto's S3 into `<root>/opt/ml/input/data/<channel>`, as SageMaker would;
+    - SageMaker's own torchrun driver (`sm_drivers/distributed_drivers/torchrun_driver.py`) runs with the variables
+      the container gets (`SM_HPS`, `SM_DISTRIBUTED_CONFIG`, `SM_ENTRY_SCRIPT`, `SM_MODEL_DIR`, ...), so torchrun
+      starts the entry script with the job's hyperparameters on this CPU (backend auto: cpu). Stood in for:
+      the `/opt/ml` paths in the hyperparameters point into `<root>` (no writing to this machine's /opt);
+      `requirements.txt` is not installed (this venv has what it lists); the job's environment variables, which
+      moto does not return, are set as `training_job.model_trainer` gives them;
+    - the checkpoints in the job's checkpoint S3 URI are copied into its local path first and back afterwards (SageMaker
+      syncs them while the job runs), so a job started again for the same run resumes from them;
+    - its output goes to moto's CloudWatch Logs stream `<job>/algo-1-...` and `<root>/opt/ml/model` to the job's
+      `model.tar.gz` in S3, where `wait_job` and `job_results` read them.
+
+    Bypassed boundaries of moto: IAM `SimulatePrincipalPolicy` (SAGEMAKER_VALIDATE_ROLE=false) and the SDK's
+    default-bucket STS call (the bucket is passed)."""
+    bucket_name = 'trn-tutorials-rehearsal'
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix='sm-stand-in-'))
+        self._old = os.environ.get('SAGEMAKER_VALIDATE_ROLE')
+        os.environ['SAGEMAKER_VALIDATE_ROLE'] = 'false'
+        atexit.register(self.stop)
+
+    def role(self, name: str = 'SageMakerExecution', service: str = 'sagemaker.amazonaws.com') -> str:
+        import boto3
+        trust = {'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Principal': {'Service': service},
+                                                         'Action': 'sts:AssumeRole'}]}
+        iam = boto3.client('iam')
+        try: return iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))['Role']['Arn']
+        except iam.exceptions.EntityAlreadyExistsException: return iam.get_role(RoleName=name)['Role']['Arn']
+
+    def bucket(self) -> str:
+        import boto3
+        boto3.client('s3').create_bucket(Bucket=self.bucket_name)
+        return self.bucket_name
+
+    def _download(self, s3, uri: str, dest: Path):
+        bucket, prefix = uri[len('s3://'):].split('/', 1)
+        for page in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=prefix.rstrip('/') + '/'):
+            for o in page.get('Contents', []):
+                p = dest/o['Key'][len(prefix.rstrip('/')) + 1:]
+                p.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(bucket, o['Key'], str(p))
+
+    def run(self, name: str, timeout: float = 600) -> int:
+        "Run training job `name`'s container side here; put its log and model where SageMaker would. Returns torchrun's exit status."
+        import boto3, tarfile
+        from trn_tutorials.launch import NEURON_ENV
+        from trn_tutorials.train import PROGRESS_ENV
+        sm, s3, logs = boto3.client('sagemaker'), boto3.client('s3'), boto3.client('logs')
+        d = sm.describe_training_job(TrainingJobName=name)
+        root = self.dir/name
+        data = root/'opt/ml/input/data'
+        for ch in d['InputDataConfig']: self._download(s3, ch['DataSource']['S3DataSource']['S3Uri'], data/ch['ChannelName'])
+        ck = d.get('CheckpointConfig')   # SageMaker copies the checkpoints in S3 to LocalPath before the script starts
+        if ck: self._download(s3, ck['S3Uri'], root/ck['LocalPath'].lstrip('/'))
+        local = lambda v: v.replace('/opt/ml/', f'{root}/opt/ml/') if isinstance(v, str) else v
+        hps = {k: local(v) for k, v in d['HyperParameters'].items()}
+        (root/'opt/ml/model').mkdir(parents=True)
+        env = {**os.environ, PROGRESS_ENV: '1', **NEURON_ENV,
+               'SM_HPS': json.dumps(hps), 'SM_ENTRY_SCRIPT': str(data/'code/sm_train.py'),
+               'SM_DISTRIBUTED_CONFIG': (data/'sm_drivers/distributed.json').read_text(),
+               'SM_HOST_COUNT': str(d['ResourceConfig']['InstanceCount']), 'SM_CURRENT_INSTANCE_TYPE': d['ResourceConfig']['InstanceType'],
+               'SM_MODEL_DIR': str(root/'opt/ml/model'), 'PET_MASTER_PORT': str(free_port()),
+               'PATH': f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", 'TOKENIZERS_PARALLELISM': 'false',
+               'OMP_NUM_THREADS': '1', 'HF_HUB_OFFLINE': '1'}   # this machine has no Hub: a Hub model fails at once
+        p = subprocess.run([sys.executable, str(data/'sm_drivers/distributed_drivers/torchrun_driver.py')], env=env,
+                           cwd=str(data/'code'), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        lines = [l.replace(f'{root}/opt/ml/', '/opt/ml/') for l in p.stdout.splitlines()]
+        group, stream = '/aws/sagemaker/TrainingJobs', f'{name}/algo-1-{int(time.time())}'
+        try: logs.create_log_group(logGroupName=group)
+        except logs.exceptions.ResourceAlreadyExistsException: pass
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        t0 = int(time.time() * 1000)
+        for i in range(0, len(lines), 500):
+            logs.put_log_events(logGroupName=group, logStreamName=stream,
+                                logEvents=[{'timestamp': t0 + i + j, 'message': l or ' '} for j, l in enumerate(lines[i:i + 500])])
+        if ck:   # ... and keeps LocalPath in sync with S3 while the job runs
+            bucket, prefix = ck['S3Uri'][len('s3://'):].split('/', 1)
+            local_ck = root/ck['LocalPath'].lstrip('/')
+            for f in sorted(local_ck.rglob('*')):
+                if f.is_file(): s3.upload_file(str(f), bucket, f"{prefix.rstrip('/')}/{f.relative_to(local_ck).as_posix()}")
+        if p.returncode == 0:
+            tgz = root/'model.tar.gz'
+            with tarfile.open(tgz, 'w:gz') as t:
+                for f in sorted((root/'opt/ml/model').iterdir()): t.add(f, arcname=f.name)
+            bucket, key = d['ModelArtifacts']['S3ModelArtifacts'][len('s3://'):].split('/', 1)
+            s3.upload_file(str(tgz), bucket, key)
+        self.output = lines
+        return p.returncode
+
+    def stop(self):
+        if self._old is None: os.environ.pop('SAGEMAKER_VALIDATE_ROLE', None)
+        else: os.environ['SAGEMAKER_VALIDATE_ROLE'] = self._old
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -80,7 +80,7 @@ def test_launch_describe_cleanup(moto_server, tmp_path):
     rep = cleanup(inst.run_id, key_dir=str(tmp_path), known_hosts=str(tmp_path/'kh'))
     assert rep.terminated == [inst.instance_id]
     assert rep.security_groups == [sg['GroupId']] and rep.key_pairs == [kp['KeyName']] and rep.key_files == [str(key)]
-    assert rep.clean and leftovers(inst.run_id) == {'instances': [], 'volumes': [], 'security_groups': [], 'key_pairs': []}
+    assert rep.clean and not any(leftovers(inst.run_id).values())
     assert not key.exists()
     assert rep.cost_usd == pytest.approx(1.34 / 60, abs=0.01)   # one-minute minimum at $1.34/h
     assert ec2.describe_instances(InstanceIds=[inst.instance_id])['Reservations'][0]['Instances'][0]['State']['Name'] == 'terminated'
@@ -97,7 +97,7 @@ def test_launch_describe_cleanup(moto_server, tmp_path):
 
     everything = cleanup(all_project=True, key_dir=str(tmp_path), known_hosts=str(tmp_path/'kh'))
     assert everything.terminated == [other.instance_id] and everything.clean
-    assert leftovers() == {'instances': [], 'volumes': [], 'security_groups': [], 'key_pairs': []}
+    assert not any(leftovers().values())
     assert ec2.describe_security_groups(GroupIds=[own_sg])['SecurityGroups']
     assert ec2.describe_key_pairs(KeyNames=['users-own-key'])['KeyPairs']
     assert list(tmp_path.glob('*.pem')) == []

@@ -16,7 +16,8 @@ from trn_tutorials.instance import find_instances, launch_instance
 from trn_tutorials.ssh import open_jupyter
 from local_services import MY_IP, free_port, jupyter_command
 
-NOTHING = {'instances': [], 'volumes': [], 'security_groups': [], 'key_pairs': []}
+NOTHING = {'instances': [], 'volumes': [], 'security_groups': [], 'key_pairs': [],
+           'training_jobs': [], 'endpoints': [], 'endpoint_configs': [], 'models': [], 's3_objects': []}
 
 
 def test_the_chapters_cleanup(moto_server, sshd, tmp_path, monkeypatch):
@@ -30,7 +31,8 @@ def test_the_chapters_cleanup(moto_server, sshd, tmp_path, monkeypatch):
     ec2.create_key_pair(KeyName='my-own-key')
 
     assert [i.run_id for i in find_instances()] == [a.run_id, b.run_id]            # oldest first
-    assert {k: len(v) for k, v in leftovers(a.run_id).items()} == {'instances': 1, 'volumes': 1, 'security_groups': 1, 'key_pairs': 1}
+    assert {k: len(v) for k, v in leftovers(a.run_id).items()} == {'instances': 1, 'volumes': 1, 'security_groups': 1, 'key_pairs': 1,
+        'training_jobs': 0, 'endpoints': 0, 'endpoint_configs': 0, 'models': 0, 's3_objects': 0}
     assert len(leftovers()['instances']) == 2
 
     # a Jupyter session to another host (the test sshd) is handed over and stopped first
@@ -67,6 +69,6 @@ def test_the_chapters_cleanup(moto_server, sshd, tmp_path, monkeypatch):
 
 
 def test_cleanup_arguments_match_cleanup():
-    params = list(inspect.signature(cleanup).parameters.items())[:-1]     # all but `sessions`
+    params = [(k, p) for k, p in inspect.signature(cleanup).parameters.items() if k != 'sessions']   # all but `sessions`
     assert [f.name for f in fields(CleanupArguments)] == [k for k, _ in params]
     assert {f.name: f.default for f in fields(CleanupArguments)} == {k: p.default for k, p in params}

@@ -13,26 +13,89 @@ import boto3
 from botocore.exceptions import ClientError, WaiterError
 
 from .core import CATALOG, UsageError, run_cost
-from .instance import aws_errors, aws_region, check_run_id, find_instances, key_file, tag_filters
+from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instances, key_file, tag_filters
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
+__all__ = ['SM_KINDS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
 
 # %% ../nbs/06_cleanup.ipynb #43741634
+SM_KINDS = {'training-job': 'training_jobs', 'endpoint': 'endpoints', 'endpoint-config': 'endpoint_configs', 'model': 'models'}
+
+_LISTS = {'endpoint': ('list_endpoints', 'Endpoints', 'EndpointName', 'EndpointArn'),
+          'endpoint-config': ('list_endpoint_configs', 'EndpointConfigs', 'EndpointConfigName', 'EndpointConfigArn'),
+          'model': ('list_models', 'Models', 'ModelName', 'ModelArn')}
+
+def _sagemaker_tagged(run_id:str|None, region:str) -> list[tuple[str, str, dict]]:
+    "(kind, name, tags) of the SageMaker resources that carry the run's (or the project's) tags."
+    ours = lambda tags: tags.get('project') == PROJECT and (run_id is None or tags.get('run-id') == run_id)
+    out = []
+    # training jobs pile up (SageMaker keeps every finished one): the tagging API finds the few of ours
+    tagging = boto3.client('resourcegroupstaggingapi', region_name=region)
+    filters = [{'Key': 'project', 'Values': [PROJECT]}] + ([{'Key': 'run-id', 'Values': [run_id]}] if run_id else [])
+    for page in tagging.get_paginator('get_resources').paginate(TagFilters=filters, ResourceTypeFilters=['sagemaker:training-job']):
+        for r in page['ResourceTagMappingList']:
+            out.append(('training-job', r['ResourceARN'].split('/', 1)[1], {t['Key']: t['Value'] for t in r.get('Tags', [])}))
+    # endpoints, their configs and models are few, and exist only while they cost or could: list them, read their tags
+    sm = boto3.client('sagemaker', region_name=region)
+    for kind, (call, key, name, arn) in _LISTS.items():
+        for page in sm.get_paginator(call).paginate():
+            for r in page[key]:
+                tags = {t['Key']: t['Value'] for t in sm.list_tags(ResourceArn=r[arn]).get('Tags', [])}
+                if ours(tags): out.append((kind, r[name], tags))
+    return out
+
+def _s3_prefixes(tagged:list, sm) -> set[tuple[str, str]]:
+    "(bucket, 'trn-tutorials/<run id>/') of each tagged job and model: where the run keeps its files in S3."
+    found = set()
+    for kind, name, tags in tagged:
+        try:
+            if kind == 'training-job': uri = sm.describe_training_job(TrainingJobName=name)['OutputDataConfig']['S3OutputPath']
+            elif kind == 'model': uri = sm.describe_model(ModelName=name).get('PrimaryContainer', {}).get('ModelDataUrl', '')
+            else: continue
+        except ClientError: continue   # deleted meanwhile
+        prefix = f"{PROJECT}/{tags.get('run-id')}/"
+        if uri.startswith('s3://') and tags.get('run-id') and uri[len('s3://'):].split('/', 1)[-1].startswith(prefix):
+            found.add((uri[len('s3://'):].split('/', 1)[0], prefix))   # only under the run's own prefix: never other files
+    return found
+
+def _s3_keys(s3, bucket:str, prefix:str) -> list[str]:
+    try: return [o['Key'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=prefix) for o in p.get('Contents', [])]
+    except ClientError as e:
+        if e.response['Error']['Code'] == 'NoSuchBucket': return []
+        raise
+
+def _sagemaker_leftovers(run_id:str|None, region:str) -> dict[str, list[str]]:
+    sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
+    tagged = _sagemaker_tagged(run_id, region)
+    left = {v: [] for v in SM_KINDS.values()}
+    for kind, name, _ in tagged:
+        if kind == 'training-job':
+            try: st = sm.describe_training_job(TrainingJobName=name)['TrainingJobStatus']
+            except ClientError: continue
+            if st not in ('InProgress', 'Stopping'): continue   # ended: no cost, kept in SageMaker's history
+        left[SM_KINDS[kind]].append(name)
+    left['s3_objects'] = [f's3://{b}/{k}' for b, p in sorted(_s3_prefixes(tagged, sm)) for k in _s3_keys(s3, b, p)]
+    return left
+
 def leftovers(run_id:str|None=None, # one run's id; `None` = every run of this project
-              region:str|None=None # AWS region; default: your AWS configuration
+              region:str|None=None, # AWS region; default: your AWS configuration
+              ec2:bool=True, # look at EC2 (instances, volumes, security groups, key pairs)
+              sagemaker:bool=True # look at SageMaker (running jobs, endpoints, configs, models) and the run's S3 prefix
              ) -> dict[str, list[str]]:
     "What still carries the run's (or the project's) tags, by kind."
     region = aws_region(region)
-    ec2, f = boto3.client('ec2', region_name=region), tag_filters(run_id)
+    f, out = tag_filters(run_id), {}
     with aws_errors(region):
-        return {
-            'instances': [i.instance_id for i in find_instances(run_id, region)],
-            'volumes': [v['VolumeId'] for p in ec2.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes']],
-            'security_groups': [g['GroupId'] for p in ec2.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']],
-            'key_pairs': [k['KeyName'] for k in ec2.describe_key_pairs(Filters=f)['KeyPairs']],
-        }
+        if ec2:
+            c = boto3.client('ec2', region_name=region)
+            out.update({
+                'instances': [i.instance_id for i in find_instances(run_id, region)],
+                'volumes': [v['VolumeId'] for p in c.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes']],
+                'security_groups': [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']],
+                'key_pairs': [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]})
+        if sagemaker: out.update(_sagemaker_leftovers(run_id, region))
+    return out
 
 # %% ../nbs/06_cleanup.ipynb #23571cc3
 @dataclass
@@ -49,6 +112,8 @@ class CleanupReport:
     left: dict[str, list[str]]        # what still carries the tags, by kind
     hours: float = 0.0                # instance-hours of the terminated instances
     cost_usd: float = 0.0             # their on-demand cost, launch to termination
+    sagemaker: dict[str, list[str]] = field(default_factory=dict)  # SageMaker: jobs stopped, endpoints, configs, models deleted
+    s3_objects: int = 0               # objects deleted under the run's S3 prefix
 
     @property
     def clean(self) -> bool:
@@ -58,10 +123,12 @@ class CleanupReport:
     def __str__(self):
         show = lambda xs: ', '.join(xs) if xs else '-'
         left = '; '.join(f'{k}: {show(v)}' for k, v in self.left.items() if v) or 'nothing'
+        sm = [f"  {k.replace('_', ' ') + ':':<18}{show(v)}" for k, v in self.sagemaker.items()]
         return '\n'.join([f"cleanup of {'run ' + self.run_id if self.run_id else 'every trn-tutorials run'} in {self.region}",
             f"  stopped:          {show(self.stopped)}", f"  terminated:       {show(self.terminated)}",
             f"  security groups:  {show(self.security_groups)}", f"  key pairs:        {show(self.key_pairs)}",
-            f"  key files:        {show(self.key_files)}", f"  volumes:          {show(self.volumes)}",
+            f"  key files:        {show(self.key_files)}", f"  volumes:          {show(self.volumes)}", *sm,
+            *([f"  S3 objects:       {self.s3_objects} deleted"] if self.sagemaker else []),
             f"  still tagged:     {left}",
             f"  cost:             ${self.cost_usd:.2f} on demand for {self.hours:.2f} instance-hours (launch to termination)"])
 
@@ -74,30 +141,69 @@ def _retry(fn, until:float, codes=('DependencyViolation',)):
             if e.response['Error']['Code'] not in codes or time.monotonic() > until: raise
             time.sleep(5)
 
+def _remove_sagemaker(run_id:str|None, region:str, until:float) -> tuple[dict, int]:
+    "Stop the run's running training jobs, delete its endpoints, configs, models and S3 prefix; say what was done."
+    sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
+    tagged = _sagemaker_tagged(run_id, region)
+    names = lambda kind: sorted({n for k, n, _ in tagged if k == kind})
+    done = {'jobs stopped': [], 'endpoints': [], 'endpoint configs': [], 'models': []}
+    for j in names('training-job'):
+        try: st = sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus']
+        except ClientError: continue
+        if st == 'InProgress': sm.stop_training_job(TrainingJobName=j); done['jobs stopped'].append(j)
+    for e in names('endpoint'):
+        try: sm.delete_endpoint(EndpointName=e); done['endpoints'].append(e)
+        except ClientError as x:
+            if 'Could not find' not in str(x): raise
+    for e in done['endpoints']:
+        sm.get_waiter('endpoint_deleted').wait(EndpointName=e, WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int((until - time.monotonic()) // 5))})
+    for c in names('endpoint-config'):
+        try: sm.delete_endpoint_config(EndpointConfigName=c); done['endpoint configs'].append(c)
+        except ClientError as x:
+            if 'Could not find' not in str(x): raise
+    prefixes = _s3_prefixes(tagged, sm)   # before the models go: their archives say where the files are
+    for m in names('model'):
+        try: sm.delete_model(ModelName=m); done['models'].append(m)
+        except ClientError as x:
+            if 'Could not find' not in str(x): raise
+    for j in done['jobs stopped']:   # a stopping job still writes its checkpoints: wait, then remove them too
+        while time.monotonic() < until and sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus'] == 'Stopping': time.sleep(10)
+    n = 0
+    for b, p in sorted(prefixes):
+        keys = _s3_keys(s3, b, p)
+        for i in range(0, len(keys), 1000):
+            s3.delete_objects(Bucket=b, Delete={'Objects': [{'Key': k} for k in keys[i:i + 1000]], 'Quiet': True})
+        n += len(keys)
+    return done, n
+
 def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status`)
             region:str|None=None, # AWS region; default: your AWS configuration
             all_project:bool=False, # remove every run of trn-tutorials in the region instead
             key_dir:str='~/.ssh', # folder of the private keys setup wrote
             known_hosts:str=KNOWN_HOSTS, # known-hosts file to forget the instances in
             timeout:float=600, # seconds to wait for termination and for security groups to come free
-            sessions:list|None=None # more tunnels/Jupyter sessions to stop first (e.g. to another host)
+            sessions:list|None=None, # more tunnels/Jupyter sessions to stop first (e.g. to another host)
+            ec2:bool=True, # remove the run's EC2 instances, security groups, key pairs and volumes
+            sagemaker:bool=True # remove the run's SageMaker jobs (stopped), endpoints, configs, models and S3 prefix
            ) -> CleanupReport:
     "Terminate the run's (or project's) instances, delete what setup created, and report what is left and the cost."
     if bool(run_id) == bool(all_project):
         raise UsageError("pass --run_id RUN (`trn-tutorials status` lists them) or --all_project to remove every run, not both")
     run_id = check_run_id(run_id) if run_id else None
     region = aws_region(region)
-    ec2, f, until = boto3.client('ec2', region_name=region), tag_filters(run_id), time.monotonic() + timeout
-    insts = [i for i in find_instances(run_id, region, key_dir) if i.state != 'terminated']
+    c, f, until = boto3.client('ec2', region_name=region), tag_filters(run_id), time.monotonic() + timeout
+    insts = [i for i in find_instances(run_id, region, key_dir) if i.state != 'terminated'] if ec2 else []
     stopped = []
     for s in sessions or []: s.stop(); stopped.append(repr(s))
     stopped += stop_all(hosts={i.host for i in insts if i.host})
     hours = cost = 0.0
+    groups, pairs, files, vols = [], [], [], []
     with aws_errors(region):
+        sm_done, n_s3 = _remove_sagemaker(run_id, region, until) if sagemaker else ({}, 0)
         if insts:
             ended = datetime.now(timezone.utc)
-            ec2.terminate_instances(InstanceIds=[i.instance_id for i in insts])
-            try: ec2.get_waiter('instance_terminated').wait(InstanceIds=[i.instance_id for i in insts],
+            c.terminate_instances(InstanceIds=[i.instance_id for i in insts])
+            try: c.get_waiter('instance_terminated').wait(InstanceIds=[i.instance_id for i in insts],
                                                             WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int(timeout // 5))})
             except WaiterError as e:
                 raise UsageError(f"instances not terminated after {timeout:.0f} s: run `trn-tutorials down` again, or see the EC2 console") from e
@@ -105,19 +211,18 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
                 secs = max(60.0, (ended - i.launch_time).total_seconds())
                 hours += secs / 3600
                 if i.instance_type in CATALOG: cost += run_cost(i.instance_type, secs) or 0.0   # Trn2: no price known
-        vols = [v['VolumeId'] for p in ec2.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes'] if v['State'] == 'available']
-        for v in vols: ec2.delete_volume(VolumeId=v)
-        groups = [g['GroupId'] for p in ec2.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']]
-        for g in groups: _retry(lambda: ec2.delete_security_group(GroupId=g), until)
-        pairs = [k['KeyName'] for k in ec2.describe_key_pairs(Filters=f)['KeyPairs']]
-        files = []
+        if ec2: vols = [v['VolumeId'] for p in c.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes'] if v['State'] == 'available']
+        for v in vols: c.delete_volume(VolumeId=v)
+        if ec2: groups = [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']]
+        for g in groups: _retry(lambda: c.delete_security_group(GroupId=g), until)
+        if ec2: pairs = [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]
         for k in pairs:
-            ec2.delete_key_pair(KeyName=k)
+            c.delete_key_pair(KeyName=k)
             if (p := key_file(k, key_dir)).exists(): p.unlink(); files.append(str(key_file(k, key_dir, expand=False)))
     for i in insts:
         if i.host: forget_host(i.host, 22, known_hosts)
     return CleanupReport(region, run_id, stopped, [i.instance_id for i in insts], groups, pairs, files, vols,
-                         leftovers(run_id, region), round(hours, 4), round(cost, 4))
+                         leftovers(run_id, region, ec2, sagemaker), round(hours, 4), round(cost, 4), sm_done, n_s3)
 
 # %% ../nbs/06_cleanup.ipynb #77c3de0e
 @dataclass
@@ -129,3 +234,5 @@ class CleanupArguments:
     key_dir: str = field(default='~/.ssh', metadata={'help': 'folder of the private keys setup wrote'})
     known_hosts: str = field(default=KNOWN_HOSTS, metadata={'help': 'known-hosts file to forget the instances in'})
     timeout: float = field(default=600, metadata={'help': 'seconds to wait for termination'})
+    ec2: bool = field(default=True, metadata={'help': "remove the run's EC2 instances, security groups, key pairs and volumes"})
+    sagemaker: bool = field(default=True, metadata={'help': "remove the run's SageMaker jobs, endpoints, configs, models and S3 prefix"})

