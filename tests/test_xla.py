@@ -108,3 +108,25 @@ def test_xla_learns_like_the_cpu(tiny):
         loss[backend] = m['train']['loss']
         assert m['beats_baseline'], (backend, m['test'])
     assert abs(loss['xla'] - loss['cpu']) < 0.02 * loss['cpu'], loss
+
+
+def test_xla_loop_on_the_xla_device(tiny):
+    "The plain loop's Trainium path (`torch_xla.device()`, `MpDeviceLoader`, `xm.optimizer_step`, saving off the device) on PJRT's CPU."
+    from transformers import AutoModelForSequenceClassification
+    from trn_tutorials.xla_loop import weights_sha256
+    tmp, _ = tiny
+    out = tmp/'loop'
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '1', '-m', 'trn_tutorials.xla_loop',
+           '--backend', 'xla', '--dataset_path', str(tmp/'data-2'), '--output_dir', str(out), '--max_steps', '6',
+           '--per_device_train_batch_size', '8', '--per_device_eval_batch_size', '16']
+    r = subprocess.run(cmd, env=launch_env('xla', 1), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    m = json.loads((out/'metrics.json').read_text())
+    assert (m['backend'], m['device'], m['world_size'], m['steps']) == ('xla', 'xla:0', 1, 6)
+    assert m['versions']['torch-xla'].startswith('2.9')
+    # data in two length buckets, every row padded to the longest: one graph for the first step (it creates AdamW's
+    # state), one for every later step, one for evaluation (its last batch filled up to the same shape)
+    assert m['compiled_graphs'] == {'train': 2, 'eval': 1}, m['compiled_graphs']
+    assert len(m['loss']) == 6 and all(math.isfinite(l) for l in m['loss']) and m['validation']['rows'] == 72
+    saved = AutoModelForSequenceClassification.from_pretrained(out)   # written from the CPU copies of the device's weights
+    assert weights_sha256(saved) == m['weights']['sha256'] and m['weights']['same_on_all_workers']
