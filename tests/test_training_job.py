@@ -228,3 +228,39 @@ def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
     assert again.clean and again.s3_objects == 0 and not any(again.sagemaker.values())
     assert leftovers('kept', ec2=False)['s3_objects'] == kept   # another run untouched
     assert s3.get_object(Bucket=bucket, Key='trn-tutorials/gone-not-a-run/mine.txt')['Body'].read() == b'not the run'
+
+
+def test_the_cli(aws, prepared, tmp_path):
+    "sm-train --dry_run prints the request and creates nothing; a bad option is one line and status 2; sm-down cleans up."
+    import os, subprocess, sys
+    exe = str(Path(sys.executable).parent/'trn-tutorials')
+    bucket, role = aws.bucket(), aws.role()
+    cli = lambda *a: subprocess.run([exe, *a], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--epochs', '2', '--bf16', 'true', '--role', role,
+            '--bucket', bucket, '--spot', '--max_wait_hours', '4', '--run_id', 'cli', '--dry_run')
+    assert r.returncode == 0, r.stderr
+    req = json.loads(r.stdout)['request']
+    assert req['HyperParameters']['bf16'] == 'true' and req['HyperParameters']['epochs'] == '2.0'
+    assert req['StoppingCondition']['MaxWaitTimeInSeconds'] == 4 * 3600
+    assert objects(bucket) == []
+    r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--role', role, '--bucket', bucket, '--spot')
+    assert r.returncode == 2 and r.stderr.strip().count('\n') == 0 and '--spot needs --max_wait_hours' in r.stderr
+    name = submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=role, bucket=bucket, run_id='cli'))
+    assert objects(bucket)
+    # an endpoint of the same run: deployed, asked (moto answers what it is given), then removed by sm-down too
+    r = cli('sm-deploy', '--model_dir', str(prepared/'tiny-bert'), '--role', role, '--bucket', bucket, '--run_id', 'cli',
+            '--endpoint_name', 'cli-endpoint')
+    assert r.returncode == 0, r.stderr
+    import urllib.request
+    answer = json.dumps([{'label': 'joy', 'score': 0.9}])
+    urllib.request.urlopen(urllib.request.Request(os.environ['AWS_ENDPOINT_URL'] + '/moto-api/static/sagemaker/endpoint-results',
+        method='POST', data=json.dumps({'results': [{'Body': answer, 'ContentType': 'application/json'}]}).encode()), timeout=10).read()
+    r = cli('sm-predict', '--endpoint_name', 'cli-endpoint', '--text', 'i feel great')
+    assert r.returncode == 0 and r.stdout.split() == ['joy', '0.900', 'i', 'feel', 'great'], (r.stdout, r.stderr)
+    r = cli('sm-predict', '--endpoint_name', 'cli-endpoint')
+    assert r.returncode == 2 and 'pass --text' in r.stderr
+    r = cli('sm-down', '--run_id', 'cli')
+    assert r.returncode == 0, r.stderr
+    assert 'endpoints:        cli-endpoint' in r.stdout and 'still tagged:     nothing' in r.stdout
+    assert objects(bucket) == []
+    assert cli('sm-down', '--run_id', 'cli').returncode == 0   # twice: nothing to do

@@ -16,10 +16,13 @@ from .train import TrainArguments, check_args, resume_from
 from .instance import InstanceArguments, StatusArguments, dlami_for, find_instance, find_instances, launch_instance
 from .ssh import NEURON_VENV, TunnelArguments, open_jupyter, ssh_command
 from .cleanup import CleanupArguments, cleanup
+from .training_job import JobArguments, sm_train
+from .endpoint import DEFAULT_INSTANCE_TYPE, deploy, predict
 
 # %% auto #0
 __all__ = ['OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'LaunchArguments', 'detect_cmd', 'prep_cmd', 'precompile_cmd', 'train_cmd',
-           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'quickstart', 'run', 'main']
+           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'DeployArguments', 'PredictArguments', 'sm_train_cmd',
+           'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'quickstart', 'run', 'main']
 
 # %% ../nbs/07_cli.ipynb #ed494db8
 @dataclass
@@ -85,6 +88,52 @@ def down_cmd(c:CleanupArguments) -> dict:
     rep = cleanup(**asdict(c)); print(rep)
     return asdict(rep)
 
+# %% ../nbs/07_cli.ipynb #1a309f19
+@dataclass
+class DeployArguments:
+    "Options of `trn-tutorials sm-deploy`: the arguments of `endpoint.deploy`."
+    model_dir: str = field(default='runs/emotion-model', metadata={'help': "the fine-tuned model folder (train's --output_dir, or a job's download)"})
+    role: str|None = field(default=None, metadata={'help': 'IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com'})
+    endpoint_name: str|None = field(default=None, metadata={'help': 'the endpoint (default: trn-tutorials-<run id>)'})
+    instance_type: str = field(default=DEFAULT_INSTANCE_TYPE, metadata={'help': 'hosting instance type: a CPU one, or ml.inf2.xlarge (Inferentia 2)'})
+    instance_count: int = field(default=1, metadata={'help': 'instances behind the endpoint'})
+    run_id: str|None = field(default=None, metadata={'help': 'the run it belongs to (tags, S3 prefix); default: a new one'})
+    bucket: str|None = field(default=None, metadata={'help': "S3 bucket for model.tar.gz; default: SageMaker's default bucket"})
+    region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
+
+@dataclass
+class PredictArguments:
+    "Options of `trn-tutorials sm-predict`."
+    endpoint_name: str|None = field(default=None, metadata={'help': 'the endpoint to ask'})
+    text: list[str] = field(default_factory=list, metadata={'help': 'one or more texts to classify'})
+    region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
+
+def sm_train_cmd(train:TrainArguments, job:JobArguments) -> dict:
+    "Train as a SageMaker training job; with --dry_run print the request (see the training-job chapter)."
+    res = sm_train(train, job)
+    if job.dry_run: print(json.dumps(res, indent=1, default=str)); return res
+    print('\n'.join(f'{k}: {v}' for k, v in res.rows()))
+    return {k: v for k, v in asdict(res).items() if k != 'metrics'}
+
+def sm_deploy_cmd(d:DeployArguments) -> dict:
+    "Deploy a fine-tuned model to a real-time endpoint (see the endpoint chapter)."
+    ep = deploy(**asdict(d)); print(ep)
+    print(f'next: trn-tutorials sm-predict --endpoint_name {ep.name} --text "i feel great"')
+    return asdict(ep)
+
+def sm_predict_cmd(p:PredictArguments) -> list:
+    "Ask an endpoint to classify texts."
+    if not p.endpoint_name: raise UsageError("pass --endpoint_name (trn-tutorials sm-deploy printed it)")
+    if not p.text: raise UsageError('pass --text "a text" (one or more)')
+    out = predict(p.endpoint_name, p.text, p.region)
+    for t, r in zip(p.text, out): print(f"{r['label']:>12} {r['score']:.3f}  {t}")
+    return out
+
+def sm_down_cmd(c:CleanupArguments) -> dict:
+    "Stop the run's training jobs, delete its endpoints, configs, models and S3 prefix; prove nothing is left."
+    rep = cleanup(**{**asdict(c), 'ec2': False}); print(rep)
+    return asdict(rep)
+
 # %% ../nbs/07_cli.ipynb #86fbfb87
 OFFLINE_SAMPLE_DEFAULTS = {'learning_rate': 1e-4}
 
@@ -124,6 +173,10 @@ COMMANDS = {
     'status':     (status_cmd, [StatusArguments], "this project's instances and their cost so far"),
     'tunnel':     (tunnel_cmd, [StatusArguments, TunnelArguments], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
     'down':       (down_cmd, [CleanupArguments], 'terminate and delete what up created; prove nothing is left'),
+    'sm-train':   (sm_train_cmd, [TrainArguments, JobArguments], 'train as a SageMaker training job on ml.trn1 (--dry_run: print the request)'),
+    'sm-deploy':  (sm_deploy_cmd, [DeployArguments], 'deploy a fine-tuned model to a SageMaker real-time endpoint'),
+    'sm-predict': (sm_predict_cmd, [PredictArguments], 'ask an endpoint to classify texts'),
+    'sm-down':    (sm_down_cmd, [CleanupArguments], "stop the run's jobs, delete its endpoints, models and S3 files"),
 }
 
 def _usage() -> str:

@@ -122,7 +122,7 @@ def check_role(role:str|None, # IAM role ARN or name
     "The role's ARN if it exists and SageMaker may assume it, else a one-line `UsageError`."
     import boto3
     fix = "create one with the trust policy for sagemaker.amazonaws.com (IAM console: Roles > Create role > SageMaker)"
-    if not role: raise UsageError(f"no role: pass --role with an IAM role the job runs as; {fix}")
+    if not role: raise UsageError(f"no role: pass --role with an IAM role the job (or endpoint) runs as; {fix}")
     name = role.rsplit('/', 1)[-1] if role.startswith('arn:') else role
     region = aws_region(region)
     try:

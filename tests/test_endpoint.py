@@ -1,0 +1,212 @@
+"""Packaging, deploying, querying and deleting an endpoint, against a real moto_server on 127.0.0.1 (the `moto_server` fixture).
+
+What moto does not do, and how each test deals with it:
+- it starts no container: `invoke_endpoint` answers from a queue of canned results (POST
+  /moto-api/static/sagemaker/endpoint-results); the answer queued is what the handler itself answers for the same texts;
+- it accepts any CreateEndpoint whose configuration exists: to make that real call fail, a botocore
+  `provide-client-params` hook (boto3's event system) points it at a configuration that does not exist;
+- its CreateEndpointConfig knows an older list of instance types than botocore (no ml.inf2): deploying to ml.inf2.xlarge
+  therefore fails after CreateModel succeeded — a real failure in the middle, used as such.
+"""
+import io, json, re, tarfile, urllib.request
+from pathlib import Path
+
+import boto3
+import pytest
+
+import trn_tutorials.inference as handler
+from trn_tutorials.core import UsageError, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS
+from trn_tutorials.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, check_endpoint_name, check_instance_type, delete, deploy,
+                                    endpoint_requests, image_kind, inference_image, package, predict, requirements)
+from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
+from trn_tutorials.cleanup import leftovers
+from trn_tutorials.instance import run_tags
+
+REGION, ACCOUNT = 'us-east-1', '123456789012'   # moto's default account
+BUCKET = f'sagemaker-{REGION}-{ACCOUNT}'
+TRUST = {'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Principal': {'Service': 'sagemaker.amazonaws.com'}, 'Action': 'sts:AssumeRole'}]}
+NOTHING = {'endpoints': [], 'endpoint_configs': [], 'models': []}
+
+
+def tagged(run_id: str) -> dict:
+    "What cleanup finds of the run's endpoints, endpoint configurations and models (by their tags)."
+    return {k: v for k, v in leftovers(run_id, ec2=False).items() if k in NOTHING}
+
+
+@pytest.fixture
+def folder(tmp_path):
+    "A model folder as `train` leaves it: model, tokenizer, label names, metrics.json, and leftovers the endpoint does not need."
+    d = Path(tiny_bert(tmp_path/'model', 'i feel happy sad angry scared today so very'.split(), labels=EMOTION_LABELS))
+    (d/'metrics.json').write_text(json.dumps({'max_length': 16, 'bucket_lengths': [8, 16], 'label_names': EMOTION_LABELS}))
+    (d/'checkpoint-10').mkdir(); (d/'checkpoint-10'/'model.safetensors').write_bytes(b'x')
+    for f in ('curves.png', 'train.log', 'training_args.bin', 'old.tar.gz', '.shapes-0.json'): (d/f).write_bytes(b'x')
+    return d
+
+
+def role(name='SageMakerExecution', service='sagemaker.amazonaws.com') -> str:
+    doc = {**TRUST, 'Statement': [{**TRUST['Statement'][0], 'Principal': {'Service': service}}]}
+    return boto3.client('iam', region_name=REGION).create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(doc))['Role']['Arn']
+
+
+def everything() -> dict:
+    "Every SageMaker endpoint, endpoint configuration and model in the region, and every S3 object, tagged or not."
+    sm, s3 = boto3.client('sagemaker', region_name=REGION), boto3.client('s3', region_name=REGION)
+    objects = [f"{b['Name']}/{o['Key']}" for b in s3.list_buckets()['Buckets'] for o in s3.list_objects_v2(Bucket=b['Name']).get('Contents', [])]
+    return {'endpoints': [e['EndpointName'] for e in sm.list_endpoints()['Endpoints']],
+            'endpoint_configs': [c['EndpointConfigName'] for c in sm.list_endpoint_configs()['EndpointConfigs']],
+            'models': [m['ModelName'] for m in sm.list_models()['Models']], 'objects': objects}
+
+
+def queue_answer(moto, body:str):
+    "Queue what the next invoke_endpoint returns (moto runs no container)."
+    data = json.dumps({'region': REGION, 'results': [{'Body': body, 'ContentType': JSON}]}).encode()
+    urllib.request.urlopen(urllib.request.Request(moto.url + '/moto-api/static/sagemaker/endpoint-results', data=data, method='POST'), timeout=10).read()
+
+
+def tags_of(arn:str) -> dict:
+    return {t['Key']: t['Value'] for t in boto3.client('sagemaker', region_name=REGION).list_tags(ResourceArn=arn)['Tags']}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# no AWS: the archive, the instance types, the images, the requests
+# ---------------------------------------------------------------------------------------------------------------
+def test_package_members(folder, tmp_path):
+    (folder/'model.pt').write_bytes(b'traced'); (folder/'torchscript.json').write_text('{}')
+    archive = package(str(folder), str(tmp_path/'out'/'model.tar.gz'))
+    with tarfile.open(archive) as t:
+        names = t.getnames()
+        assert sorted(names) == sorted(['config.json', 'metrics.json', 'model.safetensors', 'model.pt', 'torchscript.json',
+                                        *[p.name for p in folder.iterdir() if p.name.startswith(('tokenizer', 'vocab', 'special'))],
+                                        'code/inference.py', 'code/requirements.txt'])
+        assert t.extractfile('code/inference.py').read() == Path(handler.__file__).read_bytes()   # the handler, as it is
+        req = t.extractfile('code/requirements.txt').read().decode()
+    import transformers
+    major = int(transformers.__version__.split('.')[0])
+    assert req == requirements() and req.startswith('transformers>=') and req.strip().endswith(f',<{major + 1}')
+    with tarfile.open(package(str(folder), str(tmp_path/'eager.tar.gz'), torchscript=False)) as t:
+        assert 'model.pt' not in t.getnames() and 'torchscript.json' not in t.getnames()
+    # the archive written into the model folder itself is not packed into itself
+    with tarfile.open(package(str(folder), str(folder/'model.tar.gz'))) as t: assert 'model.tar.gz' not in t.getnames()
+
+
+def test_instance_types_and_images():
+    assert check_instance_type(DEFAULT_INSTANCE_TYPE) == 'ml.m5.large' and check_instance_type('ml.c6i.large') == 'ml.c6i.large'
+    assert {t: image_kind(t) for t in ('ml.m5.large', 'ml.c7i.xlarge', 'ml.t2.medium', 'ml.g5.xlarge', 'ml.p4d.24xlarge', 'ml.c7g.large',
+                                       'ml.m6gd.large', 'ml.inf2.xlarge', 'ml.trn1.2xlarge')} == {
+        'ml.m5.large': 'cpu', 'ml.c7i.xlarge': 'cpu', 'ml.t2.medium': 'cpu', 'ml.g5.xlarge': 'gpu', 'ml.p4d.24xlarge': 'gpu',
+        'ml.c7g.large': 'arm64', 'ml.m6gd.large': 'arm64', 'ml.inf2.xlarge': 'neuron', 'ml.trn1.2xlarge': 'neuron'}
+    assert inference_image('ml.m5.large', 'us-east-1') == \
+        '763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-inference:2.6.0-cpu-py312-ubuntu22.04-sagemaker'
+    assert inference_image('ml.inf2.xlarge', 'eu-south-1') == \
+        '692866216735.dkr.ecr.eu-south-1.amazonaws.com/pytorch-inference-neuronx:2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04'
+    assert inference_image('ml.m5.large', 'cn-north-1').startswith('727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/')
+    assert {kind for kind in IMAGES} == {'cpu', 'gpu', 'arm64', 'neuron'}
+    for bad, says in [('ml.m5.larg', "did you mean ml.m5.large"), ('m5.large', 'did you mean ml.m5.large'),
+                      ('ml.inf1.xlarge', 'Inferentia 1) needs a model compiled with torch-neuron: use ml.inf2.xlarge'),
+                      ('banana', 'is not an instance type SageMaker endpoints run on')]:
+        with pytest.raises(UsageError) as e: image_kind(bad)
+        assert says in str(e.value) and '\n' not in str(e.value), (bad, str(e.value))
+    with pytest.raises(UsageError, match="no PyTorch inference image is listed for region 'us-gov-west-1'"):
+        inference_image('ml.m5.large', 'us-gov-west-1')
+
+
+def test_requests_are_tagged():
+    req = endpoint_requests('ep', 's3://b/k/model.tar.gz', 'arn:aws:iam::1:role/r', run_id='r1')
+    tags = [{'Key': k, 'Value': v} for k, v in run_tags('r1').items()]
+    assert all(req[k]['Tags'] == tags for k in req)
+    c = req['create_model']['PrimaryContainer']
+    assert c['Environment']['SAGEMAKER_PROGRAM'] == 'inference.py' and c['Environment']['SAGEMAKER_SUBMIT_DIRECTORY'] == '/opt/ml/model/code'
+    assert req['create_endpoint_config']['ProductionVariants'][0]['InstanceType'] == DEFAULT_INSTANCE_TYPE
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# against moto_server
+# ---------------------------------------------------------------------------------------------------------------
+def test_deploy_predict_delete(moto_server, folder):
+    arn = role()
+    ep = deploy(str(folder), role=arn, run_id='run-a')
+    assert isinstance(ep, Endpoint) and (ep.name, ep.status, ep.run_id, ep.region) == ('trn-tutorials-run-a', 'InService', 'run-a', REGION)
+    key = 'trn-tutorials/run-a/endpoint/model.tar.gz'
+    assert ep.model_data == f's3://{BUCKET}/{key}' and ep.image == inference_image(DEFAULT_INSTANCE_TYPE, REGION)
+    sm, s3 = boto3.client('sagemaker', region_name=REGION), boto3.client('s3', region_name=REGION)
+    m, c, e = (sm.describe_model(ModelName=ep.name), sm.describe_endpoint_config(EndpointConfigName=ep.name),
+               sm.describe_endpoint(EndpointName=ep.name))
+    assert m['ExecutionRoleArn'] == arn and m['PrimaryContainer']['Image'] == ep.image and m['PrimaryContainer']['ModelDataUrl'] == ep.model_data
+    assert m['PrimaryContainer']['Environment']['SAGEMAKER_PROGRAM'] == 'inference.py'
+    assert c['ProductionVariants'][0]['InstanceType'] == 'ml.m5.large' and c['ProductionVariants'][0]['ModelName'] == ep.name
+    assert e['EndpointConfigName'] == ep.name and e['EndpointStatus'] == 'InService'
+    for arn_ in (m['ModelArn'], c['EndpointConfigArn'], e['EndpointArn']): assert tags_of(arn_) == run_tags('run-a')
+    assert {t['Key']: t['Value'] for t in s3.get_object_tagging(Bucket=BUCKET, Key=key)['TagSet']} == run_tags('run-a')
+    # the uploaded archive is what `package` makes of the folder
+    archive = s3.get_object(Bucket=BUCKET, Key=key)['Body'].read()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as t:
+        assert {'config.json', 'model.safetensors', 'code/inference.py', 'code/requirements.txt'} <= set(t.getnames())
+        assert not any(n.startswith('checkpoint') or n.endswith(('.png', '.log')) for n in t.getnames())
+    assert tagged('run-a') == {k: [ep.name] for k in NOTHING} and tagged('other-run') == NOTHING
+    # predict: the texts go out as the handler reads them; moto hands back what the handler answers for them
+    texts = ['i feel happy today', 'so very scared']
+    answer = output_fn(predict_fn(texts, model_fn(str(folder))), JSON)[0]
+    queue_answer(moto_server, answer)
+    assert predict(ep.name, texts) == json.loads(answer)
+    # delete: endpoint, configuration, model; the archive stays for cleanup (the run's S3 prefix)
+    assert delete(ep.name) == [f'endpoint {ep.name}', f'endpoint config {ep.name}', f'model {ep.name}']
+    assert everything() == {**NOTHING, 'objects': [f'{BUCKET}/{key}']} and tagged('run-a') == NOTHING
+    assert delete(ep.name) == []   # again: nothing to do
+
+
+def test_bad_input_creates_nothing(moto_server, folder, tmp_path):
+    "Each refused before anything is created or uploaded, with one line; a taken name is refused with the taken resource intact."
+    arn = role()
+    no_trust = role('Ec2Only', 'ec2.amazonaws.com')
+    no_names = tiny_bert(tmp_path/'no-names', ['hello'])
+    cases = [
+        (dict(model_dir=str(folder), role=arn, instance_type='ml.m5.huge'), "'ml.m5.huge' is not an instance type SageMaker endpoints run on"),
+        (dict(model_dir=str(folder), role=arn, instance_type='ml.inf1.xlarge'), 'needs a model compiled with torch-neuron'),
+        (dict(model_dir=no_names, role=arn), 'config.json names no labels'),
+        (dict(model_dir=str(tmp_path/'nowhere'), role=arn), 'has no config.json'),
+        (dict(model_dir=str(folder), role=None), 'no role'),
+        (dict(model_dir=str(folder), role='NoSuchRole'), "IAM role 'NoSuchRole' does not exist"),
+        (dict(model_dir=str(folder), role=no_trust), 'does not trust sagemaker.amazonaws.com'),
+        (dict(model_dir=str(folder), role=arn, endpoint_name='bad_name!'), "endpoint name 'bad_name!' is not valid"),
+        (dict(model_dir=str(folder), role=arn, region='us-gov-west-1'), 'no PyTorch inference image is listed'),
+        (dict(model_dir=str(folder), role=arn, instance_count=0), 'instance_count 0 is not at least 1'),
+        (dict(model_dir=str(folder), role=arn, run_id='bad run/id'), "run id 'bad run/id' is not valid"),
+    ]
+    for kw, says in cases:
+        with pytest.raises(UsageError) as e: deploy(**kw)
+        assert says in str(e.value) and '\n' not in str(e.value), (kw, str(e.value))
+        assert everything() == {**NOTHING, 'objects': []}, kw
+    # a name in use: by an endpoint, and by a model or configuration left without one
+    taken = deploy(str(folder), role=arn, run_id='run-a')
+    before = everything()
+    with pytest.raises(UsageError, match=rf"an endpoint named '{taken.name}' already exists in us-east-1: pass another endpoint name"):
+        deploy(str(folder), role=arn, endpoint_name=taken.name, run_id='run-b')
+    boto3.client('sagemaker', region_name=REGION).delete_endpoint(EndpointName=taken.name)
+    with pytest.raises(UsageError, match=rf"an endpoint configuration named '{taken.name}' already exists"): check_endpoint_name(taken.name)
+    assert everything() == {**before, 'endpoints': []}
+    assert delete(taken.name) == [f'endpoint config {taken.name}', f'model {taken.name}']   # delete also removes what is left
+
+
+def test_failure_midway_leaves_nothing(moto_server, folder):
+    arn = role()
+    # CreateEndpointConfig fails after CreateModel succeeded: moto's list of instance types lacks ml.inf2
+    with pytest.raises(UsageError, match=r"AWS refused CreateEndpointConfig \(ValidationException\).*ml\.inf2\.xlarge"):
+        deploy(str(folder), role=arn, instance_type='ml.inf2.xlarge', run_id='run-a')
+    assert everything() == {**NOTHING, 'objects': []}
+    # CreateEndpoint fails after the model and the configuration were made
+    boto3.setup_default_session()   # a fresh default session, whose clients (deploy's) carry the hook below
+    def no_such_config(params, **kw): params['EndpointConfigName'] = 'no-such-config'
+    boto3.DEFAULT_SESSION.events.register('provide-client-params.sagemaker.CreateEndpoint', no_such_config)
+    try:
+        with pytest.raises(UsageError, match=r"AWS refused CreateEndpoint \(ValidationException\)"):
+            deploy(str(folder), role=arn, run_id='run-b')
+    finally: boto3.DEFAULT_SESSION = None
+    assert everything() == {**NOTHING, 'objects': []}
+
+
+def test_predict_checks_texts_before_calling(moto_server):
+    for texts, says in [([], 'the list of texts is empty'), (['ok', 3], 'item 1 of inputs is a number'), ({'x': 1}, "'x' key(s)")]:
+        with pytest.raises(UsageError, match=re.escape(says)): predict('no-such-endpoint', texts)
+    queue_answer(moto_server, '[{"label": "joy", "score": 0.9}]')
+    assert predict('any', 'one text') == [{'label': 'joy', 'score': 0.9}]   # a single text is sent as a list of one

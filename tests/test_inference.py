@@ -1,0 +1,329 @@
+"""The inference handler for real, on a tiny BERT trained here: the four functions on JSON, the TorchScript trace against the
+eager model, the same handler driven by the SageMaker inference toolkit's own handler service in-process, and served over
+HTTP by the toolkit's model server (Multi Model Server, a Java program) on 127.0.0.1.
+
+The model server needs a Java runtime (`java` on PATH; Debian: `default-jre-headless`, i.e. OpenJDK 17 on Debian 12,
+installed by .ci/services.sh) and the `multi-model-server` and `sagemaker-inference` packages (dev extras): a missing one
+fails the test with the line that installs it.
+"""
+import ast, json, os, shutil, signal, subprocess, sys, tarfile, time, urllib.error, urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import random, socket
+import pytest
+
+import trn_tutorials.inference as handler
+from trn_tutorials.core import UsageError, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.endpoint import TRACE_INFO, package, trace
+from trn_tutorials.inference import (JSON, TORCHSCRIPT, ModelFolderError, RequestError, check_model_folder, input_fn, model_fn,
+                                     output_fn, padded_lengths, predict_fn)
+from trn_tutorials.launch import launch
+from trn_tutorials.train import TrainArguments
+from local_services import HINT, procs_mentioning
+
+SCORE_TOL = 1.0001e-4   # scores are rounded to 4 places: two roundings of one probability differ by at most 1e-4
+TEXTS = ['i feel so happy and proud of my little sister today', 'sad', 'i am scared of what might happen to us all tonight',
+         'i was furious', 'i love the way he smiles at me when i feel low and lonely and tired']
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    "A tiny BERT fine-tuned by `launch` (torchrun, CPU) for 20 steps on the bundled sample, in buckets of three lengths."
+    tmp = tmp_path_factory.mktemp('inference')
+    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
+    prepare(DataArguments(data=sample_data(), model_id=tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS),
+                          dataset_path=str(tmp/'data'), buckets=3))
+    launch(TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), max_steps=20, learning_rate=3e-3,
+                          per_device_train_batch_size=16, save_steps=0), echo=False)
+    return tmp/'model'
+
+
+def unpacked(model_dir, dest, **kw):
+    "`model_dir` as SageMaker unpacks its model.tar.gz into /opt/ml/model: the archive `package` writes, extracted."
+    archive = package(str(model_dir), str(dest.parent/f'{dest.name}.tar.gz'), **kw)
+    with tarfile.open(archive) as t: t.extractall(dest, filter='data')
+    return dest
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the four functions
+# ---------------------------------------------------------------------------------------------------------------
+def test_four_functions_on_json(trained):
+    clf = model_fn(str(trained))
+    assert not clf.traced and clf.labels == EMOTION_LABELS and clf.lengths == padded_lengths(trained)
+    assert len(clf.lengths) == 3 and clf.max_length == clf.lengths[-1]
+    body = json.dumps({'inputs': TEXTS}).encode()
+    texts = input_fn(body, JSON)
+    assert texts == TEXTS
+    assert input_fn(body.decode(), 'application/json; charset=utf-8') == TEXTS   # the toolkit decodes plain JSON only
+    assert input_fn('{"inputs": "one text"}', JSON) == ['one text']
+    assert input_fn('"bare text"', JSON) == ['bare text'] and input_fn('["a", "b"]', JSON) == ['a', 'b']
+    preds = predict_fn(texts, clf)
+    assert [set(p) for p in preds] == [{'label', 'score'}] * len(TEXTS)
+    assert all(p['label'] in EMOTION_LABELS and 1 / len(EMOTION_LABELS) <= p['score'] <= 1 for p in preds)
+    out, ctype = output_fn(preds, JSON)
+    assert ctype == JSON and json.loads(out) == preds
+    assert output_fn(preds, None) == output_fn(preds, '*/*') == output_fn(preds, 'text/html, application/json;q=0.9') == (out, JSON)
+
+
+def test_same_answers_as_pipeline(trained):
+    "Padding to the trained lengths, sorting by length and batching change nothing: the pipeline (one text at a time) agrees."
+    from transformers import pipeline
+    want = pipeline('text-classification', model=str(trained))(TEXTS)
+    got = predict_fn(TEXTS, model_fn(str(trained)))
+    assert [g['label'] for g in got] == [w['label'] for w in want]
+    assert max(abs(g['score'] - w['score']) for g, w in zip(got, want)) <= SCORE_TOL
+
+
+def test_batches_padded_to_the_trained_lengths(trained, monkeypatch):
+    "Each forward pass gets a batch padded to one of the recorded lengths; small batches answer as one big batch, in order."
+    clf = model_fn(str(trained))
+    shapes = []
+    clf.model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw['input_ids'].shape)), with_kwargs=True)
+    whole = predict_fn(TEXTS, clf)
+    monkeypatch.setattr(handler, 'BATCH_SIZE', 2)
+    shapes.clear()
+    small = predict_fn(TEXTS, clf)
+    assert [p['label'] for p in small] == [p['label'] for p in whole]
+    assert max(abs(a['score'] - b['score']) for a, b in zip(small, whole)) <= SCORE_TOL
+    assert [b for b, _ in shapes] == [2, 2, 1] and {n for _, n in shapes} <= set(clf.lengths)
+    long = predict_fn([' '.join(['happy'] * 500)], clf)   # cut at the longest trained length, not refused
+    assert shapes[-1] == (1, clf.lengths[-1]) and long[0]['label'] in EMOTION_LABELS
+
+
+BAD = [  # body, content type, status, what the one line must say
+    ('{"inputs": ["i feel', JSON, 400, 'malformed JSON'),
+    (b'\xff\xfe{', JSON, 400, 'not UTF-8'),
+    ('{"inputs": []}', JSON, 400, 'the list of texts is empty'),
+    ('[]', JSON, 400, 'the list of texts is empty'),
+    ('{"inputs": ["ok", 3]}', JSON, 400, 'item 1 of inputs is a number, not a text'),
+    ('{"inputs": [null]}', JSON, 400, 'item 0 of inputs is null'),
+    ('{"inputs": {"text": "ok"}}', JSON, 400, 'inputs is an object'),
+    ('{"text": "ok"}', JSON, 400, "key(s), not just 'inputs'"),
+    ('{"inputs": "ok", "parameters": {}}', JSON, 400, "key(s), not just 'inputs'"),
+    ('{"inputs": ["ok", "  "]}', JSON, 400, 'text 1 of inputs is empty'),
+    ('12', JSON, 400, 'inputs is a number'),
+    ('i feel happy', 'text/plain', 415, 'content type text/plain is not supported'),
+    ('{"inputs": "ok"}', None, 415, 'content type none is not supported'),
+    ('a,b', 'text/csv', 415, 'as application/json'),
+]
+
+
+@pytest.mark.parametrize('body,ctype,status,says', BAD, ids=[b[3] + f' ({i})' for i, b in enumerate(BAD)])
+def test_bad_requests_get_one_line_4xx(body, ctype, status, says):
+    with pytest.raises(RequestError) as e: input_fn(body, ctype)
+    err = e.value
+    assert err.status_code == status and says in str(err) and '\n' not in str(err)
+    assert err.message == err.phrase == str(err)   # what the toolkit puts in the reason phrase and the body
+    assert isinstance(err, ValueError)
+
+
+def test_accept_without_json_is_406():
+    with pytest.raises(RequestError) as e: output_fn([{'label': 'joy', 'score': 0.9}], 'text/csv')
+    assert e.value.status_code == 406 and 'application/json' in str(e.value)
+
+
+def test_model_folder_checks(tmp_path):
+    "A folder without label names, config, weights or tokenizer is refused with one line naming the fix, before any load."
+    no_names = tiny_bert(tmp_path/'no-names', ['hello', 'world'])   # transformers 5 writes no id2label then; 4.x writes LABEL_0, LABEL_1
+    for fn in (check_model_folder, model_fn):
+        with pytest.raises(ModelFolderError, match=r'names no labels \(id2label: (none|LABEL_0, LABEL_1)\): set id2label'): fn(no_names)
+    cfg = Path(no_names)/'config.json'
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), 'id2label': {'0': 'LABEL_0', '1': 'LABEL_1'}}))
+    with pytest.raises(ModelFolderError, match=r'names no labels \(id2label: LABEL_0, LABEL_1\): set id2label, e.g.'): model_fn(no_names)
+    named = Path(tiny_bert(tmp_path/'named', ['hello', 'world'], labels=['neg', 'pos']))
+    assert check_model_folder(named) == ['neg', 'pos'] and padded_lengths(named) is None   # not trained by `train`: no lengths
+    clf = model_fn(str(named))
+    assert clf.lengths is None and clf.max_length == 128   # the tiny config's max_position_embeddings
+    for f in ('tokenizer.json', 'tokenizer_config.json', 'vocab.txt'): (named/f).unlink(missing_ok=True)
+    with pytest.raises(ModelFolderError, match='has no tokenizer'): model_fn(str(named))
+    (named/'model.safetensors').unlink()
+    with pytest.raises(ModelFolderError, match='has no weights'): model_fn(str(named))
+    with pytest.raises(ModelFolderError, match='has no config.json'): model_fn(str(tmp_path))
+    with pytest.raises(UsageError, match='names no labels'): trace(no_names)
+    with pytest.raises(UsageError, match='names no labels'): package(no_names, str(tmp_path/'x.tar.gz'))
+    assert not (tmp_path/'x.tar.gz').exists()
+
+
+def test_handler_is_self_contained(trained, tmp_path):
+    "code/inference.py imports only the standard library, torch, transformers and (optionally) the toolkit, and runs alone."
+    tree = ast.parse(Path(handler.__file__).read_text())
+    mods = {a.name.split('.')[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module.split('.')[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))   # no relative imports
+    assert mods - set(sys.stdlib_module_names) == {'torch', 'transformers', 'sagemaker_inference', 'torch_neuronx'}
+    code = unpacked(trained, tmp_path/'opt-ml-model')/'code'
+    script = ("import sys; sys.modules['trn_tutorials'] = None; sys.modules['sagemaker_inference'] = None\n"
+              "import inference as h, json\n"
+              "m = h.model_fn(sys.argv[1])\n"
+              "print(h.output_fn(h.predict_fn(h.input_fn(json.dumps({'inputs': ['i feel happy']}), 'application/json'), m), '*/*')[0])\n"
+              "try: h.input_fn('{', 'application/json')\n"
+              "except h.RequestError as e: print(e.status_code, e.phrase)\n")
+    r = subprocess.run([sys.executable, '-c', script, str(code.parent)], cwd=code, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, 'PYTHONPATH': str(code)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, second = r.stdout.splitlines()[-2:]
+    assert json.loads(first)[0]['label'] in EMOTION_LABELS and second.startswith('400 malformed JSON')
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TorchScript
+# ---------------------------------------------------------------------------------------------------------------
+def test_torchscript_agrees_with_eager(trained, tmp_path, capfd):
+    d = tmp_path/'traced'
+    shutil.copytree(trained, d, ignore=shutil.ignore_patterns('checkpoint-*'))
+    eager = predict_fn(TEXTS, model_fn(str(d)))
+    info = trace(str(d))
+    lengths = padded_lengths(d)
+    assert info['max_abs_diff'] <= 1e-4 and info['lengths'] == lengths
+    assert sorted(map(tuple, info['checked_shapes'])) == sorted((b, n) for n in lengths for b in (1, 3))
+    assert json.loads((d/TRACE_INFO).read_text()) == info
+    clf = model_fn(str(d))
+    assert clf.traced and clf.lengths == lengths and type(clf.model).__name__ == 'RecursiveScriptModule'
+    got = predict_fn(TEXTS, clf)
+    assert [g['label'] for g in got] == [e['label'] for e in eager]
+    assert max(abs(g['score'] - e['score']) for g, e in zip(got, eager)) <= SCORE_TOL
+    # refused above the tolerance (here: below any difference), and nothing is left behind
+    with pytest.raises(UsageError, match=r"differ from the eager model's by .* \(> tolerance -1"): trace(str(d), tolerance=-1)
+    assert not (d/TORCHSCRIPT).exists() and not (d/TRACE_INFO).exists()
+    # a model.pt that does not load: the eager model is served, and the log says why
+    (d/TORCHSCRIPT).write_bytes(b'not a TorchScript file')
+    capfd.readouterr()
+    clf = model_fn(str(d))
+    assert not clf.traced and f'cannot load {TORCHSCRIPT}' in capfd.readouterr().err
+    assert [p['label'] for p in predict_fn(TEXTS, clf)] == [e['label'] for e in eager]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the SageMaker inference toolkit's own handler service, in-process
+# ---------------------------------------------------------------------------------------------------------------
+def request(ctx, body, content_type=JSON, accept=JSON):
+    "One request as Multi Model Server hands it to the handler service: the body as bytes, the headers in a RequestProcessor."
+    from mms.context import RequestProcessor
+    ctx.request_processor = [RequestProcessor({'Content-Type': content_type, 'Accept': accept} if content_type else {'Accept': accept})]
+    return [{'body': body.encode() if isinstance(body, str) else body}]
+
+
+def test_toolkit_handler_service_in_process(trained, tmp_path, monkeypatch):
+    from mms.context import Context
+    from sagemaker_inference.default_handler_service import DefaultHandlerService
+    from sagemaker_inference.errors import BaseInferenceToolkitError
+    assert issubclass(RequestError, BaseInferenceToolkitError)   # the toolkit is installed here: its error class is the base
+    model_dir = unpacked(trained, tmp_path/'opt-ml-model', torchscript=False)
+    monkeypatch.syspath_prepend(str(model_dir/'code'))   # what the container's PYTHONPATH holds
+    monkeypatch.setenv('PYTHONPATH', os.environ.get('PYTHONPATH', ''))   # initialize() prepends code/ to it
+    monkeypatch.delitem(sys.modules, 'inference', raising=False)
+    try:
+        ctx = Context('model', str(model_dir), {}, 1, None, '1.1.11')
+        service = DefaultHandlerService()
+        service.initialize(ctx)
+        assert sys.modules['inference'].__file__ == str(model_dir/'code'/'inference.py')   # the packaged copy, not this package
+        out = service.handle(request(ctx, json.dumps({'inputs': TEXTS})), ctx)
+        assert ctx.get_response_status(0) == (200, None) and ctx.get_response_content_type(0) == JSON
+        assert json.loads(out[0]) == predict_fn(TEXTS, model_fn(str(trained)))
+        for body, ctype, status, says in [b for b in BAD if isinstance(b[0], str)]:   # the toolkit itself decodes application/json bodies
+            out = service.handle(request(ctx, body, ctype), ctx)
+            code, phrase = ctx.get_response_status(0)
+            assert (code, says in phrase, out[0].split('\n')[0]) == (status, True, phrase), (body, ctype, out[0][:300])
+        service.handle(request(ctx, '{"inputs": "ok"}', JSON, accept='text/csv'), ctx)
+        assert ctx.get_response_status(0)[0] == 406
+    finally:
+        sys.modules.pop('inference', None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# served over HTTP by Multi Model Server, as sagemaker_inference.model_server.start_model_server starts it
+# ---------------------------------------------------------------------------------------------------------------
+def mms_port() -> int:
+    "A free 127.0.0.1 port below 32768: Multi Model Server 1.1 refuses higher ones ('Invalid port number'), i.e. Linux's ephemeral range."
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try: s.bind(('127.0.0.1', port)); return port
+            except OSError: continue
+    raise RuntimeError('no free port between 20000 and 32000')
+
+
+@contextmanager
+def model_server(model_dir:Path, work:Path, timeout:float=120):
+    """Multi Model Server serving `model_dir` through the toolkit's handler service on a free 127.0.0.1 port.
+
+    The same command and configuration as `sagemaker_inference.model_server.start_model_server` (the toolkit's
+    default-mms.properties and log4j2.xml, `--model-store /`, `--models model=<model_dir>`, code/ on PYTHONPATH), except: addresses on
+    127.0.0.1 and free ports instead of 0.0.0.0:8080, the config file in `work` instead of /etc, its own TMPDIR (MMS keeps a
+    pid file and its worker sockets there), `--foreground` and its own process group, so that stopping it stops Java and
+    the Python workers; no pip install of code/requirements.txt (this environment has transformers)."""
+    import sagemaker_inference
+    if not shutil.which('java'):
+        pytest.fail(f"Multi Model Server needs a Java runtime (Debian: default-jre-headless): {HINT}", pytrace=False)
+    exe = Path(sys.executable).parent/'multi-model-server'
+    if not exe.exists(): pytest.fail(f"multi-model-server is not in {exe.parent}: pip install -e '.[dev]' (multi-model-server, sagemaker-inference)", pytrace=False)
+    etc = Path(sagemaker_inference.__file__).parent/'etc'
+    port, mport = mms_port(), mms_port()
+    (work/'tmp').mkdir(parents=True)
+    cfg = work/'mms.properties'
+    cfg.write_text((etc/'default-mms.properties').read_text() + f"inference_address=http://127.0.0.1:{port}\n"
+                   f"management_address=http://127.0.0.1:{mport}\ndefault_service_handler=sagemaker_inference.default_handler_service\n"
+                   "default_workers_per_model=1\ndefault_response_timeout=120\n")
+    env = {**os.environ, 'PATH': f"{exe.parent}:{os.environ['PATH']}", 'TMPDIR': str(work/'tmp'), 'TEMP': str(work/'tmp'),
+           'PYTHONPATH': str(model_dir/'code'), 'LOG_LOCATION': str(work/'logs'), 'METRICS_LOCATION': str(work/'logs')}
+    log = open(work/'mms.out', 'wb')
+    proc = subprocess.Popen([str(exe), '--start', '--foreground', '--model-store', '/', '--mms-config', str(cfg),
+                             '--log-config', str(etc/'log4j2.xml'), '--models', f'model={model_dir}'],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        url, deadline = f'http://127.0.0.1:{port}', time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(url + '/ping', timeout=2) as r:
+                    if r.status == 200: break
+            except OSError: pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Multi Model Server did not answer /ping: {(work/'mms.out').read_text()[-3000:]}", pytrace=False)
+            time.sleep(0.25)
+        yield url
+    finally:
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+            try: os.killpg(proc.pid, sig)
+            except ProcessLookupError: break
+            deadline = time.monotonic() + wait
+            while procs_mentioning(str(work)) and time.monotonic() < deadline: time.sleep(0.2)
+            if not procs_mentioning(str(work)): break
+        proc.wait(10)
+        log.close()
+
+
+def post(url, body, content_type=JSON, timeout=120):
+    req = urllib.request.Request(url + '/invocations', data=body.encode() if isinstance(body, str) else body, method='POST',
+                                 headers={'Content-Type': content_type, 'Accept': JSON})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r: return r.status, r.reason, r.read().decode()
+    except urllib.error.HTTPError as e: return e.code, e.reason, e.read().decode()
+
+
+def test_served_over_http_by_multi_model_server(trained, tmp_path):
+    "The packaged archive, traced, as SageMaker unpacks it; /ping, /invocations, a one-line 4xx; no process left afterwards."
+    d = tmp_path/'traced'
+    shutil.copytree(trained, d, ignore=shutil.ignore_patterns('checkpoint-*'))
+    trace(str(d))
+    model_dir, work = unpacked(d, tmp_path/'opt-ml-model'), tmp_path/'mms'
+    want = predict_fn(TEXTS, model_fn(str(model_dir)))
+    with model_server(model_dir, work) as url:
+        status, _, body = post(url, json.dumps({'inputs': TEXTS}))   # the first request waits for the worker's model_fn
+        assert status == 200, body[-2000:]
+        got = json.loads(body)
+        assert [g['label'] for g in got] == [w['label'] for w in want]
+        assert max(abs(g['score'] - w['score']) for g, w in zip(got, want)) <= SCORE_TOL
+        status, _, body = post(url, json.dumps('i feel happy').encode(), 'application/json; charset=utf-8')
+        assert status == 200 and len(json.loads(body)) == 1
+        status, reason, body = post(url, '{"inputs": ["i feel')
+        line = body.split('\n')[0]
+        assert (status, line, reason) == (400, line, line) and line.startswith('malformed JSON') and '{"inputs": ' in line
+        status, reason, _ = post(url, '{"inputs": []}')
+        assert status == 400 and reason.startswith('the list of texts is empty')
+        status, reason, _ = post(url, 'i feel happy', 'text/plain')
+        assert status == 415 and reason.startswith('content type text/plain is not supported')
+        with urllib.request.urlopen(url + '/ping', timeout=10) as r: assert json.loads(r.read())['status'] == 'Healthy'
+    assert not procs_mentioning(str(work)), f"model server processes left: {procs_mentioning(str(work))}"
