@@ -97,9 +97,10 @@ def test_loaders_one_shape_disjoint_shards(easy):
 def test_arguments_are_train_arguments():
     "Every option of the loop is an option of `trn_tutorials.train` with the same type and default (but its own output folder)."
     from dataclasses import fields
-    train = {f.name: f for f in fields(TrainArguments)}
+    from typing import get_type_hints   # the types themselves: HfArgumentParser turns a field's 'str' into str once it parsed it
+    train, types, loop_types = {f.name: f for f in fields(TrainArguments)}, get_type_hints(TrainArguments), get_type_hints(LoopArguments)
     for f in fields(LoopArguments):
-        assert f.name in train and f.type == train[f.name].type, f.name
+        assert f.name in train and loop_types[f.name] == types[f.name], f.name
         assert f.default == train[f.name].default or f.name == 'output_dir', f.name
 
 
