@@ -329,6 +329,15 @@ def rehearse(instances: int = 0, ssh: bool = False) -> Rehearsal:
     return Rehearsal(instances, ssh).start()
 
 
+def sagemaker_role(name: str = 'SageMakerExecution', service: str = 'sagemaker.amazonaws.com') -> str:
+    "The ARN of IAM role `name` (made if missing) whose trust policy lets `service` assume it: a SageMaker execution role."
+    import boto3
+    trust = {'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Principal': {'Service': service}, 'Action': 'sts:AssumeRole'}]}
+    iam = boto3.client('iam')
+    try: return iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))['Role']['Arn']
+    except iam.exceptions.EntityAlreadyExistsException: return iam.get_role(RoleName=name)['Role']['Arn']
+
+
 class SageMakerStandIn:
     """What SageMaker would do with a training job, done here: moto accepts `CreateTrainingJob` and marks the job
     Completed at once without running anything. `run(name)` runs the job's container side on this machine:
@@ -357,12 +366,7 @@ class SageMakerStandIn:
         atexit.register(self.stop)
 
     def role(self, name: str = 'SageMakerExecution', service: str = 'sagemaker.amazonaws.com') -> str:
-        import boto3
-        trust = {'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Principal': {'Service': service},
-                                                         'Action': 'sts:AssumeRole'}]}
-        iam = boto3.client('iam')
-        try: return iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))['Role']['Arn']
-        except iam.exceptions.EntityAlreadyExistsException: return iam.get_role(RoleName=name)['Role']['Arn']
+        return sagemaker_role(name, service)
 
     def bucket(self) -> str:
         import boto3

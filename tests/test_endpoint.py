@@ -22,10 +22,10 @@ from trn_tutorials.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, che
 from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
 from trn_tutorials.cleanup import leftovers
 from trn_tutorials.instance import run_tags
+from local_services import sagemaker_role as role
 
 REGION, ACCOUNT = 'us-east-1', '123456789012'   # moto's default account
 BUCKET = f'sagemaker-{REGION}-{ACCOUNT}'
-TRUST = {'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Principal': {'Service': 'sagemaker.amazonaws.com'}, 'Action': 'sts:AssumeRole'}]}
 NOTHING = {'endpoints': [], 'endpoint_configs': [], 'models': []}
 
 
@@ -42,11 +42,6 @@ def folder(tmp_path):
     (d/'checkpoint-10').mkdir(); (d/'checkpoint-10'/'model.safetensors').write_bytes(b'x')
     for f in ('curves.png', 'train.log', 'training_args.bin', 'old.tar.gz', '.shapes-0.json'): (d/f).write_bytes(b'x')
     return d
-
-
-def role(name='SageMakerExecution', service='sagemaker.amazonaws.com') -> str:
-    doc = {**TRUST, 'Statement': [{**TRUST['Statement'][0], 'Principal': {'Service': service}}]}
-    return boto3.client('iam', region_name=REGION).create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(doc))['Role']['Arn']
 
 
 def everything() -> dict:

@@ -143,6 +143,10 @@ def test_dry_run_creates_nothing(aws, prepared, capsys):
     assert set(plan['uploads'].values()) == {f"s3://{bucket}/trn-tutorials/{req['Tags'][1]['Value']}/{c}" for c in ('data', 'model')}
     assert objects(bucket) == []
     assert boto3.client('sagemaker').list_training_jobs()['TrainingJobSummaries'] == []
+    # without --bucket: SageMaker's default bucket is named in the request, and not created
+    plan = submit(args, JobArguments(role=aws.role(), dry_run=True))
+    assert plan['request']['OutputDataConfig']['S3OutputPath'].startswith('s3://sagemaker-us-east-1-123456789012/trn-tutorials/')
+    assert [b['Name'] for b in boto3.client('s3').list_buckets()['Buckets']] == [bucket]
 
 
 def test_bad_input_is_refused_before_anything_is_made(aws, prepared):

@@ -15,11 +15,12 @@ from botocore.exceptions import ClientError, WaiterError
 from .core import UsageError, short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, padded_lengths, texts_of
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
+from .training_job import check_role, default_bucket
 
 # %% auto #0
 __all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'DLC_ACCOUNTS', 'trace', 'requirements', 'package',
            'check_instance_type', 'image_kind', 'inference_image', 'endpoint_requests', 'Endpoint',
-           'check_endpoint_name', 'default_bucket', 'upload', 'deploy', 'predict', 'delete']
+           'check_endpoint_name', 'upload', 'deploy', 'predict', 'delete']
 
 # %% ../nbs/12_endpoint.ipynb #fa859dd1
 def _model_folder(model_dir) -> list[str]:
@@ -207,18 +208,6 @@ def check_endpoint_name(name:str, # the endpoint's name
                                  f"or remove it first with delete({name!r})")
     return name
 
-def default_bucket(region:str # AWS region
-                  ) -> str:
-    "SageMaker's default bucket, `sagemaker-<region>-<account>`, created if missing."
-    with aws_errors(region):
-        account = boto3.client('sts', region_name=region).get_caller_identity()['Account']
-        bucket, s3 = f'sagemaker-{region}-{account}', boto3.client('s3', region_name=region)
-        try: s3.head_bucket(Bucket=bucket)
-        except ClientError as e:
-            if e.response['Error']['Code'] not in ('404', 'NoSuchBucket', 'NotFound'): raise
-            s3.create_bucket(Bucket=bucket, **({} if region == 'us-east-1' else {'CreateBucketConfiguration': {'LocationConstraint': region}}))
-    return bucket
-
 def upload(archive:str, # model.tar.gz
            run_id:str, # the run: the S3 prefix trn-tutorials/<run id>/endpoint/ and the object's tags
            bucket:str|None=None, # S3 bucket; default: SageMaker's default bucket
@@ -264,7 +253,6 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
     if instance_count < 1: raise UsageError(f"instance_count {instance_count} is not at least 1: pass 1 or more")
     run_id = check_run_id(run_id) if run_id else new_run_id()
     name = check_endpoint_name(endpoint_name or re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}'), region)
-    from trn_tutorials.training_job import check_role   # the training-job chapter's: exists, trusts sagemaker.amazonaws.com
     role_arn = check_role(role, region)
     sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
     made, model_data = [], None

@@ -18,8 +18,8 @@ from .train import PROGRESS_ENV, TrainArguments, check_args
 __all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'NEURON_IMAGE_SOURCE', 'NEURON_REGISTRIES',
            'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image',
            'JobArguments', 'check_job', 'check_role', 'job_hyperparameters', 'stage_source', 'export_model', 'job_main',
-           'run_prefix', 'upload_folder', 'model_trainer', 'submit', 'JobError', 'wait_job', 'job_results', 'sm_train',
-           'stop_job']
+           'run_prefix', 'default_bucket', 'upload_folder', 'model_trainer', 'submit', 'JobError', 'wait_job',
+           'job_results', 'sm_train', 'stop_job']
 
 # %% ../nbs/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -194,6 +194,21 @@ def job_main(argv:list[str]|None=None # the job's `--name value` options; defaul
 # %% ../nbs/09_training_job.ipynb #291bded7
 def run_prefix(run_id:str) -> str: return f'{PROJECT}/{run_id}'
 
+def default_bucket(region:str, # AWS region
+                   create:bool=True # create it if it does not exist yet (`False`: only name it)
+                  ) -> str:
+    "SageMaker's default bucket, `sagemaker-<region>-<account>` (as the SDK names it), created if missing."
+    import boto3
+    from botocore.exceptions import ClientError
+    with aws_errors(region):
+        account = boto3.client('sts', region_name=region).get_caller_identity()['Account']
+        bucket, s3 = f'sagemaker-{region}-{account}', boto3.client('s3', region_name=region)
+        try: s3.head_bucket(Bucket=bucket)
+        except ClientError as e:
+            if e.response['Error']['Code'] not in ('404', 'NoSuchBucket', 'NotFound'): raise
+            if create: s3.create_bucket(Bucket=bucket, **({} if region == 'us-east-1' else {'CreateBucketConfiguration': {'LocationConstraint': region}}))
+    return bucket
+
 def upload_folder(folder:str|Path, # a local folder, e.g. the prepared data
                   bucket:str, # the S3 bucket
                   prefix:str, # key prefix, e.g. 'trn-tutorials/<run id>/data'
@@ -251,16 +266,19 @@ _READ_ONLY = ('Describe', 'Get', 'List', 'Head', 'Simulate')
 
 class _Stop(Exception): pass
 
-def _dry_run_hooks(session, seen:dict):
+def _dry_run_hooks(session, seen:dict, bucket:str):
     "Record, and keep from AWS, every call of `session`'s clients that would change something."
-    def before_call(model, params, **kw):
-        if model.name.startswith(_READ_ONLY): return None
-        seen.setdefault('calls', []).append(model.name)
+    def mark(params, context, **kw):   # the job's bucket may not exist yet (a dry run creates none): its reads answer empty
+        if params.get('Bucket') == bucket: context['dry_run_empty'] = True
+    def before_call(model, params, context=None, **kw):
+        if model.name.startswith(_READ_ONLY) and not (context or {}).get('dry_run_empty'): return None
+        if not model.name.startswith(_READ_ONLY): seen.setdefault('calls', []).append(model.name)
         if model.name == 'CreateTrainingJob': raise _Stop()
         from botocore.awsrequest import AWSResponse
         return (AWSResponse('', 200, {}, None), {})
     def capture(params, model, **kw):
         if model.name == 'CreateTrainingJob': seen['request'] = dict(params)
+    session.events.register('provide-client-params.s3', mark)
     session.events.register('before-parameter-build.sagemaker.CreateTrainingJob', capture)
     session.events.register('before-call', before_call)
 
@@ -299,14 +317,12 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
                                f"and region): pass another --job_name, or leave it out")
     if running: raise UsageError(f"training job {running[0]} is still running under the name {base!r}: wait for it, stop it "
                                  f"(trn-tutorials sm-down --run_id {job.run_id}), or pass another --job_name")
-    if not job.bucket:
-        from sagemaker.core.helper.session_helper import Session
-        job = replace(job, bucket=Session(boto_session=boto3.Session(region_name=region)).default_bucket())
+    if not job.bucket: job = replace(job, bucket=default_bucket(region, create=not job.dry_run))   # a dry run only names it
     src = stage_source(tempfile.mkdtemp(prefix='trn-tutorials-job-'))
     prefix = run_prefix(job.run_id)
     try:
         session, seen = boto3.Session(region_name=region), {}
-        if job.dry_run: _dry_run_hooks(session, seen)   # before any client is made: each copies the hooks it has then
+        if job.dry_run: _dry_run_hooks(session, seen, job.bucket)   # before any client is made: each copies the hooks it has then
         trainer = model_trainer(args, job, role_arn, src, session)
         data = f's3://{job.bucket}/{prefix}/data'
         channels = {'train': data}

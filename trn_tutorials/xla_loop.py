@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib, json, math, os, sys, time
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
@@ -15,7 +14,8 @@ import torch.distributed as dist
 
 from .core import UsageError, check_backend, parse_args, set_backend_env
 from .data import load_prepared
-from .train import XLA_BACKENDS, check_workers, classification_metrics, majority_baseline
+from .train import (XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_workers, classification_metrics,
+                                 majority_baseline)
 
 # %% auto #0
 __all__ = ['LOOP_BACKENDS', 'ERROR_PREFIX', 'LoopArguments', 'check_loop_args', 'loop_backend', 'Workers', 'start_workers',
@@ -107,12 +107,10 @@ def pad_rows(rows:list[dict], # rows of a prepared split
              pad_id:int, # the tokenizer's padding id
              length:int # the length to pad every row to
             ) -> dict:
-    "The rows as a batch of tensors, every row padded to `length`."
-    out = {'labels': torch.tensor([r['labels'] for r in rows])}
-    for k in [k for k in rows[0] if k != 'labels']:
-        fill = pad_id if k == 'input_ids' else 0   # attention_mask and token_type_ids pad with 0
-        out[k] = torch.tensor([list(r[k]) + [fill] * (length - len(r[k])) for r in rows])
-    return out
+    "The rows as a batch of tensors, every row padded to `length` (as the Trainer's script pads them: `train.PaddedRows`)."
+    padded = PaddedRows(rows, pad_id)
+    rows = [padded[(i, length)] for i in range(len(rows))]
+    return {k: torch.tensor([r[k] for r in rows]) for k in rows[0]}
 
 def on_device(loader, # a `DataLoader`
               w:Workers # this worker
@@ -259,17 +257,7 @@ def save_model(model, # the trained model, from `place`
     return {'sha256': seen[0], 'same_on_all_workers': len(set(seen)) == 1}
 
 # %% ../nbs/10_xla_loop.ipynb #1977c9da
-def _compiles() -> int:
-    "Graphs PyTorch/XLA has compiled in this process so far."
-    import torch_xla.debug.metrics as met
-    return int(met.counter_value('UncachedCompile') or 0)
-
-def _versions() -> dict:
-    out = {}
-    for pkg in ('torch', 'torch-xla', 'torch-neuronx', 'transformers'):
-        try: out[pkg] = version(pkg)
-        except PackageNotFoundError: pass
-    return out
+def _compiles() -> int: return _xla_compiles()[0]   # graphs compiled in this process so far (the train module counts them)
 
 def fit(args:LoopArguments, # the run's arguments
         w:Workers, # this worker, from `start_workers`
