@@ -65,8 +65,8 @@ count $(pytest_counts "$tmp/compat.xml")
 echo "== XLA rehearsal: torch 2.9 + torch-xla 2.9 + transformers 4.57 (the Neuron 2.31 DLAMI's stack) =="
 X=.venv-xla   # PyPI's torch 2.9 is the CUDA build: it imports only with its nvidia-* wheels (about 3.4 GB)
 if [ ! -x $X/bin/python ]; then python3 -m venv $X && $X/bin/pip install -q --upgrade pip; fi
-# one resolve, the stack pinned in it: installed apart, the package's newest datasets would pull transformers 5
-$X/bin/pip install -q ${XLA_STACK:-torch==2.9.0 torch-xla==2.9.0 transformers==4.57.6} -e . pytest \
+# one resolve, the stack pinned in it: installed apart, the package's newest datasets would pull transformers 5; large wheels resume after a dropped connection
+$X/bin/pip install -q --resume-retries 20 ${XLA_STACK:-torch==2.9.0 torch-xla==2.9.0 transformers==4.57.6} -e . pytest \
   && $X/bin/python -c "import torch, torch_xla, transformers; print('torch', torch.__version__, 'torch-xla', torch_xla.__version__, 'transformers', transformers.__version__)" \
   && PATH="$PWD/$X/bin:$PATH" $X/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/xla.xml" tests/test_xla.py
 count $(pytest_counts "$tmp/xla.xml")
