@@ -34,7 +34,8 @@ FIX = re.compile(r"(?:[:;(`]\s*|,\s*or\s+|\bor\s+)(?:use|pass|run|add|name|check
                  r"leave|empty|install|pip install|start|move)\b|\(see --help\)$", re.I)
 
 # Looks like a finished result if new since setup.
-DONE_FILES = {'trn_tutorials.json', 'metrics.json', 'config.json', 'model.safetensors', 'pytorch_model.bin'}
+DONE_FILES = {'trn_tutorials.json', 'metrics.json', 'config.json', 'model.safetensors', 'pytorch_model.bin',
+              'train.log'}   # a log in the wrong folder (e.g. the working folder, for --output_dir '')
 TEMP_DIR = re.compile(r'^\..+\.(tmp|old)-[0-9a-f]+$')
 
 
@@ -165,6 +166,11 @@ CASES = [
          ['Neuron trains on 1, 2, 8, 32']),
     Case('parse_args ambiguous option', 'exit', lambda d, p: lambda: parse_args([TrainArguments], ['--per_device', '8'], prog='trn-tutorials train'),
          ['ambiguous option: --per_device']),
+    # --- issue 15: values (core)
+    # --- issue 15: data and labels (03_data)
+    # --- issue 15: training (04_train)
+    # --- issue 15: launch, stop and the CLI (05_launch, 07_cli)
+    # --- issue 15: AWS and SageMaker (01_setup, 02_ssh, 06_cleanup, 09_training_job, 10_xla_loop, 12_endpoint)
 ]
 
 IDS = [c.id for c in CASES]

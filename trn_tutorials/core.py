@@ -5,14 +5,17 @@
 # %% ../nbs/00_core.ipynb #a3e73709
 from __future__ import annotations
 import importlib.util, json, os, re, shutil, socket, subprocess, sys
+from contextlib import contextmanager
 from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['BACKENDS', 'XLA_INSTALL', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'given_options',
-           'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'visible_neuron_cores', 'Accelerator', 'detect',
-           'backend_env', 'set_backend_env', 'check_backend', 'InstanceType', 'instance_family', 'instance_type',
-           'run_cost', 'hub_reachable', 'local_model', 'default_model', 'short_path', 'tiny_bert']
+__all__ = ['BACKENDS', 'XLA_INSTALL', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'given_options', 'Limit',
+           'check_number', 'check_numbers', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock',
+           'die_with_parent', 'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'visible_neuron_cores',
+           'Accelerator', 'detect', 'backend_env', 'set_backend_env', 'check_backend', 'InstanceType',
+           'instance_family', 'instance_type', 'run_cost', 'hub_reachable', 'local_model', 'default_model',
+           'short_path', 'tiny_bert']
 
 # %% ../nbs/00_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -31,8 +34,10 @@ def parse_args(types:list, # dataclass types whose fields become `--options`
                prog:str|None=None # program name for help and errors
               ) -> tuple:
     "Parse `argv` into one instance of each dataclass in `types`; a shared field fills every one that has it."
-    ns = vars(_parser(types, prog).parse_args(argv))
-    return tuple(t(**{f.name: ns[f.name] for f in fields(t) if f.init and f.name in ns}) for t in types)
+    p = _parser(types, prog)
+    ns = vars(p.parse_args(argv))
+    try: return tuple(t(**{f.name: ns[f.name] for f in fields(t) if f.init and f.name in ns}) for t in types)
+    except UsageError as e: p.error(str(e))   # a value the dataclass refuses (nan, out of range): one line, status 2
 
 def given_options(types:list, # dataclass types whose fields become `--options`
                   argv:list[str]|None=None, # the arguments; default `sys.argv[1:]`
@@ -43,6 +48,165 @@ def given_options(types:list, # dataclass types whose fields become `--options`
     unset = object()   # a field still holding it after parsing was not on the command line
     start = Namespace(**{f.name: unset for t in types for f in fields(t) if f.init})
     return {k for k, v in vars(_parser(types, prog).parse_args(argv, namespace=start)).items() if v is not unset}
+
+# %% ../nbs/00_core.ipynb #f179fa27
+@dataclass(frozen=True)
+class Limit:
+    "The values a numeric option may take: a range, and special values outside it that mean something."
+    lo: float|None = None   # the smallest value allowed; `None`: no lower bound
+    hi: float|None = None   # the largest value allowed; `None`: no upper bound
+    lo_open: bool = False   # `lo` itself is not allowed
+    hi_open: bool = False   # `hi` itself is not allowed
+    special: tuple = ()     # `(value, meaning)` pairs allowed besides the range, e.g. `((-1, 'all epochs'),)`
+    example: object = None  # a good value to suggest
+
+    def describe(self) -> str:
+        "The allowed values in words, e.g. 'a number in [0, 1)' or '1 or more, or -1 (all epochs)'."
+        lo, hi = (f'{x:g}' if isinstance(x, float) else x for x in (self.lo, self.hi))
+        if self.lo is not None and self.hi is not None:
+            s = f"{lo} to {hi}" if not (self.lo_open or self.hi_open) else \
+                f"a number in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        elif self.lo is not None: s = f"more than {lo}" if self.lo_open else f"{lo} or more"
+        elif self.hi is not None: s = f"less than {hi}" if self.hi_open else f"{hi} or less"
+        else: s = 'a finite number'
+        return s + ''.join(f", or {v} ({why})" for v, why in self.special)
+
+    def allows(self, v) -> bool:
+        "Whether the finite number `v` is allowed."
+        if any(v == s for s, _ in self.special): return True
+        if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)): return False
+        return not (self.hi is not None and (v > self.hi or (self.hi_open and v == self.hi)))
+
+def _number_kind(hint) -> type|None:
+    "`int` or `float` if the type hint `hint` is one of them (optionally `|None`), else `None`."
+    import types, typing
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kinds = [a for a in args if a is not type(None)]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in (int, float) else None
+
+def check_number(name:str, # the option's name, e.g. 'learning_rate'
+                 value, # the value given
+                 kind:type=float, # `int` or `float`
+                 limit:Limit|None=None, # the values allowed; `None`: any finite number
+                 optional:bool=False # `None` is allowed (the option is left out)
+                ):
+    "`value`, checked: a number of `kind` (not a string or a bool), finite, and allowed by `limit`; else a one-line `UsageError`."
+    import math, numbers
+    if value is None and optional: return value
+    e = f" (e.g. --{name} {limit.example})" if limit is not None and limit.example is not None else ''
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral if kind is int else numbers.Real):
+        want = 'a whole number' if kind is int else 'a number'
+        raise UsageError(f"--{name} {value!r} is {'a ' + type(value).__name__ if value is not None else 'missing'}, not {want}: pass {want}{e}")
+    if not math.isfinite(value): raise UsageError(f"--{name} {value} is not a finite number: pass a number{e}")
+    if limit is not None and not limit.allows(value):
+        raise UsageError(f"--{name} {value} is out of range: use {limit.describe()}{e}")
+    return value
+
+def check_numbers(obj, # a dataclass instance, e.g. `TrainArguments(...)`
+                  limits:dict[str, Limit] # field name -> what it may hold; fields typed int or float and not named here: any finite number
+                 ):
+    "Check every `int`/`float` field of `obj` with `check_number`; return `obj`. Call it from `__post_init__`."
+    import typing
+    hints = typing.get_type_hints(type(obj))
+    for f in fields(obj):
+        kind = _number_kind(hints.get(f.name))
+        if kind is None: continue
+        v = getattr(obj, f.name)
+        check_number(f.name, v, kind, limits.get(f.name), optional=type(None) in typing.get_args(hints[f.name]))
+        if kind is float and isinstance(v, int): object.__setattr__(obj, f.name, float(v))   # 3 for an epoch count: the float 3.0
+    return obj
+
+# %% ../nbs/00_core.ipynb #e1ea4862
+def check_folder(path, # the folder given, e.g. `args.output_dir`
+                 option:str # the option that named it, e.g. 'output_dir'
+                ) -> Path:
+    "`path` as a `Path` if it can be a folder this process writes into; else a one-line `UsageError`. Leaves nothing behind."
+    import errno, tempfile
+    if path is None or not str(path).strip(): raise UsageError(f"--{option} is empty: name a folder, e.g. --{option} runs/my-run")
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir(): raise UsageError(f"--{option} {path} is a file, not a folder: name a folder, or move the file away")
+    here = p
+    while not here.exists(): here = here.parent   # the nearest part that exists: a folder, or a file the path runs through
+    if not here.is_dir(): raise UsageError(f"--{option} {path} lies under the file {here}: name a folder whose parents are folders")
+    try:   # permissions, a read-only disk, root squashing on NFS: only trying to write tells
+        fd, probe = tempfile.mkstemp(dir=here, prefix='.trn_tutorials-write-test-')
+        os.close(fd); os.unlink(probe)
+    except OSError as e:
+        why = 'a read-only file system' if e.errno == errno.EROFS else (e.strerror or type(e).__name__).lower()
+        raise UsageError(f"--{option} {path} is not writable ({why} at {here}): pass a folder you can write to") from None
+    return p
+
+# %% ../nbs/00_core.ipynb #8b68a2e4
+def lock_path(folder # a folder a run writes, e.g. 'runs/emotion-model'
+             ) -> Path:
+    "The lock file of `folder`: beside it (`runs/.emotion-model.lock`), since `prep` replaces the folder itself."
+    p = Path(os.path.abspath(Path(folder).expanduser()))
+    return p.parent/f'.{p.name}.lock'
+
+def _read_lock(fd:int) -> dict:
+    try: return json.loads(os.pread(fd, 4096, 0) or b'{}')
+    except (OSError, ValueError): return {}
+
+def _holder(rec:dict) -> str:
+    "Who a lock record names, for a message."
+    if not rec.get('pid'): return 'another process'
+    return f"pid {rec['pid']}" + (f" on {rec['host']}" if rec.get('host') != socket.gethostname() else '') + \
+           (f" ({rec['command']}, since {rec['started']})" if rec.get('command') else '')
+
+def lock_holder(folder # a folder a run writes
+               ) -> dict|None:
+    "The record of the live process that holds `folder`'s lock (`pid`, `host`, `command`, `started`), or `None`."
+    import fcntl
+    try: fd = os.open(lock_path(folder), os.O_RDONLY)
+    except OSError: return None
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError: return _read_lock(fd) or {'pid': None}
+        return None   # a lock file that no process holds: left by a run that was killed
+    finally: os.close(fd)
+
+def _command() -> str:
+    argv = sys.argv
+    if argv and 'ipykernel' in argv[0]: return 'a Jupyter kernel'
+    s = ' '.join([Path(argv[0]).name if argv else 'python', *argv[1:]])
+    return f"`{s if len(s) <= 80 else s[:79] + '…'}`"
+
+@contextmanager
+def folder_lock(folder, # the folder the run writes
+                option:str # the option that names it, for the message: 'output_dir' or 'dataset_path'
+               ):
+    "Hold `folder`'s lock for the block, or raise a one-line `UsageError` naming the process that holds it."
+    import fcntl
+    from datetime import datetime
+    lp = lock_path(folder); lp.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o644)
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            rec = _read_lock(fd); os.close(fd)
+            raise UsageError(f"{folder} is in use by {_holder(rec)}: wait for it to finish, stop it "
+                             f"(`trn-tutorials stop --{option} {folder}`), or pass another --{option}") from None
+        try: same = os.stat(lp).st_ino == os.fstat(fd).st_ino   # the holder before us may have removed the file meanwhile
+        except FileNotFoundError: same = False
+        if same: break
+        os.close(fd)
+    stale = _read_lock(fd) or None   # the record of a run that was killed: its lock ended with it, so it is ours now
+    rec = {'pid': os.getpid(), 'host': socket.gethostname(), 'command': _command(),
+           'started': datetime.now().strftime('%Y-%m-%d %H:%M:%S'), 'folder': str(folder)}
+    os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(rec).encode(), 0)
+    try: yield {**rec, 'stale': stale}
+    finally:
+        try: os.unlink(lp)
+        except OSError: pass
+        os.close(fd)
+
+def die_with_parent(sig:int=15 # the signal to receive: SIGTERM
+                   ) -> bool:
+    "Have Linux send this process `sig` when its parent dies (`prctl(PR_SET_PDEATHSIG)`); `False` where it cannot."
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) == 0
+    except (OSError, AttributeError): return False   # not Linux
 
 # %% ../nbs/00_core.ipynb #00d5c226
 def _devices(ls) -> list:
