@@ -173,7 +173,8 @@ def _command() -> str:
 
 @contextmanager
 def folder_lock(folder, # the folder the run writes
-                option:str # the option that names it, for the message: 'output_dir' or 'dataset_path'
+                option:str, # the option that names it, for the message: 'output_dir' or 'dataset_path'
+                **extra # more to record, e.g. `root=`: the pid whose process tree `stop` ends (default: the holder's)
                ):
     "Hold `folder`'s lock for the block, or raise a one-line `UsageError` naming the process that holds it."
     import fcntl
@@ -192,7 +193,7 @@ def folder_lock(folder, # the folder the run writes
         os.close(fd)
     stale = _read_lock(fd) or None   # the record of a run that was killed: its lock ended with it, so it is ours now
     rec = {'pid': os.getpid(), 'host': socket.gethostname(), 'command': _command(),
-           'started': datetime.now().strftime('%Y-%m-%d %H:%M:%S'), 'folder': str(folder)}
+           'started': datetime.now().strftime('%Y-%m-%d %H:%M:%S'), 'folder': str(folder), **extra}
     os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(rec).encode(), 0)
     try: yield {**rec, 'stale': stale}
     finally:
