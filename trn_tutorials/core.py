@@ -166,8 +166,8 @@ def lock_holder(folder # a folder a run writes
     finally: os.close(fd)
 
 def _command() -> str:
-    argv = sys.argv
-    if argv and 'ipykernel' in argv[0]: return 'a Jupyter kernel'
+    argv, ip = sys.argv, sys.modules['IPython'].get_ipython() if 'IPython' in sys.modules else None
+    if ip is not None or (argv and 'ipykernel' in argv[0]): return 'a notebook kernel'
     s = ' '.join([Path(argv[0]).name if argv else 'python', *argv[1:]])
     return f"`{s if len(s) <= 80 else s[:79] + '…'}`"
 
@@ -389,6 +389,7 @@ def run_cost(name:str, # instance type, e.g. 'trn1.2xlarge'
              seconds:float # how long the instance ran
             ) -> float|None:
     "On-demand cost in US dollars of running `name` for `seconds`; `None` where no price is known."
+    check_number('seconds', seconds, float, Limit(0, example=3600))
     p = instance_type(name).usd_per_hour
     return None if p is None else p * seconds / 3600
 
