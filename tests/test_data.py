@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, HfArgumentParser
 from trn_tutorials.core import UsageError, local_model, parse_args
 from trn_tutorials.data import (DataArguments, EMOTION_LABELS, _rounded, choose_buckets, choose_length, default_data, label_maps,
                                 length_stats, load_prepared, load_raw, padded_lengths, padding_share, plot_lengths, prepare,
-                                row_lengths, sample_data, token_lengths, tokenize, validate)
+                                row_lengths, sample_data, token_lengths, tokenize, tokenizer_fingerprint, validate)
 
 EMOTION = Path(__file__).resolve().parents[2]/'shared'/'data'/'emotion'  # research licence: read here, never copied
 
@@ -64,7 +64,10 @@ def test_failed_first_save_leaves_nothing(tmp_path, monkeypatch):
 def test_manifest_is_json_with_the_interface_keys(tmp_path):
     m = prepare(_args(tmp_path, percentile=100))
     assert set(m) == {'model_id', 'max_length', 'percentile', 'label_names', 'rows', 'truncated', 'length_stats', 'data',
-                      'text_column', 'label_column', 'trn_tutorials_version', 'bucket_lengths', 'bucket_rows', 'padding_share'}
+                      'text_column', 'label_column', 'trn_tutorials_version', 'bucket_lengths', 'bucket_rows', 'padding_share',
+                      'tokenizer', 'label_rows', 'left_out'}
+    assert m['tokenizer'] == tokenizer_fingerprint(AutoTokenizer.from_pretrained(local_model()))
+    assert m['label_rows'] == {n: 60 for n in EMOTION_LABELS} and m['left_out'] == {}
     assert m['bucket_lengths'] == [m['max_length']] and m['bucket_rows']['train'] == [m['rows']['train']]
     assert json.loads((tmp_path/'prep'/'trn_tutorials.json').read_text()) == m
     assert m['truncated'] == {'train': 0, 'validation': 0, 'test': 0}
@@ -189,11 +192,11 @@ def test_validate_other_columns_and_label_sets(ds, tmp_path):
     assert sorted(list(rv['train']['label']) + list(rv['validation']['label'])) == [0, 0, 1, 1]
     ints = DatasetDict(train=Dataset.from_dict({'text': ['a', 'b', 'c', 'd'], 'label': [0, 1, 2, 1]}),
                        validation=Dataset.from_dict({'text': ['e'], 'label': [2]}))
-    assert validate(ints)['train'].features['label'].names == ['0', '1', '2']
+    assert validate(ints, min_label_rows=1)['train'].features['label'].names == ['0', '1', '2']   # one row of 0 and of 2
     assert validate(ds)['train'].features['label'].names == EMOTION_LABELS
     own = Dataset.from_dict({'text': ['a', 'b'], 'label': [0, 1]},
                             features=Features({'text': Value('string'), 'label': ClassLabel(names=['pos', 'neg'])}))
-    assert validate(DatasetDict(train=own, validation=own))['train'].features['label'].names == ['pos', 'neg']
+    assert validate(DatasetDict(train=own, validation=own), min_label_rows=1)['train'].features['label'].names == ['pos', 'neg']
 
 
 def test_validate_bad_data(tmp_path):
@@ -206,7 +209,8 @@ def test_validate_bad_data(tmp_path):
     bad = tmp_path/'bad'; bad.mkdir()
     (bad/'train.txt').write_text('i feel happy;joy\ni feel low;sadness\n')
     (bad/'test.txt').write_text('i feel grumpy;grumpy\n')
-    with pytest.raises(UsageError, match="unknown label 'grumpy' in split 'test': the train split has only joy, sadness"):
+    with pytest.raises(UsageError, match=r"unknown label 'grumpy' in split 'test' \(1 row\): the train split has only 'joy', 'sadness'; .*"
+                                         r"or pass --accept_labels grumpy to leave those rows out of split 'test'$"):
         validate(load_raw(str(bad)))
     (bad/'test.txt').write_text('i feel grumpy\n')
     with pytest.raises(UsageError, match="row 0 of split 'test' has no label"): validate(load_raw(str(bad)))
@@ -330,7 +334,7 @@ def test_prepare_rerun_buckets_and_load_prepared(ds, lengths, length, tmp_path, 
     assert [p.name for p in out.parent.iterdir()] == ['emotion-data']
     (tmp_path/'bad').mkdir(); (tmp_path/'bad'/'train.txt').write_text('i feel happy;joy\n')
     for kw, words in [(dict(percentile=150), "--percentile 150"), (dict(buckets=0), "--buckets 0 is out of range: use 1 to 8"),
-                      (dict(max_length=4), "--max_length 4 is too short"), (dict(max_length=1024), "longer than the 512 positions"),
+                      (dict(max_length=4), "--max_length 4 is out of range: use 8 or more"), (dict(max_length=1024), "longer than the 512 positions"),
                       (dict(eval_fraction=1.0), "--eval_fraction"), (dict(dataset_path='bad'), "is not empty and holds no prepared data"),
                       (dict(model_id=str(tmp_path/'no-such-model')), "no such model folder")]:
         with pytest.raises(UsageError, match=words.replace('(', r'\(')): prepare(args(**kw))

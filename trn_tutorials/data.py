@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #84032849
 from __future__ import annotations
-import json, math, re, shutil, uuid, warnings
+import collections, json, math, os, re, shutil, uuid, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,15 +15,29 @@ from datasets.utils import logging as datasets_logging
 
 import trn_tutorials
 from . import __version__
-from .core import UsageError, default_model, hub_reachable, local_model, short_path
+from .core import (Limit, UsageError, check_folder, check_number, check_numbers, default_model, folder_lock, hub_reachable,
+                                local_model, short_path)
 
 # %% auto #0
-__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'MAX_BUCKETS', 'DataArguments', 'sample_data', 'default_data', 'KnownData',
-           'load_raw', 'validate', 'label_maps', 'known_defaults', 'token_lengths', 'length_stats', 'choose_length',
-           'choose_buckets', 'padded_lengths', 'padding_share', 'plot_lengths', 'tokenize', 'prepare', 'load_prepared',
+__all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'DataArguments', 'sample_data',
+           'default_data', 'KnownData', 'load_raw', 'edit_distance', 'similar_labels', 'validate', 'label_maps',
+           'known_defaults', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
+           'padding_share', 'plot_lengths', 'tokenize', 'tokenizer_fingerprint', 'prepare', 'load_prepared',
            'row_lengths']
 
 # %% ../nbs/03_data.ipynb #650ef876
+MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
+
+DATA_LIMITS = {  # the values each numeric option of `DataArguments` may take
+    'percentile': Limit(0, 100, lo_open=True, example=99.9),
+    'pad_multiple': Limit(1, 512, example=8),
+    'max_length': Limit(8, example=128),   # shorter leaves no room for text between [CLS] and [SEP]
+    'buckets': Limit(1, MAX_BUCKETS, example=2),
+    'eval_fraction': Limit(0, 1, lo_open=True, hi_open=True, example=0.1),
+    'split_seed': Limit(0, 2**32 - 1, example=42),   # numpy's seeds
+    'min_label_rows': Limit(1, example=2),
+}
+
 @dataclass
 class DataArguments:
     "What to prepare: parsed by transformers.HfArgumentParser for the CLI, so every field has a type, a default and a help metadata."
@@ -51,10 +65,15 @@ class DataArguments:
         "2 cut the padding with no measured loss of F1, see the benchmark page; each is one compiled graph on Neuron)"})
     eval_fraction: float = field(default=0.1, metadata={'help': "share of train split off (stratified, seeded) when the data has no validation split"})
     split_seed: int = field(default=42, metadata={'help': "seed of the validation split taken off train (see --eval_fraction); training's own seed is --seed"})
+    min_label_rows: int = field(default=2, metadata={'help': "refuse a label with fewer train rows than this: a label seen once is most often a typo, "
+        "and a stratified validation split needs 2 of each (see --accept_labels)"})
+    accept_labels: list[str]|None = field(default=None, metadata={'help': "labels you accept although they look suspect: two that differ only by case "
+        "or one letter, one with fewer than --min_label_rows train rows, or one found only outside train (its rows are left out of that split)"})
 
     def __post_init__(self):
-        for k in ('text_column', 'label_names', 'column_names'):   # from Python, a single name may come as a str
+        for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):   # from Python, a single name may come as a str
             if isinstance(getattr(self, k), str): setattr(self, k, [getattr(self, k)])
+        check_numbers(self, DATA_LIMITS)
 
 # %% ../nbs/03_data.ipynb #20b43897
 HUB_DATA = 'dair-ai/emotion'
@@ -241,6 +260,12 @@ def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:st
             raise UsageError(f"column {c!r} of split {split!r} holds {ft}, not text: pass --text_column naming the text column")
     if len(d) == 0: raise UsageError(f"split {split!r} is empty: add rows to it or leave it out")
 
+def _check_text_not_label(text_columns:list[str], label_column:str):
+    "Refuse a label column that is also a text column: the model would read the answer."
+    if label_column in text_columns:
+        raise UsageError(f"--text_column {label_column} is also the --label_column: pass the column that holds the text as --text_column, "
+                         f"or another --label_column")
+
 def _unlabelled(d:Dataset, label_column:str) -> bool:
     "Whether `d` carries no labels at all: no label column, or a `ClassLabel` of -1 everywhere (GLUE's test splits)."
     if label_column not in d.column_names: return True
@@ -286,30 +311,125 @@ def _sentences(parts) -> str|None:
         if p: out = f"{out}{'' if out[-1:] in ('', '.', '!', '?') else '.'}{' ' if out else ''}{p}"
     return out or None
 
-def _encode(d:Dataset, split:str, text_columns:list[str], label_column:str, names:list[str], rename:dict|None=None) -> Dataset:
-    "Split `split` with columns exactly `text` (str) and `label` (a `ClassLabel` of `names`)."
-    vals = _label_values(d, split, label_column)
+def _encode(d:Dataset, split:str, text_columns:list[str], labels:list[str], names:list[str]) -> Dataset:
+    "Split `split` with columns exactly `text` (str) and `label` (a `ClassLabel` of `names`); rows whose label is not in `names` are left out."
     texts = _col(d, text_columns[0]) if len(text_columns) == 1 else [_sentences(r) for r in zip(*(_col(d, c) for c in text_columns))]
     if None in texts: raise UsageError(f"row {texts.index(None)} of split {split!r} has no text: give every row some")
-    if rename: vals = [rename.get(v, v) for v in vals]
     ids = {n: i for i, n in enumerate(names)}
-    if vals and not isinstance(vals[0], str): ids = {i: i for i in range(len(names))}
-    bad = next((v for v in vals if v not in ids), None)
-    if bad is not None:
-        raise UsageError(f"unknown label {str(bad)!r} in split {split!r}: the train split has only {', '.join(names)}; fix the row or add the label to train")
-    return Dataset.from_dict({'text': texts, 'label': [ids[v] for v in vals]},
+    keep = [i for i, v in enumerate(labels) if v in ids]
+    if not keep: raise UsageError(f"every row of split {split!r} has a label that train lacks (--accept_labels leaves them out): "
+                                  f"add rows of the train labels to it, or remove it")
+    if len(keep) < len(labels): texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
+    return Dataset.from_dict({'text': texts, 'label': [ids[v] for v in labels]},
                              features=Features({'text': Value('string'), 'label': ClassLabel(names=names)}))
 
+# %% ../nbs/03_data.ipynb #05cbf615
+def edit_distance(a:str, # one string
+                  b:str # the other
+                 ) -> int:
+    "Levenshtein distance: the fewest characters inserted, deleted or replaced to turn `a` into `b`."
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1): cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+def _squash(label) -> str:
+    "`label` without case, spaces, `_` and `-`: 'Very_good' and 'very good' squash alike."
+    return re.sub(r'[\s_-]+', '', str(label).casefold())
+
+def _typo_eligible(label, squashed:str) -> bool:
+    "Whether a one-letter difference is suspect for `label`: 4 characters or more and not a number (A/B, 0/1 and 1.5/2.5 differ by design)."
+    return len(squashed) >= 4 and not _NUMBER.fullmatch(str(label).strip())
+
+def _numbered(sa:str, sb:str) -> bool:
+    "Whether two squashed labels differ only in their numbers: `class_7` and `class_8`, `LABEL_1` and `LABEL_11` are meant to."
+    return re.sub(r'\d+', '#', sa) == re.sub(r'\d+', '#', sb)
+
+def _alike(a, b) -> str|None:
+    "How the labels `a` and `b` look like one label spelt two ways ('case' or 'one letter'), or `None`."
+    sa, sb = _squash(a), _squash(b)
+    if sa == sb: return 'case'
+    ok = _typo_eligible(a, sa) and _typo_eligible(b, sb) and abs(len(sa) - len(sb)) <= 1 and not _numbered(sa, sb)
+    return 'one letter' if ok and edit_distance(sa, sb) == 1 else None
+
+def similar_labels(counts:dict # label -> rows, e.g. `collections.Counter` of the train labels
+                  ) -> list[tuple]:
+    "Pairs of labels that look like one label spelt two ways, as `(likely typo, the label it resembles, 'case' or 'one letter')`: the rarer first."
+    order = sorted(counts, key=lambda l: (-counts[l], str(l)))   # commonest first; a tie keeps the alphabetical order
+    rank, sq = {l: i for i, l in enumerate(order)}, {l: _squash(l) for l in order}
+    same, keys = {}, {}
+    for l in order: same.setdefault(sq[l], []).append(l)
+    pairs = {(a, g[0], 'case') for g in same.values() for a in g[1:]}
+    for g in same.values():   # one letter apart share a key: the word itself or the word less one letter (each checked after)
+        s = sq[g[0]]
+        if _typo_eligible(g[0], s):
+            for k in {s, *(s[:i] + s[i + 1:] for i in range(len(s)))}: keys.setdefault(k, []).append(g[0])
+    for ls in keys.values():
+        for i, a in enumerate(ls):
+            for b in ls[i + 1:]:
+                if edit_distance(sq[a], sq[b]) == 1 and not _numbered(sq[a], sq[b]): pairs.add((max(a, b, key=rank.get), min(a, b, key=rank.get), 'one letter'))
+    return sorted(pairs, key=lambda p: (rank[p[1]], rank[p[0]]))
+
 # %% ../nbs/03_data.ipynb #bdfa489a
-def validate(ds:DatasetDict, # data as loaded by `load_raw`
-             text_column:str|list[str]='text', # column(s) holding the text; several are joined as sentences
-             label_column:str='label', # column holding the label: names or integer ids
-             eval_fraction:float=0.1, # share of train split off when there is no validation split
-             seed:int=42, # seed for that split
-             label_names:list[str]|None=None # label names in id order; `None`: the data's own, else sorted
-            ) -> DatasetDict:
-    "Check `ds` and return splits train, validation (and test) with columns `text` (str) and `label` (`ClassLabel`)."
+def _rows(n:int) -> str: return f"{n:,} row{'s' * (n != 1)}"
+
+def _listed(labels, most:int=6) -> str:
+    "`labels` quoted and joined, at most `most` of them."
+    ls = [repr(str(l)) for l in labels]
+    return ', '.join(ls[:most]) + (f" and {len(ls) - most} more" if len(ls) > most else '')
+
+def _as_option(labels) -> str:
+    "`labels` as they are typed after `--accept_labels`."
+    import shlex
+    return ' '.join(shlex.quote(str(l)) for l in labels)
+
+def _check_labels(labels:dict, # split -> its labels, as names
+                  names:list[str], # the train split's label names, in id order
+                  min_label_rows:int, # fewest train rows a label may have
+                  accept:list[str], # labels accepted although they look suspect
+                  split_off:bool # whether validation will be split off train (stratified)
+                 ) -> dict:
+    "Refuse suspect labels in one line; return what to leave out: split -> {label: rows} of accepted labels that train lacks."
+    counts = {s: collections.Counter(v) for s, v in labels.items()}
+    train = collections.Counter({n: counts['train'].get(n, 0) for n in names})
+    seen = set(names).union(*counts.values())
+    stray = [a for a in accept if a not in seen]
+    if stray: raise UsageError(f"--accept_labels {_as_option(stray)}: no such label in the data (train has {_listed(names)}): pass labels the data has")
+    out = {}
+    for s, c in counts.items():   # (a) a label that train lacks: the model cannot learn it
+        new = {l: n for l, n in c.items() if l not in train}
+        bad = [l for l in new if l not in accept]
+        if bad:
+            like = [f"{l!r} looks like {n!r}" for l in bad[:6] for n in names[:1000] if _alike(l, n)][:3]
+            raise UsageError(f"unknown label{'s' * (len(bad) > 1)} {_listed(bad)} in split {s!r} ({', '.join(_rows(new[l]) for l in bad[:6])}"
+                             f"{'; ' + ', '.join(like) if like else ''}): the train split has only {_listed(names, 10)}; fix those rows, "
+                             f"add rows of {'it' if len(bad) == 1 else 'them'} to train, or pass --accept_labels {_as_option(bad[:6])} to leave those rows out of split {s!r}")
+        if new: out[s] = new
+    pairs = [(a, b, how) for a, b, how in similar_labels(train) if a not in accept and b not in accept]   # (b) one label spelt two ways
+    if pairs:
+        said = '; '.join(f"{a!r} ({_rows(train[a])}) and {b!r} ({_rows(train[b])}) differ only "
+                         f"{'in case, spaces, _ or -' if how == 'case' else 'by one letter'}" for a, b, how in pairs[:4])
+        typos = list(dict.fromkeys(a for a, _, _ in pairs))
+        raise UsageError(f"labels that look like one label spelt two ways in split 'train': {said}{f' (and {len(pairs) - 4} more pairs)' if len(pairs) > 4 else ''}; "
+                         f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or pass --accept_labels {_as_option(typos[:6])} if they are meant")
+    few = [l for l in names if train[l] < min_label_rows and l not in accept]   # (c) too few rows to learn, or to split
+    if few:
+        why = f"; a stratified validation split needs 2 of each" if split_off and min_label_rows <= 2 else ''
+        raise UsageError(f"label{'s' * (len(few) > 1)} {', '.join(f'{l!r} ({_rows(train[l])})' for l in few[:6])}{f' and {len(few) - 6} more' if len(few) > 6 else ''} "
+                         f"in split 'train' {'has' if len(few) == 1 else 'have'} fewer than --min_label_rows {min_label_rows} (a label seen once is most often a typo{why}): "
+                         f"fix or add rows, or pass --accept_labels {_as_option(few[:6])} (or a lower --min_label_rows)")
+    return out
+
+def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str='label', eval_fraction:float=0.1, seed:int=42,
+              label_names:list[str]|None=None, min_label_rows:int=2, accept_labels:list[str]|None=None) -> tuple[DatasetDict, dict]:
+    "`validate`, and the rows it left out: split -> {label: rows}."
     texts = [text_column] if isinstance(text_column, str) else list(text_column)
+    check_number('eval_fraction', eval_fraction, float, DATA_LIMITS['eval_fraction'])
+    check_number('split_seed', seed, int, DATA_LIMITS['split_seed'])
+    check_number('min_label_rows', min_label_rows, int, DATA_LIMITS['min_label_rows'])
+    _check_text_not_label(texts, label_column)
     splits = {}
     for name, d in ds.items():
         s = _SPLITS.get(name.lower())
@@ -320,15 +440,32 @@ def validate(ds:DatasetDict, # data as loaded by `load_raw`
     names = _label_names(splits['train'], label_column, label_names)
     if len(names) < 2: raise UsageError(f"only one label ({names[0]!r}) in split 'train': a classifier needs at least two; add rows of another label")
     ft = splits['train'].features[label_column]
-    rename = dict(zip(ft.names, names)) if isinstance(ft, ClassLabel) and label_names else None
-    out = {s: _encode(d, s, texts, label_column, names, rename) for s, d in splits.items()}
+    rename = dict(zip(ft.names, names)) if isinstance(ft, ClassLabel) and label_names else {}
+    labels = {}
+    for s, d in splits.items():   # every split's labels as names: integer ids become the names they stand for
+        vals = _label_values(d, s, label_column)
+        labels[s] = [names[v] if 0 <= v < len(names) else str(v) for v in vals] if vals and not isinstance(vals[0], str) else \
+                    [rename.get(v, v) for v in vals]
+    left_out = _check_labels(labels, names, min_label_rows, list(accept_labels or []), 'validation' not in splits)
+    out = {s: _encode(d, s, texts, labels[s], names) for s, d in splits.items()}
     if 'validation' not in out:
-        if not 0 < eval_fraction < 1: raise UsageError(f"--eval_fraction {eval_fraction} is out of range: use a number between 0 and 1, e.g. 0.1")
         try: tv = out['train'].train_test_split(test_size=eval_fraction, stratify_by_column='label', seed=seed)
         except ValueError as e:
             raise UsageError(f"cannot split a stratified validation set off train ({e}): add a validation file or change --eval_fraction") from None
         out['train'], out['validation'] = tv['train'], tv['test']
-    return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out})
+    return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out}), left_out
+
+def validate(ds:DatasetDict, # data as loaded by `load_raw`
+             text_column:str|list[str]='text', # column(s) holding the text; several are joined as sentences
+             label_column:str='label', # column holding the label: names or integer ids
+             eval_fraction:float=0.1, # share of train split off when there is no validation split
+             seed:int=42, # seed for that split
+             label_names:list[str]|None=None, # label names in id order; `None`: the data's own, else sorted
+             min_label_rows:int=2, # refuse a label with fewer train rows than this
+             accept_labels:list[str]|None=None # labels accepted although they look suspect (rows of one that train lacks are left out)
+            ) -> DatasetDict:
+    "Check `ds` and return splits train, validation (and test) with columns `text` (str) and `label` (`ClassLabel`)."
+    return _validate(ds, text_column, label_column, eval_fraction, seed, label_names, min_label_rows, accept_labels)[0]
 
 # %% ../nbs/03_data.ipynb #7e72c25e
 def label_maps(ds:Dataset|DatasetDict # validated (`label`) or tokenized (`labels`) data
@@ -371,11 +508,19 @@ def _covering(s:np.ndarray, percentile:float) -> int:
     k = max(1, math.ceil(round(len(s) * percentile / 100, 6)))  # round: 1000*99.9/100 must give 999, not 999.0000000000001
     return int(s[min(k, len(s)) - 1])
 
+def _lengths(lengths, doing:str) -> np.ndarray:
+    "`lengths` as a 1-D integer array of token counts (0 or more, finite), or a one-line `UsageError`; `doing`: 'describe' or 'choose from'."
+    l = np.asarray(lengths)
+    if l.ndim != 1 or not len(l): raise UsageError(f"no lengths to {doing}: the split is empty; add rows to it" if l.ndim == 1 else
+                                                   f"lengths of shape {l.shape}: pass one token count per row, e.g. from token_lengths")
+    if l.dtype.kind not in 'iuf' or (l.dtype.kind == 'f' and not (np.isfinite(l).all() and (l == np.round(l)).all())) or l.min() < 0:
+        raise UsageError("lengths must be token counts (whole numbers, 0 or more): pass the output of token_lengths")
+    return l.astype(np.int64)
+
 def length_stats(lengths # token lengths, e.g. from `token_lengths`
                 ) -> dict:
     "Rows, mean, median, p95, p99, p99.9 and maximum of `lengths`."
-    s = np.sort(np.asarray(lengths))
-    if not len(s): raise UsageError("no lengths to describe: the split is empty; add rows to it")
+    s = np.sort(_lengths(lengths, 'describe'))
     return {'rows': len(s), 'mean': round(float(s.mean()), 1), **{f'p{p:g}': _covering(s, p) for p in (50, 95, 99, 99.9)}, 'max': int(s[-1])}
 
 # %% ../nbs/03_data.ipynb #c5ed958b
@@ -385,16 +530,14 @@ def choose_length(lengths, # token lengths of the training rows
                   limit:int=512 # the model's maximum positions
                  ) -> tuple[int, int]:
     "Padding length covering `percentile`% of `lengths`, and how many rows it truncates."
-    if not 0 < percentile <= 100: raise UsageError(f"--percentile {percentile} is out of range: use a number in (0, 100], e.g. 99.9")
-    if pad_multiple < 1: raise UsageError(f"--pad_multiple {pad_multiple} is out of range: use 1 or more, e.g. 8")
-    l = np.asarray(lengths)
-    if not len(l): raise UsageError("no lengths to choose from: the split is empty; add rows to it")
+    check_number('percentile', percentile, float, DATA_LIMITS['percentile'])
+    check_number('pad_multiple', pad_multiple, int, DATA_LIMITS['pad_multiple'])
+    check_number('limit', limit, int, DATA_LIMITS['max_length'])
+    l = _lengths(lengths, 'choose from')
     n = min(math.ceil(_covering(np.sort(l), percentile) / pad_multiple) * pad_multiple, limit)
     return n, int((l > n).sum())
 
 # %% ../nbs/03_data.ipynb #0c1609e1
-MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
-
 def _rounded(lengths, max_length:int, pad_multiple:int) -> np.ndarray:
     "Each row's shortest padded length: rounded up to `pad_multiple`, at most `max_length`."
     return np.minimum(np.ceil(np.asarray(lengths) / pad_multiple).astype(np.int64) * pad_multiple, max_length)
@@ -405,8 +548,10 @@ def choose_buckets(lengths, # token lengths of the training rows
                    pad_multiple:int=8 # every length is a multiple of this
                   ) -> list[int]:
     "Up to `buckets` padded lengths, ascending and ending at `max_length`, that minimise the padded positions of `lengths`."
-    if not 1 <= buckets <= MAX_BUCKETS: raise UsageError(f"--buckets {buckets} is out of range: use 1 to {MAX_BUCKETS}, e.g. 2")
-    if not len(lengths): raise UsageError("no lengths to choose from: the split is empty; add rows to it")
+    check_number('buckets', buckets, int, DATA_LIMITS['buckets'])
+    check_number('max_length', max_length, int, DATA_LIMITS['max_length'])
+    check_number('pad_multiple', pad_multiple, int, DATA_LIMITS['pad_multiple'])
+    lengths = _lengths(lengths, 'choose from')
     cands, counts = np.unique(_rounded(lengths, max_length, pad_multiple), return_counts=True)
     if cands[-1] != max_length: cands, counts = np.append(cands, max_length), np.append(counts, 0)
     m, k = len(cands), min(buckets, len(cands))
@@ -490,21 +635,10 @@ def tokenize(ds:DatasetDict, # validated data (`text`, `label`)
 
 # %% ../nbs/03_data.ipynb #18f89653
 def _check_args(args:DataArguments):
-    "Raise a `UsageError` for out-of-range settings."
-    if not 0 < args.percentile <= 100: raise UsageError(f"--percentile {args.percentile} is out of range: use a number in (0, 100], e.g. 99.9")
-    if args.pad_multiple < 1: raise UsageError(f"--pad_multiple {args.pad_multiple} is out of range: use 1 or more, e.g. 8")
-    if args.max_length is not None and args.max_length < 8:
-        raise UsageError(f"--max_length {args.max_length} is too short: use 8 or more, or leave it out to choose it from the data")
-    if not 0 < args.eval_fraction < 1: raise UsageError(f"--eval_fraction {args.eval_fraction} is out of range: use a number between 0 and 1, e.g. 0.1")
-    if not 1 <= args.buckets <= MAX_BUCKETS: raise UsageError(f"--buckets {args.buckets} is out of range: use 1 to {MAX_BUCKETS}, e.g. 2")
-    for k in ('text_column', 'label_names', 'column_names'):
+    "Raise a `UsageError` for list options that name something twice (the numbers were checked when `args` was made)."
+    for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):
         twice = next((n for i, n in enumerate(getattr(args, k) or []) if n in (getattr(args, k) or [])[:i]), None)
         if twice is not None: raise UsageError(f"--{k} names {twice!r} twice: give each one once")
-    if not args.dataset_path: raise UsageError("--dataset_path is empty: name the folder to save the prepared data to")
-    p = Path(args.dataset_path)
-    if p.exists() and not p.is_dir(): raise UsageError(f"--dataset_path {p} is a file: name a folder")
-    if p.is_dir() and any(p.iterdir()) and not (p/_MANIFEST).exists():
-        raise UsageError(f"{p} is not empty and holds no prepared data: pass another --dataset_path, or empty it")
 
 def _load_tokenizer(model_id:str):
     "The tokenizer of `model_id` (local folder or Hub id), or a one-line `UsageError`."
@@ -517,6 +651,12 @@ def _load_tokenizer(model_id:str):
     except Exception as e:
         why = "it is not a local folder, not in the local cache, and the Hub is unreachable" if not online else _root_cause(e)
         raise UsageError(f"could not load the tokenizer of {model_id!r} ({why}): {fix}") from None
+
+def tokenizer_fingerprint(tokenizer # the tokenizer that prepared (or will read) the data
+                         ) -> dict:
+    "What a model must share with the tokenizer that prepared its data: the vocabulary size and the special tokens' ids (`None`: no such token)."
+    return {'vocab_size': len(tokenizer),
+            'special_ids': {k: getattr(tokenizer, f'{k}_token_id', None) for k in ('pad', 'cls', 'sep', 'unk', 'mask', 'bos', 'eos')}}
 
 def _max_positions(tokenizer) -> int:
     "The longest input the model takes: the tokenizer's `model_max_length`, or 512 when it does not say."
@@ -540,14 +680,17 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
     finally: shutil.rmtree(tmp, ignore_errors=True)
 
 # %% ../nbs/03_data.ipynb #8558fd57
-def prepare(args:DataArguments # what to prepare; see `DataArguments`
-           ) -> dict:
-    "Load, validate, choose the length, tokenize and save `args.data` to `args.dataset_path`; return the manifest."
-    _check_args(args)
-    args = known_defaults(args)
+def _label_line(counts:dict, most:int=12) -> str:
+    "`sadness 4,666, joy 5,362, ...`: each label with its rows, the first `most` of them."
+    items = [f"{l} {n:,}" for l, n in counts.items()]
+    return ', '.join(items[:most]) + (f", and {len(items) - most} more (label_rows in {_MANIFEST})" if len(items) > most else '')
+
+def _prepare(args:DataArguments, dest:Path) -> dict:
+    "`prepare`'s work, once the folder is checked and locked."
     data, model_id = args.data, args.model_id or default_model()
     raw = load_raw(data, args.text_column, args.label_column, args.column_names)
-    ds = validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names)
+    ds, gone = _validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names,
+                         args.min_label_rows, args.accept_labels)
     tok = _load_tokenizer(model_id)
     limit = _max_positions(tok)
     if args.max_length is not None and args.max_length > limit:
@@ -556,34 +699,96 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
     length = args.max_length or choose_length(lengths['train'], args.percentile, args.pad_multiple, limit)[0]
     bl = choose_buckets(lengths['train'], args.buckets, length, args.pad_multiple)
     if Path(model_id).expanduser().exists(): model_id = str(Path(model_id).expanduser().resolve())
-    manifest = {'model_id': model_id, 'max_length': length, 'percentile': None if args.max_length else args.percentile,
-                'bucket_lengths': bl, 'label_names': ds['train'].features['label'].names, 'rows': {s: len(d) for s, d in ds.items()},
+    names = ds['train'].features['label'].names
+    per_label = collections.Counter(ds['train']['label'])
+    manifest = {'model_id': model_id, 'tokenizer': tokenizer_fingerprint(tok), 'max_length': length,
+                'percentile': None if args.max_length else args.percentile, 'bucket_lengths': bl, 'label_names': names,
+                'label_rows': {n: per_label[i] for i, n in enumerate(names)}, 'rows': {s: len(d) for s, d in ds.items()}, 'left_out': gone,
                 'bucket_rows': {s: [int((padded_lengths(l, bl) == b).sum()) for b in bl] for s, l in lengths.items()},
                 'padding_share': {s: round(padding_share(l, bl), 4) for s, l in lengths.items()},
                 'truncated': {s: int((l > length).sum()) for s, l in lengths.items()}, 'length_stats': length_stats(lengths['train']),
                 'data': data, 'text_column': args.text_column, 'label_column': args.label_column, 'trn_tutorials_version': __version__}
-    _save(tokenize(ds, tok, length, bl), manifest, Path(args.dataset_path))
+    _save(tokenize(ds, tok, length, bl), manifest, dest)
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(lengths['train']), args.percentile)}"
     joined = f"\n  text: {' + '.join(args.text_column)}, joined as sentences" if len(args.text_column) > 1 else ''
     left = [n for n in raw if _SPLITS.get(n.lower()) == 'test' and 'test' not in ds]
     left = f"\n  left out: split {left[0]!r} (it has no labels)" if left else ''
+    left += ''.join(f"\n  left out: {_rows(sum(c.values()))} of split {s!r} labelled {_listed(c)} (not in train; --accept_labels)" for s, c in gone.items())
     buckets = (f"\n  buckets: {', '.join(map(str, bl))} tokens (train rows: {' / '.join(map(str, manifest['bucket_rows']['train']))})"
                if len(bl) > 1 else '')
     print(f"prepared {short_path(args.dataset_path)} from {short_path(data)}{joined}\n  tokenizer: {short_path(model_id)}\n  padded length: {length} tokens ({how}){buckets}\n"
           f"  padding: {manifest['padding_share']['train']:.0%} of train positions\n"
           f"  rows: {', '.join(f'{s} {n}' for s, n in manifest['rows'].items())}{left}\n"
+          f"  labels (train rows): {_label_line(manifest['label_rows'])}\n"
           f"  truncated rows: {', '.join(f'{s} {n}' for s, n in manifest['truncated'].items())}")
     return manifest
 
+def prepare(args:DataArguments # what to prepare; see `DataArguments`
+           ) -> dict:
+    "Load, validate, choose the length, tokenize and save `args.data` to `args.dataset_path`; return the manifest."
+    dest = check_folder(args.dataset_path, 'dataset_path')   # before anything is read, loaded or written
+    _check_args(args)
+    args = known_defaults(args)
+    _check_text_not_label(args.text_column, args.label_column)
+    made = [p for p in Path(os.path.abspath(dest)).parents if not p.exists()]   # folders the lock file's creation adds
+    try:
+        with folder_lock(args.dataset_path, 'dataset_path'):   # one `prep` per folder: a second one is refused, naming this one
+            if dest.is_dir() and any(dest.iterdir()) and not (dest/_MANIFEST).exists():
+                raise UsageError(f"{args.dataset_path} is not empty and holds no prepared data: pass another --dataset_path, or empty it")
+            return _prepare(args, dest)
+    finally:
+        for p in made:   # deepest first: a refused run leaves no empty folders behind
+            try: p.rmdir()
+            except OSError: break
+
 # %% ../nbs/03_data.ipynb #102aff4f
+_NEEDED = {'model_id': str, 'max_length': int, 'label_names': list, 'rows': dict}   # what training reads from the manifest
+
+def _read_manifest(p:Path, again:str) -> dict:
+    "The manifest in the prepared folder `p`, checked for what training needs; else a one-line `UsageError` ending in `again`."
+    f = p/_MANIFEST
+    try: m = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e: raise UsageError(f"{f} is damaged ({_root_cause(e)}): {again}") from None
+    if not isinstance(m, dict): raise UsageError(f"{f} holds {type(m).__name__}, not a manifest: {again}")
+    missing = [k for k in _NEEDED if k not in m]
+    if missing: raise UsageError(f"{f} lacks {', '.join(missing)}, which training needs (an old or damaged manifest): {again}")
+    wrong = [k for k, t in _NEEDED.items() if not isinstance(m[k], t) or isinstance(m[k], bool)]
+    names, bl = m['label_names'], m.get('bucket_lengths') or [m['max_length']]
+    if not wrong and not (len(names) >= 2 and all(isinstance(n, str) for n in names)): wrong = ['label_names']
+    if not wrong and not (isinstance(bl, list) and bl == sorted(set(bl)) and bl[-1] == m['max_length'] and m['max_length'] > 0): wrong = ['bucket_lengths']
+    if wrong: raise UsageError(f"{f} holds a bad {wrong[0]} ({str(m.get(wrong[0]))[:40]}): {again}")
+    return m
+
 def load_prepared(dataset_path:str # folder written by `prepare`
                  ) -> tuple[DatasetDict, dict]:
-    "The tokenized splits saved by `prepare`, and its manifest."
-    p = Path(dataset_path)
+    "The tokenized splits saved by `prepare`, and its manifest; a one-line `UsageError` naming the fix for anything else."
+    if dataset_path is None or not str(dataset_path).strip():
+        raise UsageError("--dataset_path is empty: pass the folder `trn-tutorials prep` wrote, e.g. --dataset_path runs/emotion-data")
+    p, again = Path(dataset_path).expanduser(), f"run `trn-tutorials prep --dataset_path {dataset_path}` again"
+    up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"no prepared data at {dataset_path}: it is a file; pass the folder `trn-tutorials prep` wrote, or prepare it with "
+                         f"`trn-tutorials prep --data {dataset_path}`")
+    if up is not None and not up.is_dir():
+        raise UsageError(f"no prepared data at {dataset_path}: it lies under the file {up}; pass the folder `trn-tutorials prep` wrote")
     if not p.is_dir(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
     if not (p/_MANIFEST).exists():
         raise UsageError(f"{dataset_path} has no {_MANIFEST}, so it was not made by prepare: run `trn-tutorials prep --dataset_path {dataset_path}` first")
-    return load_from_disk(str(p)), json.loads((p/_MANIFEST).read_text())
+    m = _read_manifest(p, again)
+    try:
+        with _datasets_quiet(): ds = load_from_disk(str(p))
+    except Exception as e: raise UsageError(f"could not read the prepared data in {dataset_path} ({_root_cause(e)}): {again}") from None
+    if not isinstance(ds, DatasetDict) or not {'train', 'validation'} <= set(ds):
+        raise UsageError(f"{dataset_path} holds no train and validation splits: {again}")
+    for s, d in ds.items():
+        lost = [c for c in ('input_ids', 'labels') if c not in d.column_names]
+        if lost: raise UsageError(f"split {s!r} in {dataset_path} has no {' or '.join(lost)} column: {again}")
+        if m['rows'].get(s, len(d)) != len(d):
+            raise UsageError(f"split {s!r} in {dataset_path} holds {len(d)} rows but {_MANIFEST} says {m['rows'][s]} (damaged or replaced files): {again}")
+    ft = ds['train'].features['labels']
+    if isinstance(ft, ClassLabel) and ft.names != m['label_names']:
+        raise UsageError(f"the labels of {dataset_path} ({_listed(ft.names)}) differ from its {_MANIFEST} ({_listed(m['label_names'])}): {again}")
+    return ds, m
 
 # %% ../nbs/03_data.ipynb #b6d43816
 def row_lengths(split:Dataset # a tokenized split, e.g. `load_prepared(path)[0]['train']`
