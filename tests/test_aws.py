@@ -257,8 +257,12 @@ def test_bad_input_fails_before_any_aws_call(monkeypatch, tmp_path):
     monkeypatch.setenv('AWS_ACCESS_KEY_ID', 'testing'); monkeypatch.setenv('AWS_SECRET_ACCESS_KEY', 'testing')
     monkeypatch.setenv('AWS_DEFAULT_REGION', 'us-east-1')
     cases = [(dict(instance_type='trn9.xlarge'), 'use one of trn1.2xlarge'), (dict(volume_gb=100), 'use 120 or more'),
-             (dict(max_hours=-1), 'is negative'), (dict(run_id='two words'), 'is not valid'),
-             (dict(my_ip='0.0.0.0/0'), 'to one address'), (dict(my_ip='2001:db8::1'), 'IPv6')]
+             (dict(max_hours=-1), '--max_hours -1 is out of range'), (dict(run_id='two words'), 'is not valid'),
+             (dict(my_ip='0.0.0.0/0'), 'to one address'), (dict(my_ip='2001:db8::1'), 'IPv6'),
+             (dict(my_ip='0.0.0.0'), 'is unspecified'), (dict(my_ip='192.168.1.20'), 'is a private address'),
+             (dict(max_hours='8'), "--max_hours '8' is a str"), (dict(volume_gb=float('nan')), '--volume_gb nan is a float'),
+             (dict(timeout=0), '--timeout 0 is out of range'), (dict(max_hours=float('inf')), 'is not a finite number'),
+             (dict(key_dir=''), '--key_dir is empty')]
     for kw, msg in cases:
         with pytest.raises(UsageError) as e: launch_instance(**{'my_ip': IP, 'key_dir': str(tmp_path), 'wait_ssh': False, **kw})
         assert msg in one_line(e), kw

@@ -165,7 +165,8 @@ def test_bad_input_creates_nothing(moto_server, folder, tmp_path):
         (dict(model_dir=str(folder), role=no_trust), 'does not trust sagemaker.amazonaws.com'),
         (dict(model_dir=str(folder), role=arn, endpoint_name='bad_name!'), "endpoint name 'bad_name!' is not valid"),
         (dict(model_dir=str(folder), role=arn, region='us-gov-west-1'), 'no PyTorch inference image is listed'),
-        (dict(model_dir=str(folder), role=arn, instance_count=0), 'instance_count 0 is not at least 1'),
+        (dict(model_dir=str(folder), role=arn, instance_count=0), '--instance_count 0 is out of range: use 1 or more'),
+        (dict(model_dir=str(folder), role=arn, instance_count='2'), "--instance_count '2' is a str, not a whole number"),
         (dict(model_dir=str(folder), role=arn, run_id='bad run/id'), "run id 'bad run/id' is not valid"),
     ]
     for kw, says in cases:

@@ -77,7 +77,7 @@ def test_guard_user_data():
     assert 'shutdown -h +480 ' in guard_user_data(8)
     assert 'shutdown -h +90 ' in guard_user_data(1.5)
     assert guard_user_data(0) == ''
-    with pytest.raises(UsageError, match="is negative"): guard_user_data(-1)
+    with pytest.raises(UsageError, match="is out of range"): guard_user_data(-1)
 
 
 def test_wait_for_ssh_closed_port():

@@ -149,6 +149,12 @@ def test_dry_run_creates_nothing(aws, prepared, capsys):
     assert [b['Name'] for b in boto3.client('s3').list_buckets()['Buckets']] == [bucket]
 
 
+def changed(job, **kw):
+    "`job` with fields set after it was made (as a notebook might): `submit` checks them again."
+    for k, v in kw.items(): setattr(job, k, v)
+    return job
+
+
 def test_bad_input_is_refused_before_anything_is_made(aws, prepared):
     bucket, role = aws.bucket(), aws.role()
     args = TrainArguments(dataset_path=str(prepared/'data'))
@@ -164,7 +170,8 @@ def test_bad_input_is_refused_before_anything_is_made(aws, prepared):
         (JobArguments(role=role, bucket=bucket, spot=True, max_wait_hours=1, max_run_hours=2), "must be at least --max_run_hours"),
         (JobArguments(role=role, bucket=bucket, max_wait_hours=3), "applies to spot jobs only"),
         (JobArguments(role=role, bucket=bucket, job_name='bad_name!'), "is not valid"),
-        (JobArguments(role=role, bucket=bucket, instance_count=0), "--instance_count must be at least 1"),
+        (changed(JobArguments(role=role, bucket=bucket), instance_count=0), "--instance_count 0 is out of range: use 1 or more"),
+        (changed(JobArguments(role=role, bucket=bucket), max_run_hours=float('nan')), "--max_run_hours nan is not a finite number"),
     ]
     for job, msg in cases:
         with pytest.raises(UsageError, match=msg.replace('(', r'\(').replace('[', r'\[')) as e: submit(args, job)

@@ -12,12 +12,12 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import CATALOG, UsageError, run_cost
+from .core import CATALOG, Limit, UsageError, check_number, check_numbers, run_cost
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instances, key_file, tag_filters
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['SM_KINDS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
+__all__ = ['SM_KINDS', 'CLEANUP_LIMITS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
 
 # %% ../nbs/06_cleanup.ipynb #43741634
 SM_KINDS = {'training-job': 'training_jobs', 'endpoint': 'endpoints', 'endpoint-config': 'endpoint_configs', 'model': 'models'}
@@ -133,6 +133,8 @@ class CleanupReport:
             f"  cost:             ${self.cost_usd:.2f} on demand for {self.hours:.2f} instance-hours (launch to termination)"])
 
 # %% ../nbs/06_cleanup.ipynb #3c1f885f
+CLEANUP_LIMITS = {'timeout': Limit(0, 24 * 3600, lo_open=True, example=600)}   # seconds
+
 def _retry(fn, until:float, codes=('DependencyViolation',)):
     "Call `fn` until it stops failing with `codes` or `until` passes."
     while True:
@@ -187,6 +189,7 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
             sagemaker:bool=True # remove the run's SageMaker jobs (stopped), endpoints, configs, models and S3 prefix
            ) -> CleanupReport:
     "Terminate the run's (or project's) instances, delete what setup created, and report what is left and the cost."
+    check_number('timeout', timeout, float, CLEANUP_LIMITS['timeout'])
     if bool(run_id) == bool(all_project):
         raise UsageError("pass --run_id RUN (`trn-tutorials status` lists them) or --all_project to remove every run, not both")
     run_id = check_run_id(run_id) if run_id else None
@@ -236,3 +239,5 @@ class CleanupArguments:
     timeout: float = field(default=600, metadata={'help': 'seconds to wait for termination'})
     ec2: bool = field(default=True, metadata={'help': "remove the run's EC2 instances, security groups, key pairs and volumes"})
     sagemaker: bool = field(default=True, metadata={'help': "remove the run's SageMaker jobs, endpoints, configs, models and S3 prefix"})
+
+    def __post_init__(self): check_numbers(self, CLEANUP_LIMITS)

@@ -124,9 +124,11 @@ def check_folder(path, # the folder given, e.g. `args.output_dir`
     import errno, tempfile
     if path is None or not str(path).strip(): raise UsageError(f"--{option} is empty: name a folder, e.g. --{option} runs/my-run")
     p = Path(path).expanduser()
-    if p.exists() and not p.is_dir(): raise UsageError(f"--{option} {path} is a file, not a folder: name a folder, or move the file away")
-    here = p
-    while not here.exists(): here = here.parent   # the nearest part that exists: a folder, or a file the path runs through
+    try:
+        if p.exists() and not p.is_dir(): raise UsageError(f"--{option} {path} is a file, not a folder: name a folder, or move the file away")
+        here = p
+        while not here.exists(): here = here.parent   # the nearest part that exists: a folder, or a file the path runs through
+    except PermissionError: raise UsageError(f"--{option} {path} cannot be reached (a folder above it is closed to you): pass a folder you can write to") from None
     if not here.is_dir(): raise UsageError(f"--{option} {path} lies under the file {here}: name a folder whose parents are folders")
     try:   # permissions, a read-only disk, root squashing on NFS: only trying to write tells
         fd, probe = tempfile.mkstemp(dir=here, prefix='.trn_tutorials-write-test-')

@@ -12,13 +12,13 @@ from urllib.parse import urlencode
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import UsageError, short_path
+from .core import Limit, UsageError, check_number, short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, padded_lengths, texts_of
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .training_job import check_role, default_bucket
 
 # %% auto #0
-__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'DLC_ACCOUNTS', 'trace', 'requirements', 'package',
+__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'DLC_ACCOUNTS', 'INSTANCES', 'trace', 'requirements', 'package',
            'check_instance_type', 'image_kind', 'inference_image', 'endpoint_requests', 'Endpoint',
            'check_endpoint_name', 'upload', 'deploy', 'predict', 'delete']
 
@@ -33,6 +33,7 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
          ) -> dict:
     "Trace the model with TorchScript into `model_dir/model.pt` if its logits match the eager model's on every length served."
     _model_folder(model_dir)
+    check_number('tolerance', tolerance, float, Limit(0, example=1e-4))
     import torch
     from transformers import AutoModelForSequenceClassification
     d = Path(model_dir)
@@ -152,6 +153,8 @@ def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosti
     return f"{DLC_ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com{'.cn' if region.startswith('cn-') else ''}/{repo}:{tag}"
 
 # %% ../nbs/12_endpoint.ipynb #994b4799
+INSTANCES = Limit(1, example=1)   # instances behind an endpoint
+
 def _tag_list(run_id:str) -> list[dict]: return [{'Key': k, 'Value': v} for k, v in run_tags(run_id).items()]
 
 def endpoint_requests(name:str, # the endpoint's name; its model and endpoint configuration get the same
@@ -163,6 +166,7 @@ def endpoint_requests(name:str, # the endpoint's name; its model and endpoint co
                       region:str='us-east-1' # AWS region
                      ) -> dict:
     "The `create_model`, `create_endpoint_config` and `create_endpoint` requests of an endpoint, as boto3 keyword arguments."
+    check_number('instance_count', instance_count, int, INSTANCES)
     tags = _tag_list(run_id)
     env = {'SAGEMAKER_PROGRAM': 'inference.py', 'SAGEMAKER_SUBMIT_DIRECTORY': '/opt/ml/model/code',
            'SAGEMAKER_CONTAINER_LOG_LEVEL': '20', 'SAGEMAKER_REGION': region}
@@ -246,11 +250,11 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
            wait:bool=True # wait until the endpoint is in service
           ) -> Endpoint:
     "Package `model_dir`, upload it and create a tagged model, endpoint configuration and endpoint; wait until it serves."
+    check_number('instance_count', instance_count, int, INSTANCES)
     region = aws_region(region)
     _model_folder(model_dir)
     check_instance_type(instance_type)
     image = inference_image(instance_type, region)
-    if instance_count < 1: raise UsageError(f"instance_count {instance_count} is not at least 1: pass 1 or more")
     run_id = check_run_id(run_id) if run_id else new_run_id()
     name = check_endpoint_name(endpoint_name or re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}'), region)
     role_arn = check_role(role, region)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_setup.ipynb #072bc137
 from __future__ import annotations
-import fnmatch, ipaddress, math, os, re, secrets, socket, time, urllib.request
+import fnmatch, ipaddress, math, os, re, secrets, socket, tempfile, time, urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
@@ -13,14 +13,14 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, ParamValidationError, WaiterError
 
-from .core import UsageError, instance_family, instance_type as _instance_type, run_cost
+from .core import Limit, UsageError, check_folder, check_number, check_numbers, instance_family, instance_type as _instance_type, run_cost
 
 # %% auto #0
-__all__ = ['PROJECT', 'DLAMI', 'CHECKIP_URL', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB', 'new_run_id', 'check_run_id', 'run_tags',
-           'tag_filters', 'aws_region', 'explain', 'aws_errors', 'Dlami', 'dlami_for', 'find_ami', 'launch_subnets',
-           'caller_ip', 'ssh_cidr', 'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data',
-           'wait_for_ssh', 'Instance', 'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments',
-           'StatusArguments']
+__all__ = ['PROJECT', 'DLAMI', 'CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB', 'INSTANCE_LIMITS',
+           'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'aws_region', 'explain', 'aws_errors', 'Dlami',
+           'dlami_for', 'find_ami', 'launch_subnets', 'caller_ip', 'ssh_cidr', 'key_file', 'ensure_key_pair',
+           'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance', 'find_instances', 'find_instance',
+           'launch_instance', 'InstanceArguments', 'StatusArguments']
 
 # %% ../nbs/01_setup.ipynb #e39169ac
 PROJECT = 'trn-tutorials'
@@ -201,6 +201,7 @@ def caller_ip(url:str=CHECKIP_URL, # a service that answers with your public IPv
               timeout:float=5.0 # seconds to wait for it
              ) -> str:
     "Your public IPv4 address, as `url` sees it."
+    check_number('timeout', timeout, float, Limit(0, 600, lo_open=True, example=5))
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r: text = r.read(64).decode(errors='replace').strip()
     except (OSError, ValueError) as e:
@@ -208,13 +209,23 @@ def caller_ip(url:str=CHECKIP_URL, # a service that answers with your public IPv
     try: return str(ipaddress.IPv4Address(text))
     except ValueError: raise UsageError(f"{url} answered {text[:40]!r}, not an IPv4 address: pass --my_ip yourself") from None
 
-def ssh_cidr(ip:str # one IPv4 address, optionally written with /32
+_NOT_PUBLIC = [   # blocks no internet host is seen from: an address in one is a mistake (the documentation ranges stay allowed)
+    ('0.0.0.0/8', 'unspecified (0.0.0.0/8 names no host)'), ('127.0.0.0/8', 'a loopback address (this machine only)'),
+    ('10.0.0.0/8', 'a private address (RFC 1918)'), ('172.16.0.0/12', 'a private address (RFC 1918)'),
+    ('192.168.0.0/16', 'a private address (RFC 1918)'), ('100.64.0.0/10', 'a carrier-grade NAT address (RFC 6598)'),
+    ('169.254.0.0/16', 'a link-local address'), ('224.0.0.0/4', 'a multicast address'),
+    ('255.255.255.255/32', 'the broadcast address'), ('240.0.0.0/4', 'a reserved address (240.0.0.0/4)')]
+
+def ssh_cidr(ip:str # one public IPv4 address, optionally written with /32
             ) -> str:
-    "The /32 block that admits exactly `ip`."
-    try: net = ipaddress.ip_network(ip.strip(), strict=False)
+    "The /32 block that admits exactly `ip`, a public IPv4 host address."
+    try: net = ipaddress.ip_network(str(ip).strip(), strict=False)
     except ValueError: raise UsageError(f"{ip!r} is not an IP address: pass your IPv4 address, e.g. --my_ip 203.0.113.7") from None
     if net.version != 4: raise UsageError(f"{ip} is IPv6: pass your public IPv4 address (https://checkip.amazonaws.com shows it)")
     if net.prefixlen != 32: raise UsageError(f"{ip} is a range of {net.num_addresses} addresses: SSH is opened to one address only: pass one, e.g. {net.network_address}/32")
+    what = next((w for block, w in _NOT_PUBLIC if net.subnet_of(ipaddress.ip_network(block))), None)
+    if what: raise UsageError(f"--my_ip {ip} is {what}, not an address the internet sees: pass your public IPv4 address "
+                              f"(https://checkip.amazonaws.com shows it), or leave --my_ip out")
     return str(net)
 
 # %% ../nbs/01_setup.ipynb #653185ad
@@ -226,13 +237,28 @@ def key_file(key_name:str, # name of the EC2 key pair
     d = Path(key_dir)
     return (d.expanduser() if expand else d)/f'{key_name}.pem'
 
+def _write_key(path:Path, material:str):
+    "Write `material` to `path` (mode 0400), all or nothing: a temporary file beside it, then linked to its name (never over a file)."
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.tmp-')
+    try:
+        with os.fdopen(fd, 'w') as f:
+            f.write(material if material.endswith('\n') else material + '\n'); f.flush(); os.fsync(f.fileno())
+        os.chmod(tmp, 0o400)
+        try: os.link(tmp, path)   # FileExistsError if a file took the name meanwhile
+        except FileExistsError: raise
+        except OSError:           # a file system without hard links
+            if path.exists(): raise FileExistsError(path) from None
+            os.rename(tmp, path)
+    finally:
+        if os.path.exists(tmp): os.unlink(tmp)
+
 def ensure_key_pair(key_name:str, # name of the EC2 key pair to reuse or create
                     region:str|None=None, # AWS region; default: your AWS configuration
                     key_dir:str='~/.ssh', # folder for the private key
                     tags:dict|None=None # tags for a new key pair
                    ) -> tuple[Path, bool]:
     "The private key of `key_name` and whether it was created now: reuse the pair, or create it and write its key (0400)."
-    region, path = aws_region(region), key_file(key_name, key_dir)
+    region, path, named = aws_region(region), key_file(key_name, key_dir), key_file(key_name, key_dir, expand=False)
     ec2 = boto3.client('ec2', region_name=region)
     with aws_errors(region):
         try: exists = bool(ec2.describe_key_pairs(KeyNames=[key_name])['KeyPairs'])
@@ -245,12 +271,20 @@ def ensure_key_pair(key_name:str, # name of the EC2 key pair to reuse or create
                              f"pass --key_dir with the folder holding {path.name}, or another --key_name")
         if path.exists():
             raise UsageError(f"{path} exists but {region} has no key pair {key_name!r}: refusing to overwrite it; move it away or pass another --key_name")
+        check_folder(key_dir, 'key_dir')   # before the pair exists: a folder we cannot write fails here, with nothing made
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         kw = {'TagSpecifications': [_tag_spec('key-pair', tags)]} if tags else {}
         material = ec2.create_key_pair(KeyName=key_name, KeyType='ed25519', **kw)['KeyMaterial']
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-    with os.fdopen(fd, 'w') as f: f.write(material if material.endswith('\n') else material + '\n')
-    os.chmod(path, 0o400)
+    try: _write_key(path, material)
+    except BaseException as e:   # the pair without its key is useless, and would block this --key_name: delete it again
+        try: ec2.delete_key_pair(KeyName=key_name); undo = f"so the new key pair {key_name!r} was deleted again"
+        except Exception as x:
+            undo = (f"and deleting the new key pair {key_name!r} failed too ({type(x).__name__}): run "
+                    f"`aws ec2 delete-key-pair --key-name {key_name} --region {region}`, then")
+        if not isinstance(e, OSError): raise
+        why = 'a file took its name meanwhile' if isinstance(e, FileExistsError) else (e.strerror or type(e).__name__).lower()
+        raise UsageError(f"could not write the private key {named} ({why}), {undo}: "
+                         f"pass a --key_dir you can write to, with free space, and retry") from e
     return path, True
 
 # %% ../nbs/01_setup.ipynb #6141f224
@@ -271,10 +305,12 @@ def create_ssh_group(vpc_id:str, # the VPC to create the group in
     return gid
 
 # %% ../nbs/01_setup.ipynb #5286a129
+MAX_HOURS = 24 * 30   # the longest cost guard: 30 days
+
 def guard_user_data(max_hours:float # hours until the instance powers off (and so terminates); 0 = no guard
                    ) -> str:
     "Cloud-init user data that schedules the power-off, or '' for no guard."
-    if max_hours < 0: raise UsageError(f"--max_hours {max_hours} is negative: pass the hours the instance may live, or 0 for no limit")
+    check_number('max_hours', max_hours, float, Limit(0, MAX_HOURS, lo_open=True, special=((0, 'no cost guard'),), example=8))
     if not max_hours: return ''
     minutes = max(1, math.ceil(max_hours * 60))
     return ("#!/bin/bash\n"
@@ -287,6 +323,8 @@ def wait_for_ssh(host:str, # the instance's address
                  timeout:float=300 # seconds to wait
                 ) -> float:
     "Wait until `host:port` answers with an SSH banner; return the seconds waited."
+    check_number('port', port, int, Limit(1, 65535, example=22))
+    check_number('timeout', timeout, float, Limit(0, 24 * 3600, lo_open=True, example=300))
     t0 = time.monotonic()
     while True:
         try:
@@ -363,6 +401,15 @@ def find_instance(run_id:str|None=None, # the run's id; `None` = the only runnin
 
 # %% ../nbs/01_setup.ipynb #7736b9a7
 MIN_VOLUME_GB = 120
+INSTANCE_LIMITS = {   # the numbers `launch_instance` takes
+    'volume_gb': Limit(MIN_VOLUME_GB, 16384, example=256),   # gp3 volumes hold at most 16 TiB
+    'max_hours': Limit(0, MAX_HOURS, lo_open=True, special=((0, 'no cost guard'),), example=8),
+    'timeout': Limit(0, 24 * 3600, lo_open=True, example=900)}
+
+def _check_volume(volume_gb):
+    "The DLAMI's own limit first, with its reason; then the range."
+    if isinstance(volume_gb, int) and not isinstance(volume_gb, bool) and volume_gb < MIN_VOLUME_GB:
+        raise UsageError(f"--volume_gb {volume_gb} is too small for the DLAMI (its snapshot is about 100 GB): use {MIN_VOLUME_GB} or more")
 
 def _undo(ec2, sg:str|None, key_name:str|None, key:Path|None):
     "Delete what a failed launch created."
@@ -389,11 +436,15 @@ def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `c
           ) -> Instance:
     "Launch a Trainium instance with its generation's Neuron DLAMI, SSH from `my_ip` only and a cost guard; wait until it is ready."
     itype = _instance_type(instance_type).name
-    if volume_gb < MIN_VOLUME_GB: raise UsageError(f"--volume_gb {volume_gb} is too small for the DLAMI (about 100 GB): use {MIN_VOLUME_GB} or more")
+    _check_volume(volume_gb)
+    for name, v, kind in (('volume_gb', volume_gb, int), ('max_hours', max_hours, float), ('timeout', timeout, float)):
+        check_number(name, v, kind, INSTANCE_LIMITS[name])
     user_data = guard_user_data(max_hours)
     run_id = check_run_id(run_id or new_run_id())
+    cidr = ssh_cidr(my_ip) if my_ip else None
+    if not key_name: check_folder(key_dir, 'key_dir')   # a new key pair's key is written there: refuse a folder we cannot write now
     region = aws_region(region)
-    cidr = ssh_cidr(my_ip or caller_ip())
+    cidr = cidr or ssh_cidr(caller_ip())
     t0, tags = time.monotonic(), run_tags(run_id)
     image = find_ami(region, ami, itype)
     subnets = launch_subnets(itype, region, subnet_id)
@@ -445,12 +496,17 @@ class InstanceArguments:
     my_ip: str|None = field(default=None, metadata={'help': 'IPv4 address SSH is opened to (default: from https://checkip.amazonaws.com)'})
     key_name: str|None = field(default=None, metadata={'help': 'existing EC2 key pair to reuse (default: a new one for this run)'})
     key_dir: str = field(default='~/.ssh', metadata={'help': 'folder of the private keys (<key_name>.pem)'})
-    volume_gb: int = field(default=256, metadata={'help': f'root volume in GB, gp3, at least {MIN_VOLUME_GB}'})
-    max_hours: float = field(default=8.0, metadata={'help': 'cost guard: power off and terminate after this many hours (0 = off)'})
+    volume_gb: int = field(default=256, metadata={'help': f'root volume in GB, gp3, {MIN_VOLUME_GB} to 16384'})
+    max_hours: float = field(default=8.0, metadata={'help': f'cost guard: power off and terminate after this many hours, at most {MAX_HOURS} (0 = off)'})
     run_id: str|None = field(default=None, metadata={'help': 'id tagged on everything created (default: a new one)'})
     subnet_id: str|None = field(default=None, metadata={'help': 'subnet to launch into (default: a default subnet in a zone with the type)'})
     wait_ssh: bool = field(default=True, metadata={'help': 'wait until SSH answers'})
     timeout: float = field(default=900, metadata={'help': 'seconds to wait for running and for SSH'})
+
+    def __post_init__(self):
+        _check_volume(self.volume_gb)
+        check_numbers(self, INSTANCE_LIMITS)
+        if self.my_ip: ssh_cidr(self.my_ip)
 
 # %% ../nbs/01_setup.ipynb #6ccc59b7
 @dataclass

@@ -8,16 +8,22 @@ import atexit, os, secrets, shlex, shutil, socket, subprocess, tempfile, time, u
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from .core import UsageError
+from .core import Limit, UsageError, check_number, check_numbers
 
 # %% auto #0
-__all__ = ['USER', 'KNOWN_HOSTS', 'NEURON_VENV', 'NEURON_BIN', 'ssh_command', 'ssh_config_entry', 'check_key', 'ssh_args',
-           'explain_ssh', 'run_remote', 'Tunnel', 'RemoteJupyter', 'start_jupyter', 'api_status', 'JupyterSession',
-           'open_jupyter', 'stop_all', 'forget_host', 'TunnelArguments']
+__all__ = ['USER', 'KNOWN_HOSTS', 'TUNNEL_LIMITS', 'NEURON_VENV', 'NEURON_BIN', 'ssh_command', 'ssh_config_entry', 'check_key',
+           'ssh_args', 'explain_ssh', 'run_remote', 'Tunnel', 'RemoteJupyter', 'start_jupyter', 'api_status',
+           'JupyterSession', 'open_jupyter', 'stop_all', 'forget_host', 'TunnelArguments']
 
 # %% ../nbs/02_ssh.ipynb #8802687c
 USER = 'ubuntu'
 KNOWN_HOSTS = '~/.ssh/trn-tutorials_known_hosts'
+TUNNEL_LIMITS = {'local_port': Limit(1, 65535, example=8889), 'remote_port': Limit(1, 65535, example=8888),
+                 'port': Limit(1, 65535, example=22), 'timeout': Limit(0, 24 * 3600, lo_open=True, example=120)}
+
+def _check(**values):
+    "Check ports (whole numbers) and `timeout` (seconds) against `TUNNEL_LIMITS`: a one-line `UsageError` for a bad one."
+    for k, v in values.items(): check_number(k, v, float if k == 'timeout' else int, TUNNEL_LIMITS[k])
 
 def ssh_command(host:str, # the instance's address
                 key_path:str, # its private key (.pem)
@@ -27,6 +33,7 @@ def ssh_command(host:str, # the instance's address
                 port:int=22 # the instance's SSH port
                ) -> str:
     "The `ssh -L` command that forwards `local_port` to Jupyter on the instance."
+    _check(local_port=local_port, remote_port=remote_port, port=port)
     k = str(key_path)
     k = '~/' + shlex.quote(k[2:]) if k.startswith('~/') else shlex.quote(k)  # leave ~ for the shell to expand
     return ' '.join(['ssh', '-L', f'{local_port}:localhost:{remote_port}', '-i', k]
@@ -45,6 +52,7 @@ def ssh_config_entry(host:str, # the instance's address
                      known_hosts:str=KNOWN_HOSTS # where the instance's host key is remembered
                     ) -> str:
     "A `~/.ssh/config` block for the instance, with the Jupyter port forwarded."
+    _check(local_port=local_port, remote_port=remote_port, port=port)
     lines = [f'Host {alias}', f'    HostName {host}', f'    User {user}'] + ([f'    Port {port}'] if port != 22 else []) + [
         f'    IdentityFile {_cfg_value(key_path)}', '    IdentitiesOnly yes',
         f'    UserKnownHostsFile {_cfg_value(known_hosts)}', '    StrictHostKeyChecking accept-new',
@@ -116,6 +124,7 @@ def run_remote(script:str, # bash script to run on the instance (sent on stdin, 
                timeout:float=60 # seconds before giving up
               ) -> subprocess.CompletedProcess:
     "Run `script` with bash on the instance; ssh failures become a `UsageError`."
+    _check(port=port, timeout=timeout)
     key_path = str(check_key(key_path))
     try: r = subprocess.run(ssh_args(host, key_path, user, port, known_hosts) + ['bash', '-s'], input=script,
                             capture_output=True, text=True, timeout=timeout)
@@ -148,6 +157,7 @@ class Tunnel:
                  known_hosts:str=KNOWN_HOSTS, # file of remembered host keys
                  timeout:float=30 # seconds to wait for the tunnel
                 ):
+        _check(local_port=local_port, remote_port=remote_port, port=port, timeout=timeout)
         self.host, self.key_path, self.local_port, self.remote_port = host, str(key_path), local_port, remote_port
         self.user, self.port, self.known_hosts, self.timeout, self.proc = user, port, known_hosts, timeout, None
 
@@ -298,6 +308,7 @@ def start_jupyter(host:str, # the instance's address
                   timeout:float=120 # seconds to wait for Jupyter to listen
                  ) -> RemoteJupyter:
     "Start Jupyter on the instance's 127.0.0.1 with a fresh token, in the Neuron environment `venv`."
+    _check(remote_port=remote_port, port=port, timeout=timeout)
     token = secrets.token_hex(24)
     r = run_remote(_start_script(token, remote_port, jupyter, venv, workdir, timeout), host, key_path, user, port, known_hosts, timeout + 60)
     if r.returncode:
@@ -370,6 +381,7 @@ def open_jupyter(host:str, # the instance's address
                  timeout:float=120 # seconds to wait for Jupyter and the tunnel
                 ) -> JupyterSession:
     "Start Jupyter on the instance and tunnel to it; `url` is the link to open."
+    _check(local_port=local_port, remote_port=remote_port, port=port, timeout=timeout)
     check_key(key_path)
     if _port_busy(local_port): raise UsageError(explain_ssh('Address already in use', host, local_port=local_port))
     j = start_jupyter(host, key_path, remote_port, user, port, known_hosts, jupyter=jupyter, venv=venv, workdir=workdir, timeout=timeout)
@@ -427,3 +439,5 @@ class TunnelArguments:
         "(Trn2/Trn3: /opt/aws_neuronx_venv_torch_neuronx_2_14_0; '' = none)"})
     workdir: str = field(default='~', metadata={'help': 'folder Jupyter shows, on the instance'})
     timeout: float = field(default=120, metadata={'help': 'seconds to wait for Jupyter and the tunnel'})
+
+    def __post_init__(self): check_numbers(self, TUNNEL_LIMITS)

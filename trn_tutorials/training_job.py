@@ -8,7 +8,7 @@ import json, os, re, shutil, sys, tarfile, tempfile, time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from .core import CATALOG, UsageError, short_path
+from .core import CATALOG, Limit, UsageError, check_number, check_numbers, short_path
 from .data import load_prepared
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .launch import NEURON_ENV, Progress, Results, worker_error
@@ -16,10 +16,10 @@ from .train import PROGRESS_ENV, TrainArguments, check_args
 
 # %% auto #0
 __all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'NEURON_IMAGE_SOURCE', 'NEURON_REGISTRIES',
-           'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image',
-           'JobArguments', 'check_job', 'check_role', 'job_hyperparameters', 'stage_source', 'export_model', 'job_main',
-           'run_prefix', 'default_bucket', 'upload_folder', 'model_trainer', 'submit', 'JobError', 'wait_job',
-           'job_results', 'sm_train', 'stop_job']
+           'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'LOG_GROUP', 'sm_instance',
+           'sm_cost', 'training_image', 'JobArguments', 'check_job', 'check_role', 'job_hyperparameters',
+           'stage_source', 'export_model', 'job_main', 'run_prefix', 'default_bucket', 'upload_folder', 'model_trainer',
+           'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
 
 # %% ../nbs/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -38,6 +38,7 @@ def sm_cost(name:str, # SageMaker instance type
             count:int=1 # instances
            ) -> float|None:
     "What `seconds` of `count` instances cost at SageMaker's on-demand rate; `None` where no price is known."
+    check_number('seconds', seconds, float, Limit(0, example=3600)); check_number('count', count, int, Limit(1, example=1))
     p = SM_PRICES.get(name)
     return None if p is None else round(p * count * seconds / 3600, 4)
 
@@ -63,6 +64,11 @@ def training_image(region:str, # the job's AWS region
     return f'{NEURON_REGISTRIES[region]}.dkr.ecr.{region}.amazonaws.com/{NEURON_TRAINING_IMAGE}'
 
 # %% ../nbs/09_training_job.ipynb #9244c80c
+SM_MAX_HOURS = 28 * 24   # SageMaker's longest training job: 28 days
+JOB_LIMITS = {'instance_count': Limit(1, example=2), 'volume_gb': Limit(1, 16384, example=100),   # an EBS volume: 1 GB to 16 TiB
+              'max_run_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=2),
+              'max_wait_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=4), 'poll_s': Limit(0, 3600, lo_open=True, example=15)}
+
 @dataclass
 class JobArguments:
     "A SageMaker training job: where and how `trn_tutorials.train` runs (parsed by `HfArgumentParser` for `sm-train`)."
@@ -71,7 +77,7 @@ class JobArguments:
     instance_count: int = field(default=1, metadata={'help': "instances (more than 1: data-parallel over several nodes)"})
     spot: bool = field(default=False, metadata={'help': "managed spot training: cheaper, may be interrupted (resumes from the S3 checkpoints)"})
     max_wait_hours: float|None = field(default=None, metadata={'help': "with --spot: hours the job may wait for capacity and run, in total (at least --max_run_hours)"})
-    max_run_hours: float = field(default=2.0, metadata={'help': "hours of training after which SageMaker stops the job"})
+    max_run_hours: float = field(default=2.0, metadata={'help': f"hours of training after which SageMaker stops the job (at most {SM_MAX_HOURS}: 28 days)"})
     volume_gb: int = field(default=100, metadata={'help': "disk per instance (GB): data, checkpoints, the compile cache"})
     region: str|None = field(default=None, metadata={'help': "AWS region; default: your AWS configuration"})
     bucket: str|None = field(default=None, metadata={'help': "S3 bucket for data, code, checkpoints and the model; default: SageMaker's default bucket"})
@@ -82,13 +88,14 @@ class JobArguments:
     poll_s: float = field(default=15.0, metadata={'help': "seconds between two looks at the job's status and logs"})
     dry_run: bool = field(default=False, metadata={'help': "print the request the job would be created with; create and upload nothing"})
 
+    def __post_init__(self): check_numbers(self, JOB_LIMITS)
+
 # %% ../nbs/09_training_job.ipynb #f3b3cbb7
 def check_job(job:JobArguments # the job's options
              ) -> JobArguments:
     "Raise a one-line `UsageError` for options that cannot work; nothing is called."
     sm_instance(job.instance_type)
-    if job.instance_count < 1: raise UsageError(f"--instance_count must be at least 1, got {job.instance_count}")
-    if not job.max_run_hours > 0: raise UsageError(f"--max_run_hours must be positive, got {job.max_run_hours}: use e.g. --max_run_hours 2")
+    check_numbers(job, JOB_LIMITS)   # again: a field may have been changed since the object was made
     if job.spot and job.max_wait_hours is None:
         raise UsageError(f"--spot needs --max_wait_hours (how long the job may wait for spot capacity, in total): "
                          f"use e.g. --max_wait_hours {2 * job.max_run_hours:g}")
@@ -245,7 +252,7 @@ def model_trainer(args:TrainArguments, # the run's arguments, as for a local `la
         raise UsageError(f"the SageMaker Python SDK 3 is not installed: pip install 'trn-tutorials[sagemaker]'") from e
     region = aws_region(job.region)
     s3 = f's3://{job.bucket}/{run_prefix(job.run_id)}'
-    hours = lambda h: int(round(h * 3600))
+    hours = lambda h: max(1, int(round(h * 3600)))   # SageMaker counts whole seconds, at least 1
     return ModelTrainer(
         sagemaker_session=_session(region, job.bucket, job.run_id, boto_session), role=role_arn,
         training_image=training_image(region, job.image_uri), base_job_name=job.job_name or f'{PROJECT}-{job.run_id}',
@@ -370,6 +377,7 @@ def wait_job(job_name:str, # the training job
              echo:bool=True # show status changes and live progress
             ) -> dict:
     "Follow the job until it ends, streaming its status and logs; return its description."
+    check_number('poll_s', poll_s, float, JOB_LIMITS['poll_s'])
     import boto3
     region = aws_region(region)
     sm, logs = boto3.client('sagemaker', region_name=region), boto3.client('logs', region_name=region)
