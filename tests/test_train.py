@@ -141,7 +141,8 @@ def test_resume_after_kill_9(prepared):
     r = torchrun(cut)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout + r.stderr
-    assert f'skipping {torn.name}: incomplete' in out and f'resuming from {newest.name}' in out
+    assert f'warning: {torn.name} is incomplete (' in out and f'): resuming from {newest.name}' in out
+    assert not torn.exists()   # removed before training went on
     m, w = metrics(cut), metrics(whole)
     assert m['train']['resumed_from'] == newest.name
     assert m['train']['steps'] == total

@@ -9,7 +9,7 @@ from fastcore.test import test_close as close, test_eq as eq, test_fail as fails
 
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.train import (RUN_ARGS, BucketBatchSampler, EvalBatchSampler, TrainArguments, _flat, _scores, check_args,
-                                 checkpoints, classification_metrics, majority_baseline, planned_steps, progress_line,
+                                 checkpoints, classification_metrics, seal_checkpoint, majority_baseline, planned_steps, progress_line,
                                  read_progress, resume_from, training_arguments)
 
 NAMES = ['sadness', 'joy', 'love']
@@ -23,11 +23,13 @@ def test_arguments_parse_with_their_types():
 
 
 def test_check_args():
-    fails(lambda: check_args(TrainArguments(learning_rate=0)), contains="--learning_rate must be positive")
-    fails(lambda: check_args(TrainArguments(epochs=-1)), contains="--epochs")
-    fails(lambda: check_args(TrainArguments(max_steps=0)), contains="--max_steps")
-    fails(lambda: check_args(TrainArguments(save_steps=-1)), contains="--save_steps must be 0")
-    fails(lambda: check_args(TrainArguments(save_total_limit=0)), contains="--save_total_limit")
+    "Numbers are refused when the arguments are made (`TRAIN_LIMITS`); `check_args` keeps what the limits cannot say."
+    fails(lambda: TrainArguments(learning_rate=0), contains="--learning_rate 0 is out of range: use a number in (0, 1000]")
+    fails(lambda: TrainArguments(epochs=-1), contains="--epochs")
+    fails(lambda: TrainArguments(max_steps=0), contains="--max_steps 0 is out of range: use 1 or more, or -1 (all epochs)")
+    fails(lambda: TrainArguments(save_steps=-1), contains="--save_steps -1 is out of range: use 1 or more, or 0 (no checkpoints)")
+    fails(lambda: TrainArguments(save_total_limit=0), contains="--save_total_limit")
+    fails(lambda: check_args(TrainArguments(backend='tpu')), contains="--backend 'tpu' is not one of")
     eq(check_args(TrainArguments()).epochs, 3.0)
 
 
@@ -92,10 +94,11 @@ def test_scores_skip_filler_rows():
 
 
 def fake_checkpoint(run, step, complete=True):
+    "A sealed checkpoint, or one cut off before its completion record."
     d = run/f'checkpoint-{step}'; d.mkdir(parents=True)
-    for f in ('model.safetensors', 'scheduler.pt'): (d/f).write_bytes(b'x')
-    if complete: (d/'optimizer.pt').write_bytes(b'x'); (d/'trainer_state.json').write_text(json.dumps({'global_step': step}))
-    else: (d/'optimizer.pt').write_bytes(b'')
+    for f in ('model.safetensors', 'scheduler.pt', 'optimizer.pt'): (d/f).write_bytes(b'x')
+    (d/'trainer_state.json').write_text(json.dumps({'global_step': step}))
+    if complete: seal_checkpoint(d)
 
 
 def test_resume_from(tmp_path):

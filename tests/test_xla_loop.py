@@ -111,7 +111,8 @@ def run_main(*opts):
 
 @pytest.mark.parametrize('opts, says', [
     (['--backend', 'cpu', '--dataset_path', 'nowhere'], 'no prepared data at nowhere: run `trn-tutorials prep'),
-    (['--backend', 'cpu', '--max_steps', '0'], '--max_steps must be -1 (all epochs) or positive, got 0'),
+    (['--backend', 'cpu', '--max_steps', '0'], '--max_steps 0 is out of range: use 1 or more, or -1 (all epochs)'),
+    (['--backend', 'cpu', '--learning_rate', 'nan'], '--learning_rate nan is not a finite number'),
     (['--backend', 'gpu'], "--backend 'gpu' is not one of auto, neuron, xla, cpu"),
     (['--backend', 'cpu', '--per_device_train_batch_size', '1000', '--dataset_path', '{data}'], 'make no batch of 1000'),
 ])

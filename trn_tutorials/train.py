@@ -4,24 +4,36 @@
 
 # %% ../nbs/04_train.ipynb #60e0af2d
 from __future__ import annotations
-import functools, json, math, os, platform, re, sys, time
+import contextlib, functools, hashlib, json, math, os, platform, re, shutil, sys, time
 from dataclasses import asdict, dataclass, field, fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 
-from .core import BACKENDS, UsageError, check_backend, parse_args, set_backend_env
+from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, check_numbers, die_with_parent, folder_lock,
+                                 parse_args, set_backend_env, short_path)
 from .data import load_prepared, row_lengths
 
 # %% auto #0
-__all__ = ['XLA_BACKENDS', 'RUN_ARGS', 'SAME_RUN', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'ERROR_PREFIX', 'TrainArguments',
-           'check_args', 'classification_metrics', 'majority_baseline', 'training_arguments', 'BucketBatchSampler',
-           'EvalBatchSampler', 'PaddedRows', 'trainer_class', 'checkpoint_complete', 'checkpoints', 'planned_steps',
-           'resume_from', 'progress_line', 'read_progress', 'progress_callback', 'plot_history', 'plot_confusion',
-           'save_plots', 'check_workers', 'train', 'summary', 'main']
+__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS',
+           'ERROR_PREFIX', 'LOCK_ENV', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
+           'training_arguments', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows', 'diverged', 'trainer_class',
+           'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete', 'checkpoints', 'newest_complete',
+           'skipped_note', 'planned_steps', 'resume_from', 'progress_line', 'read_progress', 'progress_callback',
+           'plot_history', 'plot_confusion', 'save_plots', 'check_output_dir', 'check_model', 'check_batch',
+           'check_workers', 'train', 'summary', 'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
+TRAIN_LIMITS = {   # the values each numeric option may take (`check_numbers`); `xla_loop` shares them
+    'learning_rate': Limit(0, 1000, lo_open=True, example=5e-05),   # above ~1000 no optimizer trains; below 1 is usual
+    'epochs': Limit(0, 10000, lo_open=True, example=3),
+    'per_device_train_batch_size': Limit(1, 65536, example=16), 'per_device_eval_batch_size': Limit(1, 65536, example=64),
+    'max_steps': Limit(1, special=((-1, 'all epochs'),), example=-1),
+    'warmup_ratio': Limit(0, 1, hi_open=True, example=0.1), 'weight_decay': Limit(0, 1, example=0.01),
+    'logging_steps': Limit(1, example=50), 'seed': Limit(0, 2**32 - 1, example=42),
+    'save_steps': Limit(1, special=((0, 'no checkpoints'),), example=500), 'save_total_limit': Limit(1, example=2)}
+
 @dataclass
 class TrainArguments:
     "A training run: parsed from the command line by `HfArgumentParser`."
@@ -43,20 +55,15 @@ class TrainArguments:
     resume: bool = field(default=True, metadata={'help': 'continue from the newest complete checkpoint in output_dir, if any'})
     backend: str = field(default='auto', metadata={'help': 'auto (detect), neuron (Trn1: torch-neuronx), torchneuron (Trn2/Trn3), '
                          'xla (the Neuron code path on the CPU: a rehearsal, one worker), cuda or cpu'})
+    allow_tokenizer_mismatch: bool = field(default=False, metadata={'help': "train although the model's tokenizer differs from the one "
+                                           'the data was prepared with (a vocabulary too small for the data is refused anyway)'})
+
+    def __post_init__(self): check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here: on the CLI and in Python
 
 # %% ../nbs/04_train.ipynb #df42d097
 def check_args(args:TrainArguments # the run's arguments
               ) -> TrainArguments:
-    "Raise a one-line `UsageError` for hyperparameters that cannot work."
-    default = {f.name: f.default for f in fields(TrainArguments)}
-    for name in ('learning_rate', 'epochs', 'per_device_train_batch_size', 'per_device_eval_batch_size', 'logging_steps',
-                 'save_total_limit'):
-        if not getattr(args, name) > 0:
-            raise UsageError(f"--{name} must be positive, got {getattr(args, name)}: use e.g. --{name} {default[name]}")
-    if args.save_steps < 0: raise UsageError(f"--save_steps must be 0 (no checkpoints) or positive, got {args.save_steps}: use e.g. --save_steps 500")
-    if not 0 <= args.warmup_ratio < 1: raise UsageError(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}: use e.g. --warmup_ratio 0.1")
-    if args.max_steps == 0 or args.max_steps < -1:
-        raise UsageError(f"--max_steps must be -1 (all epochs) or positive, got {args.max_steps}: use -1, or a number of steps")
+    "Raise a one-line `UsageError` for what the numbers' limits cannot say: the backend's name."
     if args.backend not in BACKENDS: raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     return args
 
@@ -104,7 +111,8 @@ def training_arguments(args:TrainArguments, # the run's arguments
         bf16=args.bf16, max_steps=args.max_steps, weight_decay=args.weight_decay, **warmup,
         logging_steps=args.logging_steps, seed=args.seed, optim='adamw_torch', eval_strategy='epoch',
         save_strategy='steps' if args.save_steps else 'no', save_steps=args.save_steps or 500, save_total_limit=args.save_total_limit,
-        report_to='none', disable_tqdm=True, ddp_find_unused_parameters=False,
+        report_to='none', disable_tqdm=True, logging_nan_inf_filter=False,   # the filter hides a nan loss: we stop on it
+        ddp_find_unused_parameters=False,
         dataloader_drop_last=xla, eval_do_concat_batches=not xla, use_cpu=backend == 'cpu',
         # the classification loss is a mean over the batch: scaled by the worker count it read 2x on 2 workers (transformers 5)
         average_tokens_across_devices=False)
@@ -235,6 +243,32 @@ def _lr_as_data(optimizer, device):
             for g, lr in zip(self.param_groups, floats): g['lr'] = lr
     opt.step = types.MethodType(step_with_lr_as_data, opt)   # a bound method, as the learning-rate scheduler expects
 
+def diverged(what:str, # what stopped being finite, e.g. 'the training loss became nan'
+             step:int, # the optimizer step
+             learning_rate:float, # the run's peak learning rate
+             bf16:bool # whether the run used bfloat16
+            ) -> str:
+    "The one line that stops a run whose loss or weights are no longer finite: the likely cause and the fix."
+    lower = 5e-05 if learning_rate > 5e-05 else learning_rate / 10
+    fix = f"use a lower --learning_rate (e.g. {lower:g})"
+    if bf16: return f"{what} at step {step}: bfloat16 may have overflowed, or --learning_rate {learning_rate:g} is too high; retry with --bf16 false, or {fix}"
+    if learning_rate > 1e-4: return f"{what} at step {step}: --learning_rate {learning_rate:g} is likely too high; {fix}"
+    return f"{what} at step {step} although --learning_rate {learning_rate:g} is moderate: check the model's weights and the data, or {fix}"
+
+def _finite_weights(folder:Path) -> bool:
+    "Whether every tensor in the `*.safetensors` files of `folder` is finite."
+    import torch
+    from safetensors import safe_open
+    for f in folder.glob('*.safetensors'):
+        with safe_open(f, 'pt') as st:
+            if not all(bool(torch.isfinite(st.get_tensor(k)).all()) for k in st.keys()): return False
+    return True
+
+def _finite(model) -> bool:
+    "Whether every parameter of `model` is finite (on XLA: one small graph and one wait for the device)."
+    import torch
+    with torch.no_grad(): return bool(torch.stack([p.isfinite().all() for p in model.parameters()]).all())
+
 @functools.cache
 def trainer_class():
     "`BucketTrainer`, defined on first use: importing `Trainer` takes seconds that `launch` and the CLI should not pay."
@@ -245,11 +279,25 @@ def trainer_class():
         def __init__(self, sampler): self.sampler = sampler
         def on_epoch_begin(self, args, state, control, **kwargs): self.sampler.set_epoch(int(state.epoch + 1e-6))
 
-    class SaveRunArgs(TrainerCallback):
-        def __init__(self, run_args:dict): self.run_args = run_args
+    class Guard(TrainerCallback):
+        "Stop at a logged loss that is not finite; seal each checkpoint (after the run's arguments) unless its weights are not."
+        def __init__(self, run_args:dict|None): self.run_args = run_args
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            # not `eval_loss`: a worker whose evaluation batch is all filler rows (no label to score) logs a nan loss for it
+            try: v = float((logs or {})['loss'])
+            except (KeyError, TypeError, ValueError): return
+            # averaged over the workers before it is logged: every worker stops here, at the same step
+            if not math.isfinite(v): raise UsageError(diverged(f"the training loss became {v}", state.global_step, args.learning_rate, args.bf16))
         def on_save(self, args, state, control, **kwargs):
+            from accelerate import PartialState
+            PartialState().wait_for_everyone()   # every worker has written its part (its random state)
             d = Path(args.output_dir)/f'checkpoint-{state.global_step}'
-            if state.is_world_process_zero and d.is_dir(): (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
+            if not (state.is_world_process_zero and d.is_dir()): return
+            if not _finite_weights(d):   # read back from the files on the CPU: no device sync, no extra graph
+                shutil.rmtree(d, ignore_errors=True)
+                raise UsageError(diverged('the weights became nan or inf', state.global_step, args.learning_rate, args.bf16))
+            if self.run_args is not None: (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
+            seal_checkpoint(d)
 
     class EpochGraphs(TrainerCallback):
         "At each epoch's start (and the end of training): the training graphs compiled since the previous one."
@@ -269,7 +317,7 @@ def trainer_class():
             self.compile_s = {'train': 0.0, 'eval': 0.0} if self.xla else None
             self.eval_s = {'in_train': 0.0, 'all': 0.0}
             self.eval_rows, self._mark = 0, None
-            if run_args is not None: self.add_callback(SaveRunArgs(run_args))
+            self.add_callback(Guard(run_args))
             if os.environ.get('NEURON_EXTRACT_GRAPHS_ONLY', '0') not in ('', '0'):
                 # `neuron_parallel_compile`'s trial: tensors are placeholders, and accelerate's padding across workers fails on
                 # them (the Neuron HF Trainer guide patches it out). Our evaluation batches already match on every worker.
@@ -381,19 +429,58 @@ def _versions() -> dict:
 
 # %% ../nbs/04_train.ipynb #c73f1267
 _CKPT = re.compile(r'^checkpoint-(\d+)$')
-_WEIGHTS = ('model.safetensors', 'model.safetensors.index.json', 'pytorch_model.bin')
+COMPLETE = 'trn_tutorials_complete.json'  # written last into each checkpoint: the size and sha256 of every file in it
 
-def _nonempty(p:Path) -> bool: return p.is_file() and p.stat().st_size > 0
+def _sha256(p:Path) -> str:
+    h = hashlib.sha256()
+    with open(p, 'rb') as f:
+        while (b := f.read(1 << 20)): h.update(b)
+    return h.hexdigest()
+
+def _files(d:Path) -> list[Path]:
+    "The files of checkpoint `d`, its record and temporary files aside."
+    return sorted(p for p in d.rglob('*') if p.is_file() and p.name != COMPLETE and not p.name.startswith(f'.{COMPLETE}'))
+
+def seal_checkpoint(folder:str|Path # a `checkpoint-<step>` folder the Trainer has finished writing
+                   ) -> Path:
+    "Write the completion record `COMPLETE` into `folder`, last and atomically: every file's size and sha256."
+    d = Path(folder)
+    files = {}
+    for p in _files(d):
+        with open(p, 'rb') as f: os.fsync(f.fileno())   # on disk before the record says so
+        files[p.relative_to(d).as_posix()] = {'size': p.stat().st_size, 'sha256': _sha256(p)}
+    tmp = d/f'.{COMPLETE}.tmp-{os.getpid()}'
+    with open(tmp, 'w') as f: json.dump({'step': int(_CKPT.match(d.name)[1]), 'files': files}, f, indent=1); f.flush(); os.fsync(f.fileno())
+    os.replace(tmp, d/COMPLETE)
+    return d/COMPLETE
+
+def _size(n:int) -> str: return next(f"{n / k:.1f} {u}" for k, u in ((1e9, 'GB'), (1e6, 'MB'), (1e3, 'kB'), (1, 'B')) if n >= k or k == 1)
+
+def checkpoint_problem(folder:str|Path, # a `checkpoint-<step>` folder
+                       verify:bool=False # also compare every file's sha256 with the record (reads the whole checkpoint)
+                      ) -> str|None:
+    "Why `folder` is not a complete checkpoint (e.g. 'optimizer.pt: 1.2 MB of 3.4 MB written'), or `None` if it is."
+    d = Path(folder)
+    try: rec = json.loads((d/COMPLETE).read_text())
+    except FileNotFoundError: return 'no completion record'
+    except (OSError, ValueError): return f'its {COMPLETE} is unreadable'
+    m = _CKPT.match(d.name)
+    if not (m and isinstance(rec, dict) and rec.get('step') == int(m[1]) and isinstance(rec.get('files'), dict)):
+        return f"its {COMPLETE} is for step {rec.get('step') if isinstance(rec, dict) else '?'}, not this folder"
+    for name, want in rec['files'].items():
+        p = d/name
+        try: size = p.stat().st_size
+        except OSError: return f'{name} is missing'
+        if size != want['size']: return f"{name}: {_size(size)} of {_size(want['size'])} written"
+        try: same = not verify or _sha256(p) == want['sha256']
+        except OSError: return f'{name} is missing'   # removed meanwhile: another worker is deleting this incomplete checkpoint
+        if not same: return f'{name} has changed since it was written (sha256 differs)'
+    return None
 
 def checkpoint_complete(folder:str|Path # a `checkpoint-<step>` folder
                        ) -> bool:
-    "Whether the Trainer finished writing `folder`: its state names its step, and weights, optimizer and scheduler are there."
-    d = Path(folder)
-    try: step = json.loads((d/'trainer_state.json').read_text()).get('global_step')
-    except (OSError, ValueError): return False
-    m = _CKPT.match(d.name)
-    return bool(m and step == int(m[1]) and any(_nonempty(d/w) for w in _WEIGHTS)
-                and _nonempty(d/'optimizer.pt') and _nonempty(d/'scheduler.pt'))
+    "Whether `folder` holds its completion record and every file the record lists, each of the recorded size."
+    return checkpoint_problem(folder) is None
 
 def checkpoints(output_dir:str|Path # a run's output folder
                ) -> list[tuple[Path, bool]]:
@@ -401,6 +488,23 @@ def checkpoints(output_dir:str|Path # a run's output folder
     d = Path(output_dir)
     found = [p for p in d.iterdir() if p.is_dir() and _CKPT.match(p.name)] if d.is_dir() else []
     return [(p, checkpoint_complete(p)) for p in sorted(found, key=lambda p: -int(_CKPT.match(p.name)[1]))]
+
+def newest_complete(output_dir:str|Path # a run's output folder
+                   ) -> tuple[Path|None, list[tuple[Path, str]]]:
+    "The newest checkpoint whose files match their record byte for byte (sha256), and the newer ones skipped, with why."
+    skipped = []
+    for p, _ in checkpoints(output_dir):
+        if (why := checkpoint_problem(p, verify=True)) is None: return p, skipped
+        skipped.append((p, why))
+    return None, skipped
+
+def skipped_note(skipped:list, # `(checkpoint, why)` pairs, from `newest_complete`
+                 start:Path|None # the checkpoint the run continues from
+                ) -> str|None:
+    "One warning line for the incomplete checkpoints a run skips, or `None` if there are none."
+    if not skipped: return None
+    what = '; '.join(f"{p.name} is incomplete ({why})" for p, why in skipped)
+    return f"warning: {what}: {f'resuming from {start.name}' if start else 'starting from the beginning'}"
 
 def planned_steps(args:TrainArguments, # the run's arguments
                   rows, # padded length of each training row
@@ -425,10 +529,11 @@ def _other_run(last:Path, args:TrainArguments) -> str|None:
 
 def resume_from(args:TrainArguments, # the run's arguments
                 workers:int|None=None, # if given, the checkpoint must have been planned for as many steps as this run
-                fill_last:bool=False # as in `planned_steps`
+                fill_last:bool=False, # as in `planned_steps`
+                found:tuple|None=None # `newest_complete(args.output_dir)`, if already known (it reads every file)
                ) -> Path|None:
     "The newest complete checkpoint a run of `args` continues from, or `None`; a one-line error if the run cannot continue it."
-    last = next((p for p, ok in checkpoints(args.output_dir) if ok), None)
+    last = (found or newest_complete(args.output_dir))[0]
     if last and not args.resume:
         raise UsageError(f"{args.output_dir} holds checkpoints (newest: {last.name}): pass --resume true to continue from it, or another --output_dir")
     if last and (why := _other_run(last, args)):
@@ -524,6 +629,61 @@ def save_plots(metrics:dict, # what `train` returns
     for p, fig in zip(paths, (plot_history(metrics), plot_confusion(metrics))): fig.savefig(p, dpi=96)
     return paths
 
+# %% ../nbs/04_train.ipynb #4f5b9a53
+def check_output_dir(args:TrainArguments # the run's arguments
+                    ) -> Path:
+    "The output folder as a `Path` if this process can write it and it is not the prepared data's; else a one-line `UsageError`."
+    out = check_folder(args.output_dir, 'output_dir')
+    o, d = (Path(os.path.abspath(Path(p).expanduser())).resolve() for p in (out, args.dataset_path))
+    if o == d or d in o.parents:
+        raise UsageError(f"--output_dir {args.output_dir} is {'the' if o == d else 'inside the'} prepared data folder {args.dataset_path}, "
+                         "which `prep` replaces: pass an --output_dir outside it")
+    return out
+
+def _differs(want:dict, have:dict) -> str:
+    "What differs between two tokenizer fingerprints, e.g. 'vocabulary 30522 vs 596, pad id 0 vs 1'."
+    out = [f"vocabulary {want.get('vocab_size')} vs {have.get('vocab_size')}"] * (want.get('vocab_size') != have.get('vocab_size'))
+    w, h = want.get('special_ids') or {}, have.get('special_ids') or {}
+    return ', '.join(out + [f"{k} id {w.get(k)} vs {h.get(k)}" for k in sorted(set(w) | set(h)) if w.get(k) != h.get(k)])
+
+def check_model(args:TrainArguments, # the run's arguments
+                manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
+               ):
+    "A one-line `UsageError` if the model to train does not fit the prepared data: its tokenizer (unless allowed) or its vocabulary."
+    from transformers import AutoConfig
+    from trn_tutorials.data import _load_tokenizer, tokenizer_fingerprint
+    was, model_id = manifest['model_id'], args.model_id or manifest['model_id']
+    have = tokenizer_fingerprint(_load_tokenizer(model_id))
+    want = manifest.get('tokenizer')
+    if want is None and model_id != was:   # prepared before manifests recorded the tokenizer: ask the data's model, if it loads
+        try: want = tokenizer_fingerprint(_load_tokenizer(was))
+        except UsageError: pass
+    redo = f"run `trn-tutorials prep --model_id {short_path(model_id)} --dataset_path {args.dataset_path}` again"
+    if want and have != want and not args.allow_tokenizer_mismatch:
+        raise UsageError(f"{args.dataset_path} was prepared with the tokenizer of {short_path(was)}, and that of {short_path(model_id)} differs "
+                         f"({_differs(want, have)}): {redo}, or pass --allow_tokenizer_mismatch true")
+    try: vocab = AutoConfig.from_pretrained(model_id).vocab_size
+    except Exception: return   # no config to read here: loading the model reports it
+    need = (want or have)['vocab_size']
+    if vocab is not None and vocab < need:
+        raise UsageError(f"{short_path(model_id)} has {vocab} token embeddings, fewer than the {need} token ids of the tokenizer {args.dataset_path} "
+                         f"was prepared with ({short_path(was)}): {redo}")
+
+def check_batch(args:TrainArguments, # the run's arguments
+                rows:dict, # rows per split (`{'train': 360, ...}`), or the manifest that holds them
+                workers:int # torchrun workers
+               ) -> str|None:
+    "A one-line `UsageError` for a training batch larger than the training split; a note (returned) for an evaluation batch larger than a split."
+    rows = rows.get('rows', rows)
+    b, e, n = args.per_device_train_batch_size, args.per_device_eval_batch_size, rows['train']
+    if b * workers > n:
+        fix = f"use --per_device_train_batch_size {n // workers} or less" if n >= workers else f"use {n} worker(s) or fewer"
+        raise UsageError(f"--per_device_train_batch_size {b} on {workers} worker(s) makes batches of {b * workers} rows, "
+                         f"more than the {n} training rows of {args.dataset_path}: {fix}")
+    small = [f"{rows[s]} {s}" for s in ('validation', 'test') if s in rows and e * workers > rows[s]]
+    if small: return (f"note: evaluation batches of {e * workers} rows (--per_device_eval_batch_size {e} on {workers} worker(s)) are larger "
+                      f"than the {' and '.join(small)} rows: each split is one batch, filled up with rows that are not scored")
+
 # %% ../nbs/04_train.ipynb #44c77a5b
 def check_workers(backend:str, # a resolved backend
                   workers:int # torchrun workers
@@ -553,13 +713,20 @@ def _note(text:str):
 def train(args:TrainArguments # the run's arguments
          ) -> dict:
     "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
-    check_args(args)
+    check_args(args); check_output_dir(args)
     ds, manifest = load_prepared(args.dataset_path)
     backend, world = check_backend(args.backend), int(os.environ.get('WORLD_SIZE', 1))
+    check_model(args, manifest)
+    batch_note = check_batch(args, {s: len(d) for s, d in ds.items()}, world)
     set_backend_env(backend)
     _check_runtime(backend, world)
     xla = backend in XLA_BACKENDS
-    start = resume_from(args, world, fill_last=xla)
+    found = newest_complete(args.output_dir)
+    start = resume_from(args, world, fill_last=xla, found=found)
+    if int(os.environ.get('RANK', 0)) == 0:
+        if batch_note: _note(batch_note)
+        for p, _ in found[1]: shutil.rmtree(p, ignore_errors=True)   # the resumed run writes them again
+        if (note := skipped_note(found[1], start) or (start and f"resuming from {start.name}")): _note(note)
     model_id = args.model_id or manifest['model_id']
     names = manifest['label_names']
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
@@ -576,12 +743,10 @@ def train(args:TrainArguments # the run's arguments
     if os.environ.get(PROGRESS_ENV) == '1':
         from transformers import PrinterCallback
         trainer.remove_callback(PrinterCallback); trainer.add_callback(progress_callback())   # lines for the launcher, not dicts
-    if trainer.is_world_process_zero():
-        for p, ok in checkpoints(args.output_dir):
-            if not ok: _note(f"skipping {p.name}: incomplete (the run was stopped while writing it)")
-        if start: _note(f"resuming from {start.name}")
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(start) if start else None)
+    if not _finite(trainer.model):   # every worker: the same weights, the same answer; nothing of it is saved
+        raise UsageError(diverged('the weights became nan or inf', result.global_step, args.learning_rate, args.bf16))
     train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
     scores = {}
     for split in [s for s in ('validation', 'test') if s in ds]: scores[split] = _scores(trainer.predict(ds[split]), names)
@@ -649,6 +814,7 @@ def summary(metrics:dict # what `train` returns
 
 # %% ../nbs/04_train.ipynb #c330ab87
 ERROR_PREFIX = 'trn_tutorials.train: error: '  # how a worker's one-line error starts; the launcher looks for it
+LOCK_ENV = 'TRN_TUTORIALS_LOCKED'  # `launch` sets it to the absolute output_dir whose lock it holds for its workers
 
 def _set_backend_env(argv:list[str]) -> str|None:
     "Resolve `--backend` and set its environment before transformers is imported (it reads `USE_TORCH_XLA` only then)."
@@ -661,7 +827,11 @@ def _set_backend_env(argv:list[str]) -> str|None:
 
 def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
         ) -> dict:
-    "Parse the arguments and train."
+    "Parse the arguments and train, holding `output_dir`'s lock unless the launcher holds it."
+    torchrun = 'TORCHELASTIC_RUN_ID' in os.environ or 'LOCAL_RANK' in os.environ
+    if torchrun:   # a worker of torchrun: ends with it, rather than training on, orphaned, after a kill
+        die_with_parent()
+        if os.getppid() == 1: sys.exit(1)   # torchrun died before that was set: nobody is waiting for this worker
     argv = sys.argv[1:] if argv is None else argv
     backend = _set_backend_env(argv)
     args, = parse_args([TrainArguments], argv, prog='trn_tutorials.train')
@@ -669,7 +839,11 @@ def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     import datasets, transformers   # progress bars redraw lines: noise in a log or a notebook cell
     datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
     if int(os.environ.get('RANK', 0)) > 0: transformers.utils.logging.set_verbosity_error()   # the first worker speaks for all
-    try: return train(args)
+    try:
+        out = check_output_dir(args)   # before the lock, which lives beside the folder
+        mine = os.environ.get(LOCK_ENV) != os.path.abspath(out) and int(os.environ.get('LOCAL_RANK', 0)) == 0
+        lock = folder_lock(args.output_dir, 'output_dir', root=os.getppid() if torchrun else os.getpid()) if mine else contextlib.nullcontext()
+        with lock: return train(args)
     except UsageError as e:
         print(f"{ERROR_PREFIX}{e}", file=sys.stderr)
         sys.exit(2)

@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .core import UsageError, check_backend, parse_args, set_backend_env
+from .core import UsageError, check_backend, check_numbers, parse_args, set_backend_env
 from .data import load_prepared
-from .train import (XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_workers, classification_metrics,
+from .train import (TRAIN_LIMITS, XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_workers, classification_metrics,
                                  majority_baseline)
 
 # %% auto #0
@@ -42,16 +42,13 @@ class LoopArguments:
     backend: str = field(default='auto', metadata={'help': 'auto (detect), neuron (Trn1: torch-neuronx), '
                          'xla (the Neuron code path on the CPU: a rehearsal, one worker) or cpu (gloo and DDP)'})
 
+    def __post_init__(self): check_numbers(self, TRAIN_LIMITS)   # the train chapter's limits: a bad number is refused here
+
 # %% ../nbs/10_xla_loop.ipynb #0ba4439e
 def check_loop_args(args:LoopArguments # the run's arguments
                    ) -> LoopArguments:
     "Raise a one-line `UsageError` for arguments that cannot work."
-    for name in ('learning_rate', 'epochs', 'per_device_train_batch_size', 'per_device_eval_batch_size'):
-        if not getattr(args, name) > 0:
-            raise UsageError(f"--{name} must be positive, got {getattr(args, name)}: use e.g. --{name} {getattr(LoopArguments, name)}")
-    if args.max_steps == 0 or args.max_steps < -1:
-        raise UsageError(f"--max_steps must be -1 (all epochs) or positive, got {args.max_steps}: use -1, or a number of steps")
-    if args.weight_decay < 0: raise UsageError(f"--weight_decay must be 0 or more, got {args.weight_decay}: use e.g. --weight_decay 0.01")
+    check_numbers(args, TRAIN_LIMITS)   # again: a field may have been changed since the object was made
     if args.backend not in LOOP_BACKENDS:
         raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(LOOP_BACKENDS)}: use --backend auto")
     return args
