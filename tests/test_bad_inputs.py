@@ -19,7 +19,9 @@ from typing import Callable
 import pytest
 from datasets import Dataset, DatasetDict
 
-from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores
+from local_services import freeze, unfreeze
+
+from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost
 from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
 from trn_tutorials.instance import ssh_cidr
 from trn_tutorials.launch import launch, workers
@@ -52,12 +54,14 @@ SIX = [('i feel happy', 'joy'), ('so sad today', 'sadness'), ('i am angry', 'ang
        ('what a lovely day', 'joy'), ('i miss you', 'sadness'), ('this is unfair', 'anger')]
 
 def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8, **run) -> str:
-    "An output folder holding a complete-looking `checkpoint-{step}/` of a run planned for `max_steps` (with `run`'s arguments, if any)."
+    "An output folder holding a complete (sealed) `checkpoint-{step}/` of a run planned for `max_steps` (with `run`'s arguments, if any)."
     c = d/out/f'checkpoint-{step}'; c.mkdir(parents=True)
     if run: (c/RUN_ARGS).write_text(json.dumps(asdict(TrainArguments(**run))))
     (c/'trainer_state.json').write_text(f'{{"global_step": {step}, "max_steps": {max_steps}}}\n')
     for f in ('model.safetensors', 'optimizer.pt', 'scheduler.pt'): (c/f).write_bytes(b'\0' * 16)
     (c/'config.json').write_text('{}\n')
+    from trn_tutorials.train import seal_checkpoint
+    seal_checkpoint(c)   # complete: its record lists every file
     return str(d/out)
 
 def key_file(d:Path, mode:int) -> str:
@@ -153,7 +157,7 @@ CASES = [
     Case('validate missing label column', 'func', lambda d, p: lambda: validate(two_labels(*SIX), label_column='emotion'),
          ["no label column 'emotion'", '--label_column']),
     Case('validate row without text', 'func', lambda d, p: lambda: validate(two_labels(*SIX, (None, 'joy'))), ["row 6 of split 'train' has no text"]),
-    Case('validate too few rows to stratify', 'func', lambda d, p: lambda: validate(two_labels(('a', 'x'), ('b', 'y'), ('c', 'z'))),
+    Case('validate too few rows to stratify', 'func', lambda d, p: lambda: validate(two_labels(('a', 'x'), ('b', 'x'), ('c', 'y'), ('d', 'y'), ('e', 'z'), ('f', 'z'))),
          ['cannot split a stratified validation set off train']),
     Case('choose_length no lengths', 'func', lambda d, p: lambda: choose_length([]), ['no lengths to choose from']),
     Case('parse_visible_cores reversed range', 'func', lambda d, p: lambda: parse_visible_cores('3-1'), ["NEURON_RT_VISIBLE_CORES='3-1'"]),
@@ -167,10 +171,122 @@ CASES = [
     Case('parse_args ambiguous option', 'exit', lambda d, p: lambda: parse_args([TrainArguments], ['--per_device', '8'], prog='trn-tutorials train'),
          ['ambiguous option: --per_device']),
     # --- issue 15: values (core)
-    # --- issue 15: data and labels (03_data)
+    Case('run_cost of a negative duration', 'func', lambda d, p: lambda: run_cost('trn1.2xlarge', -5), ['--seconds -5 is out of range', 'use 0 or more']),
+    Case('run_cost of nan seconds', 'func', lambda d, p: lambda: run_cost('trn1.2xlarge', float('nan')), ['--seconds nan is not a finite number']),
+    Case('parse_args nan', 'exit', lambda d, p: lambda: parse_args([TrainArguments], ['--learning_rate', 'nan'], prog='trn-tutorials train'),
+         ['--learning_rate nan is not a finite number']),
+    # --- issue 15: data and labels (03_data)   (helpers: tests/test_data_labels.py)
+    Case('cli prep dataset_path is a file', 'cli',
+         lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', write(d, 'notes.txt', 'mine')],
+         ['--dataset_path', 'notes.txt is a file, not a folder']),
+    Case('cli prep dataset_path under a file', 'cli',
+         lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', write(d, 'notes.txt', 'mine') + '/prep'],
+         ['--dataset_path', 'lies under the file']),
+    Case('cli prep dataset_path not writable', 'cli',
+         lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', str(d/'ro'/'prep')]
+                      if not (d/'ro').mkdir() and freeze(d/'ro') else ['--cannot_freeze'],
+         ['--dataset_path', 'is not writable', 'pass a folder you can write to']),
+    Case('cli prep dataset_path busy', 'cli',   # a live helper process holds the folder's lock
+         lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', str(d/'prep')]
+                      if __import__('test_data_labels').hold_lock(d/'prep') else [],
+         ['is in use by pid', 'trn-tutorials stop --dataset_path']),
+    Case('cli train manifest not JSON', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'not JSON')],
+         ['trn_tutorials.json is damaged', 'run `trn-tutorials prep --dataset_path']),
+    Case('cli train manifest missing', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'no manifest')],
+         ['has no trn_tutorials.json', 'run `trn-tutorials prep --dataset_path']),
+    Case('cli train manifest lacks keys', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'no label_names')],
+         ['lacks model_id, label_names, which training needs', 'run `trn-tutorials prep --dataset_path']),
+    Case('cli train data file cut short', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'truncated arrow')],
+         ['could not read the prepared data', 'run `trn-tutorials prep --dataset_path']),
+    Case('cli prep --percentile nan', 'cli', lambda d, p: ['prep', '--percentile', 'nan'], ['--percentile nan is not a finite number']),
+    Case('cli prep --percentile inf', 'cli', lambda d, p: ['prep', '--percentile', 'inf'], ['--percentile inf is not a finite number']),
+    Case('cli prep --buckets inf', 'cli', lambda d, p: ['prep', '--buckets', 'inf'], ['--buckets', "invalid int value: 'inf'"]),
+    Case('cli prep --eval_fraction 1', 'cli', lambda d, p: ['prep', '--eval_fraction', '1'], ['--eval_fraction 1.0 is out of range', 'use a number in (0, 1)']),
+    Case('cli prep labels differ by case', 'cli',
+         lambda d, p: ['prep', '--data', write(d, 'd.csv', rows(*SIX, ('so glad', 'Joy'))), '--model_id', M(), '--dataset_path', 'prep'],
+         ["'Joy' (1 row) and 'joy' (2 rows) differ only in case", '--accept_labels Joy']),
+    Case('cli prep label only in test', 'cli',
+         lambda d, p: ['prep', '--data', folder(d, train_csv=rows(*SIX), test_csv=rows(('so scared', 'fear'))), '--model_id', M(), '--dataset_path', 'prep'],
+         ["unknown label 'fear' in split 'test' (1 row)", '--accept_labels fear']),
+    Case('cli prep text column is the label column', 'cli',
+         lambda d, p: ['prep', '--data', write(d, 'd.csv', rows(*SIX)), '--text_column', 'label', '--model_id', M(), '--dataset_path', 'prep'],
+         ['--text_column label is also the --label_column']),
+    Case('prepare labels one letter apart', 'func', lambda d, p: prep(d, write(d, 'd.csv', rows(*SIX, ('so blue', 'sadnes')))),
+         ["'sadnes' (1 row) and 'sadness' (2 rows) differ only by one letter", '--accept_labels sadnes']),
+    Case('prepare label below --min_label_rows', 'func', lambda d, p: prep(d, write(d, 'd.csv', rows(*SIX, ('i adore it', 'love')))),
+         ["label 'love' (1 row) in split 'train' has fewer than --min_label_rows 2", '--accept_labels love']),
+    Case('prepare accept_labels names no label', 'func', lambda d, p: prep(d, write(d, 'd.csv', rows(*SIX)), accept_labels=['jyo']),
+         ['--accept_labels jyo: no such label in the data']),
+    Case('DataArguments percentile as a string', 'func', lambda d, p: lambda: DataArguments(percentile='99'),
+         ["--percentile '99' is a str, not a number"]),
     # --- issue 15: training (04_train)
+    Case('cli train --learning_rate nan', 'cli', lambda d, p: ['train', '--learning_rate', 'nan'], ['--learning_rate nan is not a finite number']),
+    Case('cli train --epochs inf', 'cli', lambda d, p: ['train', '--epochs', 'inf'], ['--epochs inf is not a finite number']),
+    Case('cli train --per_device_train_batch_size 0.5', 'cli', lambda d, p: ['train', '--per_device_train_batch_size', '0.5'],
+         ['--per_device_train_batch_size', "invalid int value: '0.5'"]),
+    Case('module batch larger than the data', 'module',
+         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'out'), '--per_device_train_batch_size', '1000'],
+         ['--per_device_train_batch_size 1000 on 1 worker(s) makes batches of 1000 rows', 'use --per_device_train_batch_size 360 or less']),
+    Case("module --output_dir ''", 'module', lambda d, p: ['--dataset_path', p, '--output_dir', ''], ['--output_dir is empty']),
+    Case('module output_dir is a file', 'module', lambda d, p: ['--dataset_path', p, '--output_dir', write(d, 'notes.txt', 'mine')],
+         ['notes.txt is a file, not a folder']),
+    Case('module output_dir under a file', 'module', lambda d, p: ['--dataset_path', p, '--output_dir', write(d, 'notes.txt', 'mine') + '/run'],
+         ['lies under the file']),
+    Case('module output_dir not writable', 'module',
+         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'ro'/'run')] if not (d/'ro').mkdir() and freeze(d/'ro') else ['--cannot_freeze'],
+         ['is not writable', 'pass a folder you can write to']),
+    Case('module output_dir inside the prepared data', 'module', lambda d, p: ['--dataset_path', p, '--output_dir', p + '/model'],
+         ['inside the prepared data folder', 'pass an --output_dir outside it']),
+    Case('module model and data tokenizers differ', 'module',
+         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'out'), '--model_id', __import__('trn_tutorials.core').core.tiny_bert(d/'tiny', ['happy', 'sad'])],
+         ['was prepared with the tokenizer of', 'vocabulary 30522 vs 7', '--allow_tokenizer_mismatch true']),
+    Case('module output_dir busy', 'module',   # a live process holds the lock (it ends with this test's worker thread)
+         lambda d, p: (lambda h: (h.stdout.readline(), ['--dataset_path', p, '--output_dir', str(d/'out')])[1])(subprocess.Popen(
+             [sys.executable, '-c', "import sys, time\nfrom trn_tutorials.core import die_with_parent, folder_lock\ndie_with_parent()\n"
+              "with folder_lock(sys.argv[1], 'output_dir'): print('held', flush=True); time.sleep(120)", str(d/'out')],
+             stdout=subprocess.PIPE, text=True)),
+         ['out is in use by pid', 'trn-tutorials stop --output_dir']),
+    Case("TrainArguments(epochs='3')", 'func', lambda d, p: lambda: TrainArguments(epochs='3'), ["--epochs '3' is a str, not a number", 'pass a number']),
     # --- issue 15: launch, stop and the CLI (05_launch, 07_cli)
+    Case('cli train --nproc_per_node 0', 'cli', lambda d, p: ['train', '--dataset_path', p, '--nproc_per_node', '0'],
+         ['--nproc_per_node 0 is out of range', 'use 1 or more']),
+    Case('cli train --nproc_per_node nan', 'cli', lambda d, p: ['train', '--dataset_path', p, '--nproc_per_node', 'nan'],
+         ['--nproc_per_node', "invalid int value: 'nan'"]),
+    Case('cli train batch larger than the data', 'cli', lambda d, p: ['train', '--dataset_path', p, '--per_device_train_batch_size', '400'],
+         ['--per_device_train_batch_size 400 on 1 worker(s)', 'more than the 360 training rows', 'use --per_device_train_batch_size 360 or less']),
+    Case('cli train output_dir is the prepared data', 'cli', lambda d, p: ['train', '--dataset_path', p, '--output_dir', p],
+         ['is the prepared data folder', 'pass an --output_dir outside it']),
+    Case('cli stop without a folder', 'cli', lambda d, p: ['stop'], ["name the run's folder", '--output_dir FOLDER']),
+    Case('cli stop --timeout -1', 'cli', lambda d, p: ['stop', '--output_dir', str(d/'out'), '--timeout', '-1'],
+         ['--timeout -1', 'use 0 or more']),
+    Case('cli sm-deploy --instance_count 0', 'cli', lambda d, p: ['sm-deploy', '--instance_count', '0'],
+         ['--instance_count 0 is out of range', 'use 1 to 100']),
+    Case('launch into a busy folder', 'func',   # the lock is held here (the lambda's default keeps it) while launch tries
+         lambda d, p: lambda cm=sys.modules['trn_tutorials.core'].folder_lock(d/'out', 'output_dir'):
+             (cm.__enter__(), launch(TrainArguments(dataset_path=p, output_dir=str(d/'out')), nproc_per_node=1, echo=False)),
+         [f'is in use by pid {os.getpid()}', 'trn-tutorials stop --output_dir', 'or pass another --output_dir']),
+    Case('launch --nproc_per_node as a string', 'func',
+         lambda d, p: lambda: launch(TrainArguments(dataset_path=p, output_dir=str(d/'out')), nproc_per_node='2', echo=False),
+         ["--nproc_per_node '2' is a str, not a whole number"]),
+    Case('LaunchArguments nproc_per_node 0', 'func', lambda d, p: lambda: __import__('trn_tutorials.cli', fromlist=['_']).LaunchArguments(nproc_per_node=0),
+         ['--nproc_per_node 0 is out of range']),
+    Case('precompile steps 0', 'func', lambda d, p: lambda: __import__('trn_tutorials.launch', fromlist=['_']).precompile(TrainArguments(), steps=0),
+         ['--steps 0 is out of range', 'use 1 or more']),
     # --- issue 15: AWS and SageMaker (01_setup, 02_ssh, 06_cleanup, 09_training_job, 10_xla_loop, 12_endpoint)
+    Case('cli up --my_ip 0.0.0.0', 'cli', lambda d, p: ['up', '--my_ip', '0.0.0.0', '--key_dir', str(d)],
+         ['--my_ip 0.0.0.0 is unspecified', 'https://checkip.amazonaws.com']),
+    Case('cli up --my_ip private', 'cli', lambda d, p: ['up', '--my_ip', '192.168.1.20', '--key_dir', str(d)],
+         ['--my_ip 192.168.1.20 is a private address', 'pass your public IPv4 address']),
+    Case('cli up --max_hours nan', 'cli', lambda d, p: ['up', '--max_hours', 'nan', '--key_dir', str(d)], ['--max_hours nan is not a finite number']),
+    Case('cli up --volume_gb inf', 'cli', lambda d, p: ['up', '--volume_gb', 'inf', '--key_dir', str(d)], ['--volume_gb']),
+    Case('cli up key_dir under a file', 'cli', lambda d, p: ['up', '--my_ip', '203.0.113.7', '--key_dir', write(d, 'notes.txt', 'x') + '/keys'],
+         ['--key_dir', 'lies under the file']),
+    Case('cli tunnel --local_port 70000', 'cli', lambda d, p: ['tunnel', '--local_port', '70000'], ['--local_port 70000 is out of range', 'use 1 to 65535']),
+    Case('cli sm-train --max_run_hours 0', 'cli', lambda d, p: ['sm-train', '--max_run_hours', '0'], ['--max_run_hours 0', 'is out of range']),
+    Case('cli sm-train --instance_count 0', 'cli', lambda d, p: ['sm-train', '--instance_count', '0'], ['--instance_count 0 is out of range', 'use 1 or more']),
+    Case('cli down --timeout -1', 'cli', lambda d, p: ['down', '--run_id', 'r1', '--timeout', '-1', '--key_dir', str(d)], ['--timeout -1', 'is out of range']),
+    Case('InstanceArguments max_hours as a string', 'func',
+         lambda d, p: lambda: __import__('trn_tutorials.instance').instance.InstanceArguments(max_hours='8'), ["--max_hours '8' is a str", 'pass a number']),
 ]
 
 IDS = [c.id for c in CASES]
@@ -214,6 +330,7 @@ def _run(case:Case, d:Path, prepared:str) -> dict:
     t0 = time.time()
     try: r = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=ENV, timeout=180)
     except subprocess.TimeoutExpired as e: return {'error': f'timed out: {e}', 'dir': d, 'before': before}
+    finally: unfreeze(d)   # a case may have made a folder unwritable (`local_services.freeze`)
     return {'r': r, 'dir': d, 'before': before, 's': time.time() - t0}
 
 
@@ -238,12 +355,13 @@ def test_bad_input(case, request, tmp_path, monkeypatch):
         problems = [f"status {r.returncode}, not 2"] * (r.returncode != 2) + ['a traceback'] * ('Traceback' in r.stderr) \
             + [f"{len(lines)} stderr lines, not 1"] * (len(lines) != 1) + [f"left behind: {b}" for b in looks_done(d, res['before'])]
         assert not problems, '; '.join(problems) + f"\n--- stderr:\n{r.stderr[-3000:]}\n--- stdout:\n{r.stdout[-1500:]}"
-        assert re.match(r'trn_tutorials\.train: error: ' if case.kind == 'module' else r'trn-tutorials \w+: error: ', lines[0]), lines[0]
+        assert re.match(r'trn_tutorials\.train: error: ' if case.kind == 'module' else r'trn-tutorials [\w-]+: error: ', lines[0]), lines[0]
         check_message(case, lines[0])
     else:
         prepared = request.getfixturevalue('prepared') if case.id.startswith('launch') else ''
         monkeypatch.chdir(tmp_path); monkeypatch.setenv('HF_HUB_OFFLINE', '1')
         call = case.setup(tmp_path, prepared)
+        request.addfinalizer(lambda: unfreeze(tmp_path))
         before = snapshot(tmp_path)
         if case.kind == 'exit':
             capsys = request.getfixturevalue('capsys')

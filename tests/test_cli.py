@@ -18,7 +18,7 @@ def cli(*args, cwd=None, timeout=600):
 def test_help_for_every_command():
     r = cli('--help')
     assert r.returncode == 0
-    for name in ('detect', 'prep', 'train', 'quickstart'):
+    for name in ('detect', 'prep', 'train', 'stop', 'quickstart'):
         assert name in r.stdout
         h = cli(name, '--help')
         assert h.returncode == 0 and 'usage: trn-tutorials ' + name in h.stdout
@@ -34,7 +34,7 @@ BAD = [
     (['train', '--lr', '5e-5'], 'unrecognized arguments'),
     (['train', '--learning_rate', 'fast'], 'invalid float value'),
     (['train', '--epochs', 'three'], 'invalid float value'),
-    (['train', '--epochs', '0'], '--epochs must be positive'),
+    (['train', '--epochs', '0'], '--epochs 0.0 is out of range'),
     (['train', '--dataset_path', '/no/such/folder'], 'prep'),
     (['train', '--nproc_per_node', '999'], '--nproc_per_node'),
     (['train', '--instance_type', 'p4d.24xlarge'], 'unknown instance type'),
@@ -51,6 +51,16 @@ def test_bad_input_one_line(args, words, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
     assert words.lower() in lines[0].lower(), lines[0]
+
+
+def test_quickstart_into_a_busy_folder_is_refused_before_prep(tmp_path):
+    "The output folder is in use (here this process holds it): refused in one line naming the holder, before the data is prepared."
+    from trn_tutorials.core import folder_lock
+    with folder_lock(tmp_path/'model', 'output_dir'):
+        r = cli('quickstart', '--output_dir', str(tmp_path/'model'), '--dataset_path', str(tmp_path/'data'), cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and f'is in use by pid {os.getpid()}' in lines[0], r.stderr
+    assert not (tmp_path/'data').exists() and not r.stdout.strip()
 
 
 def test_precompile_not_needed_on_cpu():

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails, test_stdout as stdout_is
 
-from trn_tutorials.core import Accelerator, UsageError, parse_args, tiny_bert
+from trn_tutorials.core import Accelerator, UsageError, die_with_parent, folder_lock, lock_holder, parse_args, tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, row_lengths, sample_data
 from trn_tutorials.launch import (LaunchError, PrecompileError, Progress, Results, cache_status, compile_cache, free_port, launch,
                                   launch_env, precompile, precompile_args, precompile_command, precompile_steps, process_tree,
-                                  stream, worker_error, torchrun_command, train_argv, workers)
+                                  end_tree, stop, stream, worker_error, torchrun_command, train_argv, workers)
 from trn_tutorials.train import BucketBatchSampler, TrainArguments, progress_line
 
 CPU = Accelerator('cpu', 1, 'cpu')
@@ -113,6 +113,14 @@ def test_results_display():
     assert 'warning' in Results.from_metrics({**m, 'beats_baseline': False}, 1.0)._repr_markdown_()
 
 
+def no_weights(tmp) -> str:
+    "A copy of the tiny BERT without its weights file: its tokenizer and config load, the model does not."
+    import shutil
+    if not (tmp/'no-weights').exists():
+        shutil.copytree(tmp/'tiny-bert', tmp/'no-weights'); (tmp/'no-weights'/'model.safetensors').unlink()
+    return str(tmp/'no-weights')
+
+
 def test_launch_refuses_bad_input(prepared):
     tmp = prepared
     args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'))
@@ -120,9 +128,15 @@ def test_launch_refuses_bad_input(prepared):
     fails(lambda: launch(args, nproc_per_node=64), contains="--nproc_per_node")
     fails(lambda: launch(TrainArguments(dataset_path=str(tmp/'data'), learning_rate=-1)), contains="--learning_rate")
     fails(lambda: launch(args, instance_type='p5.48xlarge'), contains="unknown instance type")
-    bad = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'bad'), model_id=str(tmp/'deleted-model'), max_steps=1)
+    fails(lambda: launch(args, nproc_per_node=0), contains="--nproc_per_node 0 is out of range")
+    fails(lambda: launch(args, nproc_per_node=1.5), contains="not a whole number")
+    # a model that is gone is refused before torchrun starts; one whose weights are gone fails in the workers: the cause, in one line
+    fails(lambda: launch(replace(args, model_id=str(tmp/'deleted-model'))), contains="no such model folder")
+    no_weights(tmp)
+    bad = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'bad'), model_id=str(tmp/'no-weights'), max_steps=1)
     with pytest.raises(LaunchError) as e: launch(bad, nproc_per_node=1, echo=False)
     assert 'a worker failed with OSError' in str(e.value) and e.value.log.endswith('train.log'), e.value
+    assert lock_holder(bad.output_dir) is None
 
 
 def test_worker_error():
@@ -132,6 +146,8 @@ def test_worker_error():
     eq(worker_error(['KeyboardInterrupt']), 'KeyboardInterrupt')
     eq(worker_error(['all fine', 'Error rate: 3%']), None)
     eq(str(LaunchError(1, ['a', 'b'])), 'torchrun exited with status 1: last lines:\na\nb')
+    eq(str(LaunchError(1, ['torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15'])),
+       'torchrun exited with status 1: stopped by signal 15 (SIGTERM); launch again with the same arguments to continue from its newest checkpoint')
 
 
 def test_compile_cache_and_status(tmp_path):
@@ -173,7 +189,7 @@ def test_precompile_command():
     eq(precompile_args(TrainArguments(logging_steps=2), 10).logging_steps, 2)
     eq(precompile_args(TrainArguments(), 1).logging_steps, 1)
     eq(a.output_dir, 'runs/m/')  # the real run's arguments are untouched
-    fails(lambda: precompile_command(a, 2, steps=0), contains="steps must be positive")
+    fails(lambda: precompile_command(a, 2, steps=0), contains="--steps 0 is out of range")
 
 
 def test_precompile_steps_reach_every_shape(prepared):
@@ -210,6 +226,83 @@ def test_precompile_neuron_path_with_a_stand_in_compiler(prepared, tmp_path, mon
     eq('2 compiled graph(s) (0 new)' in out.getvalue().splitlines()[-1], True)
     eq(os.listdir(tmp_path/'pc-model-precompile'), ['precompile.log'])
     eq((tmp_path/'pc-model').exists(), False)
-    bad = replace(trial, model_id=str(tmp/'deleted-model'))
+    fails(lambda: precompile(replace(trial, model_id=str(tmp/'deleted-model')), steps=2, acc=trn), contains="no such model folder")
+    bad = replace(trial, model_id=no_weights(tmp))   # found out by the workers
     with redirect_stdout(io.StringIO()):
         fails(lambda: precompile(bad, steps=2, echo=False, acc=trn), exc=PrecompileError, contains="neuron_parallel_compile exited with status 1")
+
+
+# a process that starts two children in sessions of their own, as torchrun starts its workers; the second ignores SIGTERM
+TREE = """import signal, subprocess, sys, time
+kids = [subprocess.Popen([sys.executable, '-c', c + '; print(1, flush=True); time.sleep(60)'], start_new_session=True, stdout=subprocess.PIPE)
+        for c in ('import time', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)')]
+for k in kids: k.stdout.readline()   # both ready
+print(' '.join(str(k.pid) for k in kids), flush=True)
+time.sleep(60)
+"""
+
+def alive(pid): return Path(f'/proc/{pid}').exists() and Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+
+
+def test_end_tree_reaches_other_sessions_and_kills_what_ignores_sigterm():
+    p = subprocess.Popen([sys.executable, '-c', TREE], stdout=subprocess.PIPE, text=True)
+    kids = [int(k) for k in p.stdout.readline().split()]
+    t0 = time.time()
+    ended = end_tree(p.pid, timeout=1)
+    eq(sorted(ended), sorted([p.pid, *kids]))
+    p.wait()
+    eq([q for q in ended if alive(q)], [])
+    assert 1 <= time.time() - t0 < 10   # SIGKILL for the one that ignored SIGTERM, after the timeout
+
+
+def test_stream_ends_with_a_killed_launcher(tmp_path):
+    "`die_with_parent` as `preexec_fn`: kill -9 of the process running `stream` takes its command down (a dead kernel, a closed terminal)."
+    pidfile = tmp_path/'pid'
+    launcher = subprocess.Popen([sys.executable, '-c', f"""
+import sys
+from trn_tutorials.core import die_with_parent
+from trn_tutorials.launch import stream
+stream([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=die_with_parent,
+       on_start=lambda p: open({str(pidfile)!r}, 'w').write(str(p.pid)))
+"""])
+    while not pidfile.exists() or not pidfile.read_text(): time.sleep(0.05)
+    child = int(pidfile.read_text())
+    assert alive(child)
+    os.kill(launcher.pid, signal.SIGKILL); launcher.wait()
+    t0 = time.time()
+    while alive(child) and time.time() - t0 < 5: time.sleep(0.05)
+    assert not alive(child)
+
+
+HOLD = """import sys, time
+from trn_tutorials.core import folder_lock
+if sys.argv[2] == 'kernel':   # what a Jupyter kernel looks like to the lock
+    from IPython.core.interactiveshell import InteractiveShell; InteractiveShell.instance()
+import subprocess
+kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)
+with folder_lock(sys.argv[1], 'dataset_path'):
+    print(kid.pid, flush=True); time.sleep(60)
+"""
+
+def test_stop(tmp_path, capsys):
+    folder = tmp_path/'data'
+    eq(stop(folder), [])
+    eq(capsys.readouterr().out, f'nothing holds {folder}: no run to stop\n')
+    with folder_lock(folder, 'dataset_path'):   # this process: stop would end itself
+        fails(lambda: stop(folder), contains='held by this very process')
+    # a process holding the folder, as `prep` does (no torchrun: its own tree is ended), with a child in another session
+    p = subprocess.Popen([sys.executable, '-c', HOLD, str(folder), 'cli'], stdout=subprocess.PIPE, text=True)
+    kid = int(p.stdout.readline())
+    ended = stop(folder, timeout=5)
+    eq(sorted(ended), sorted([p.pid, kid]))
+    p.wait()
+    assert not alive(kid) and lock_holder(folder) is None
+    assert capsys.readouterr().out == f'stopped the run in {folder}: ended 2 process(es)\n'
+    # a notebook kernel holding a folder itself: stop ends no kernel
+    p = subprocess.Popen([sys.executable, '-c', HOLD, str(folder), 'kernel'], stdout=subprocess.PIPE, text=True)
+    kid = int(p.stdout.readline())
+    fails(lambda: stop(folder), contains='in use by a notebook kernel')
+    assert alive(p.pid) and alive(kid)
+    for q in (kid, p.pid): os.kill(q, signal.SIGKILL)
+    p.wait()
+    fails(lambda: stop(folder, timeout=float('nan')), contains='--timeout nan is not a finite number')

@@ -8,11 +8,12 @@ import json, sys, time
 from dataclasses import asdict, dataclass, field
 
 import datasets
-from .core import CATALOG, UsageError, check_backend, default_model, detect, given_options, hub_reachable
+from .core import CATALOG, Limit, UsageError, check_backend, check_numbers, default_model, detect, folder_lock, given_options
+from .core import check_folder, hub_reachable
 from .core import instance_type, parse_args, short_path
 from .data import DataArguments, default_data, prepare
-from .launch import launch, precompile, workers
-from .train import TrainArguments, check_args, resume_from
+from .launch import NPROC_LIMIT, LaunchError, launch, precompile, stop, workers
+from .train import TrainArguments, check_args, check_output_dir, resume_from
 from .instance import InstanceArguments, StatusArguments, dlami_for, find_instance, find_instances, launch_instance
 from .ssh import NEURON_VENV, TunnelArguments, open_jupyter, ssh_command
 from .cleanup import CleanupArguments, cleanup
@@ -21,8 +22,9 @@ from .endpoint import DEFAULT_INSTANCE_TYPE, deploy, predict
 
 # %% auto #0
 __all__ = ['OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'LaunchArguments', 'detect_cmd', 'prep_cmd', 'precompile_cmd', 'train_cmd',
-           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'DeployArguments', 'PredictArguments', 'sm_train_cmd',
-           'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'quickstart', 'run', 'main']
+           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'StopArguments', 'stop_cmd', 'DeployArguments',
+           'PredictArguments', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'quickstart', 'run',
+           'main']
 
 # %% ../nbs/07_cli.ipynb #ed494db8
 @dataclass
@@ -30,6 +32,7 @@ class LaunchArguments:
     "How to launch: parsed by `HfArgumentParser` like the other argument sets."
     nproc_per_node: int|None = field(default=None, metadata={'help': 'torchrun workers (default: one per NeuronCore or GPU, 1 on a CPU)'})
     instance_type: str|None = field(default=None, metadata={'help': f"instance type to price the run (and check the worker count), one of {', '.join(CATALOG)}"})
+    def __post_init__(self): check_numbers(self, {'nproc_per_node': NPROC_LIMIT})
 
 # %% ../nbs/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
@@ -88,6 +91,21 @@ def down_cmd(c:CleanupArguments) -> dict:
     rep = cleanup(**asdict(c)); print(rep)
     return asdict(rep)
 
+# %% ../nbs/07_cli.ipynb #22b40cd7
+@dataclass
+class StopArguments:
+    "Options of `trn-tutorials stop`: the folder of the run to stop."
+    output_dir: str|None = field(default=None, metadata={'help': "a training run's output folder (train's --output_dir)"})
+    dataset_path: str|None = field(default=None, metadata={'help': "a prep's folder (prep's --dataset_path)"})
+    timeout: float = field(default=30, metadata={'help': 'seconds to wait after SIGTERM before SIGKILL'})
+    def __post_init__(self): check_numbers(self, {'timeout': Limit(0, example=30)})
+
+def stop_cmd(s:StopArguments) -> list:
+    "Stop the run that holds a folder: torchrun and every worker (see the launch chapter)."
+    if (s.output_dir is None) == (s.dataset_path is None):
+        raise UsageError("name the run's folder: pass --output_dir FOLDER (a training run) or --dataset_path FOLDER (a prep)")
+    return stop(s.output_dir or s.dataset_path, s.timeout)
+
 # %% ../nbs/07_cli.ipynb #1a309f19
 @dataclass
 class DeployArguments:
@@ -100,6 +118,7 @@ class DeployArguments:
     run_id: str|None = field(default=None, metadata={'help': 'the run it belongs to (tags, S3 prefix); default: a new one'})
     bucket: str|None = field(default=None, metadata={'help': "S3 bucket for model.tar.gz; default: SageMaker's default bucket"})
     region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
+    def __post_init__(self): check_numbers(self, {'instance_count': Limit(1, 100, example=1)})
 
 @dataclass
 class PredictArguments:
@@ -151,6 +170,8 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
             if k not in given: setattr(train, k, v)
     train.model_id = data.model_id
     check_args(train)   # everything that can be wrong with the options, before the data is prepared
+    check_folder(data.dataset_path, 'dataset_path'); check_output_dir(train)
+    with folder_lock(train.output_dir, 'output_dir'): pass   # a run into it now: refused before the data is prepared
     if how.instance_type: instance_type(how.instance_type)
     backend = check_backend(train.backend, acc, how.instance_type)
     workers(how.nproc_per_node, acc, backend)
@@ -168,6 +189,7 @@ COMMANDS = {
     'prep':       (prep_cmd, [DataArguments], 'load, validate, choose the padding length(s), tokenize and save the data'),
     'precompile': (precompile_cmd, [TrainArguments, LaunchArguments], 'on Neuron: compile the training graphs ahead of the run'),
     'train':      (train_cmd, [TrainArguments, LaunchArguments], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
+    'stop':       (stop_cmd, [StopArguments], 'stop the run that holds a folder: torchrun and every worker'),
     'quickstart': (quickstart, [DataArguments, TrainArguments, LaunchArguments], 'prep + train end to end (offline: bundled sample + MiniLM)'),
     'up':         (up_cmd, [InstanceArguments], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
     'status':     (status_cmd, [StatusArguments], "this project's instances and their cost so far"),
@@ -198,6 +220,8 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     try: return fn(*parsed, **extra)
     except UsageError as e:
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(2)
+    except LaunchError as e:   # the run failed or was stopped: the reason, not a traceback of the launcher
+        print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(1)
 
 def main():
     "The `trn-tutorials` console script (its exit status is 0 on success, 2 on bad input)."

@@ -9,16 +9,18 @@ from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .core import Accelerator, UsageError, check_backend, detect, run_cost, set_backend_env, instance_type as _instance_type
+from .core import (Accelerator, Limit, UsageError, check_backend, check_folder, check_number, die_with_parent, detect,
+                                folder_lock, lock_holder, lock_path, run_cost, set_backend_env, instance_type as _instance_type)
 from .data import load_prepared, row_lengths
-from .train import (ERROR_PREFIX, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args,
-                                 check_workers, read_progress, resume_from)
+from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args,
+                                 check_batch, check_model, check_output_dir, check_workers, read_progress, resume_from)
 
 # %% auto #0
-__all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env', 'train_argv',
-           'torchrun_command', 'process_tree', 'stream', 'worker_error', 'LaunchError', 'in_notebook', 'Progress',
-           'Results', 'launch', 'compile_cache', 'cache_status', 'precompile_args', 'precompile_command',
-           'precompile_steps', 'precompile_shapes', 'PrecompileError', 'precompile', 'compile_report']
+__all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env',
+           'train_argv', 'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'LaunchError',
+           'in_notebook', 'Progress', 'Results', 'launch', 'stop', 'compile_cache', 'cache_status', 'precompile_args',
+           'precompile_command', 'precompile_steps', 'precompile_shapes', 'PrecompileError', 'precompile',
+           'compile_report']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -107,20 +109,52 @@ def process_tree(pid:int # the root process
         p = todo.pop(0); out.append(p); todo += children.get(p, [])
     return out
 
+def _alive(pid:int) -> bool:
+    "Whether `pid` is running (a zombie, which only waits for its parent to read its status, is not)."
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+    except (OSError, IndexError):
+        if Path('/proc/self').exists(): return False
+        try: os.kill(pid, 0); return True   # no /proc (not Linux): ask the kernel
+        except ProcessLookupError: return False
+        except PermissionError: return True
+
+def end_tree(pid:int, # the root process, e.g. torchrun's
+             timeout:float=30 # seconds between SIGTERM and SIGKILL
+            ) -> list[int]:
+    "End `pid` and all its descendants: SIGTERM to each, SIGKILL after `timeout` s to what remains; return their pids."
+    def send(pids, sig):
+        for q in pids:
+            try: os.kill(q, sig)
+            except (ProcessLookupError, PermissionError): pass
+    seen, deadline = [], time.time() + timeout
+    while True:   # look again and again: a process may start a child meanwhile, and orphans stay on the list
+        new = [q for q in (process_tree(pid) if _alive(pid) else []) if q not in seen and q != os.getpid()]
+        send(new, signal.SIGTERM); seen += new
+        if not any(map(_alive, seen)) or time.time() > deadline: break
+        time.sleep(0.05)
+    send([q for q in seen if _alive(q)], signal.SIGKILL)
+    for _ in range(100):
+        if not any(map(_alive, seen)): break
+        time.sleep(0.05)
+    return seen
+
 # %% ../nbs/05_launch.ipynb #f88a9dfa
 def stream(cmd:list[str], # the command
            env:dict|None=None, # its environment
            log:str|Path|None=None, # file that receives a copy of the output
            keep:int=40, # how many last lines to keep
            echo:bool=True, # print lines as they arrive
-           on_line=None # called with each line; when it returns True the line is not printed
+           on_line=None, # called with each line; when it returns True the line is not printed
+           preexec_fn=None, # run in the child before `cmd`, e.g. `die_with_parent`: the command ends if this process dies
+           on_start=None # called with the `Popen` as soon as the command has started
           ) -> tuple[int, list[str]]:
     "Run `cmd`, streaming its output; return the exit status and the last `keep` lines."
     tail = deque(maxlen=keep)
     logf = open(log, 'a') if log else None   # appended: a relaunch keeps the log of the run it resumes
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=preexec_fn)
     try:
+        if on_start: on_start(p)
         for line in p.stdout:
             tail.append(line.rstrip('\n'))
             taken = on_line(line.rstrip('\n')) if on_line else False
@@ -128,13 +162,8 @@ def stream(cmd:list[str], # the command
             if logf: logf.write(line)
         return p.wait(), list(tail)
     except BaseException:
-        tree = process_tree(p.pid)
-        os.killpg(p.pid, signal.SIGTERM)   # torchrun forwards it to the workers
-        try: p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            for q in tree:
-                try: os.kill(q, signal.SIGKILL)
-                except ProcessLookupError: pass
+        end_tree(p.pid)   # the workers too: each is in a session of its own
+        p.wait()
         raise
     finally:
         if logf: logf.close()
@@ -155,7 +184,10 @@ class LaunchError(RuntimeError):
         lines = Path(log).read_text(errors='replace').splitlines() if log and Path(log).is_file() else tail
         self.cause = worker_error(lines)
         where = f" (full log: {log})" if log else ''
+        sig = re.search(r'SignalException: Process \d+ got signal: (\d+)', '\n'.join(tail))   # stopped, not failed
         super().__init__(f"torchrun exited with status {status}{where}: " + (
+            f"stopped by signal {sig[1]} ({signal.Signals(int(sig[1])).name}); launch again with the same arguments to "
+            "continue from its newest checkpoint" if sig else
             f"a worker failed with {self.cause}" if self.cause else "last lines:\n" + '\n'.join(tail[-20:])))
 
 def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchError):
@@ -276,6 +308,44 @@ class Results:
     def _repr_markdown_(self): return '| Results | |\n|---|---|\n' + '\n'.join(f'| {k} | {v} |' for k, v in self.rows())
 
 # %% ../nbs/05_launch.ipynb #567b01d0
+NPROC_LIMIT = Limit(1, example=2)  # `nproc_per_node`: one worker or more (`workers` checks what the machine has)
+
+def _cmdline(pid:int) -> str:
+    try: return Path(f'/proc/{pid}/cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace')
+    except OSError: return ''
+
+def _record_root(folder, pid:int):
+    "Name `pid` (torchrun) as `root` in the lock record this process holds on `folder`: `stop` ends its tree, not ours."
+    fd = os.open(lock_path(folder), os.O_RDWR)
+    try:
+        rec = json.loads(os.pread(fd, 65536, 0) or b'{}')
+        if rec.get('pid') != os.getpid(): return
+        data = json.dumps({**rec, 'root': pid}).encode()
+        os.pwrite(fd, data, 0); os.ftruncate(fd, len(data))   # longer than before: a reader never sees it cut short
+    finally: os.close(fd)
+
+def _dying(pid:int) -> bool:
+    "Whether `pid` is being torn down: killed (SIGKILL pending) or exiting; it may hold its locks a moment longer."
+    try:
+        stat, status = Path(f'/proc/{pid}/stat').read_text(), Path(f'/proc/{pid}/status').read_text()
+        pending = [int(l.split()[1], 16) for l in status.splitlines() if l.startswith(('SigPnd:', 'ShdPnd:'))]
+        return bool(int(stat.rsplit(')', 1)[1].split()[6]) & 0x4) or any(m & (1 << (signal.SIGKILL - 1)) for m in pending)
+    except (OSError, IndexError, ValueError): return False
+
+def _wait_for_dying_holder(folder, seconds:float=10):
+    "A run killed a moment ago keeps its lock until Linux has torn its processes down: wait for that (never for a live run)."
+    t0 = time.time()
+    while (rec := lock_holder(folder)) and rec.get('pid') and rec.get('host') == socket.gethostname() \
+          and _dying(rec['pid']) and time.time() - t0 < seconds: time.sleep(0.05)
+
+def _end_stale(stale:dict|None, folder):
+    "The lock was left by a launcher that died: end its torchrun, should it still be running, before starting again."
+    if not stale: return
+    print(f"{folder}: taking over from pid {stale.get('pid')} ({stale.get('command')}), which is no longer running", flush=True)
+    root = stale.get('root')
+    if root and stale.get('host') == socket.gethostname() and _alive(root) and 'torch.distributed.run' in _cmdline(root):
+        end_tree(root, 10)
+
 def launch(args:TrainArguments, # the run's arguments, as the script parses them
            nproc_per_node:int|None=None, # workers; default one per NeuronCore/GPU, 1 on a CPU
            instance_type:str|None=None, # e.g. 'trn1.2xlarge', to price the run
@@ -284,25 +354,55 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
           ) -> Results:
     "Train `args` with torchrun on this machine's accelerator; return the results."
     check_args(args)
+    check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
     if instance_type: _instance_type(instance_type)
     acc = detect()   # once, here: the workers are handed the backend instead of each running `neuron-ls`
     backend = check_backend(args.backend, acc, instance_type)
     n = workers(nproc_per_node, acc, backend)
     args = replace(args, backend=backend)
-    load_prepared(args.dataset_path)
-    resume_from(args, n, fill_last=backend in XLA_BACKENDS)
-    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.output_dir)/'metrics.json').unlink(missing_ok=True)
-    log = str(Path(args.output_dir)/'train.log')
-    t0 = time.time()
-    progress = Progress() if echo else None
-    try: status, tail = stream(torchrun_command(args, n), env={**launch_env(backend, n), PROGRESS_ENV: '1'}, log=log,
-                               echo=raw, on_line=progress)
-    finally:
-        if progress: progress.close()
-    wall = time.time() - t0
-    if status != 0: _raise_failure(status, tail, log)
-    return Results.from_metrics(json.loads((Path(args.output_dir)/'metrics.json').read_text()), wall, instance_type)
+    out = check_output_dir(args)
+    manifest = load_prepared(args.dataset_path)[1]
+    check_model(args, manifest)
+    check_batch(args, manifest, n)   # its note on evaluation batches comes from the first worker
+    _wait_for_dying_holder(args.output_dir)
+    with folder_lock(args.output_dir, 'output_dir', root=None) as lock:   # `root`: torchrun's pid, once it runs
+        _end_stale(lock['stale'], args.output_dir)
+        resume_from(args, n, fill_last=backend in XLA_BACKENDS)
+        out.mkdir(parents=True, exist_ok=True)
+        (out/'metrics.json').unlink(missing_ok=True)
+        log = str(out/'train.log')
+        env = {**launch_env(backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
+        t0, progress = time.time(), Progress() if echo else None
+        try: status, tail = stream(torchrun_command(args, n), env=env, log=log, echo=raw, on_line=progress,
+                                   preexec_fn=die_with_parent, on_start=lambda p: _record_root(args.output_dir, p.pid))
+        finally:
+            if progress: progress.close()
+        wall = time.time() - t0
+        if status != 0: _raise_failure(status, tail, log)
+        return Results.from_metrics(json.loads((out/'metrics.json').read_text()), wall, instance_type)
+
+# %% ../nbs/05_launch.ipynb #ad723ff5
+def stop(folder, # the run's folder: its `output_dir` (or a `prep`'s `dataset_path`)
+         timeout:float=30 # seconds between SIGTERM and SIGKILL
+        ) -> list[int]:
+    "End the run that holds `folder`: torchrun and every worker (a `prep`: its process); return the pids ended."
+    check_number('timeout', timeout, float, Limit(0, example=30))
+    rec, t0 = lock_holder(folder), time.time()
+    while rec and 'root' in rec and rec['root'] is None and time.time() - t0 < 10:   # a launch is starting torchrun
+        time.sleep(0.1); rec = lock_holder(folder)
+    if rec is None:
+        print(f"nothing holds {folder}: no run to stop"); return []
+    pid, root = rec.get('pid'), rec.get('root') or rec.get('pid')
+    if rec.get('host', socket.gethostname()) != socket.gethostname():
+        raise UsageError(f"{folder} is in use by pid {pid} on {rec['host']}: run `trn-tutorials stop` on that host")
+    if not root: raise UsageError(f"{folder} is in use but its lock names no process: end the run by hand, or wait for it")
+    if root == os.getpid():
+        raise UsageError(f"{folder} is held by this very process: leave the `with folder_lock(...)` block instead")
+    if not rec.get('root') and rec.get('command') == 'a notebook kernel':
+        raise UsageError(f"{folder} is in use by a notebook kernel (pid {pid}): interrupt its cell, or restart that kernel")
+    pids = end_tree(root, timeout)
+    print(f"stopped the run in {folder}: ended {len(pids)} process(es)")
+    return pids
 
 # %% ../nbs/05_launch.ipynb #2b1403f8
 NEURON_CACHE_DEFAULT = '/var/tmp/neuron-compile-cache'
@@ -355,7 +455,7 @@ def precompile_args(args:TrainArguments, # the real run's arguments
                     steps:int # optimizer steps of the trial run
                    ) -> TrainArguments:
     "The arguments of the trial run that extracts the graphs of `args`: `steps` steps, a scratch output folder."
-    if steps < 1: raise UsageError(f"precompile steps must be positive, got {steps}: use 1 or more, or leave it out to cover every shape")
+    check_number('steps', steps, int, Limit(1, example=10))
     return replace(args, max_steps=steps, output_dir=str(args.output_dir).rstrip('/') + '-precompile',
                    logging_steps=min(args.logging_steps, max(1, steps // 2)), save_steps=0, resume=False)
 
@@ -419,6 +519,8 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
               ) -> dict|None:
     "On Neuron, compile the graphs of `args` into the compile cache ahead of training; return the cache's status."
     check_args(args)
+    check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
+    check_number('steps', steps, int, Limit(1, example=10), optional=True)
     acc = acc or detect()
     backend = check_backend(args.backend, acc)
     if backend == 'xla':
@@ -430,6 +532,8 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
         print(f"precompile: not needed on {backend} (only the Neuron compiler compiles graphs ahead of a run)")
         return None
     n = workers(nproc_per_node, acc)
+    manifest = load_prepared(args.dataset_path)[1]
+    check_model(args, manifest); check_batch(args, manifest, n)
     steps = precompile_steps(args, n) if steps is None else steps
     cmd = precompile_command(replace(args, backend='neuron'), n, steps)
     env = launch_env('neuron', n)
@@ -437,14 +541,16 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
     cache = compile_cache(env)
     before = cache_status(cache)
     print(_cache_line(before))
-    scratch = Path(cmd[cmd.index('--output_dir') + 1])
-    scratch.mkdir(parents=True, exist_ok=True)
-    log = str(scratch/'precompile.log')
-    print(f"precompile: {steps}-step trial on {n} worker(s), outputs (garbage) in {scratch}", flush=True)
-    status, tail = stream(cmd, env=env, log=log, echo=echo)
-    if status != 0: _raise_failure(status, tail, log, PrecompileError)
-    for p in scratch.iterdir():  # the trial's model and metrics are garbage: keep only the log
-        if p.name != 'precompile.log': shutil.rmtree(p) if p.is_dir() else p.unlink()
+    scratch = check_folder(cmd[cmd.index('--output_dir') + 1], 'output_dir')
+    with folder_lock(scratch, 'output_dir', root=None):
+        scratch.mkdir(parents=True, exist_ok=True)
+        log = str(scratch/'precompile.log')
+        print(f"precompile: {steps}-step trial on {n} worker(s), outputs (garbage) in {scratch}", flush=True)
+        status, tail = stream(cmd, env={**env, LOCK_ENV: os.path.abspath(scratch)}, log=log, echo=echo,
+                              preexec_fn=die_with_parent, on_start=lambda p: _record_root(scratch, p.pid))
+        if status != 0: _raise_failure(status, tail, log, PrecompileError)
+        for p in scratch.iterdir():  # the trial's model and metrics are garbage: keep only the log
+            if p.name != 'precompile.log': shutil.rmtree(p) if p.is_dir() else p.unlink()
     after = cache_status(cache)
     print(_cache_line(after, before))
     return after

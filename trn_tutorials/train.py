@@ -349,10 +349,15 @@ def trainer_class():
             return super().train(*a, **kw)
 
         def _timed(self, method, *a, **kw):
-            "Run `evaluate` or `predict`, keeping its time and compiled graphs apart from training's."
+            "Run `evaluate` or `predict`, keeping its time, compiled graphs and random numbers apart from training's."
+            import random, torch
             self._sync()
             c0, t0 = _xla_compiles() if self.xla else None, time.perf_counter()
-            out = getattr(super(), method)(*a, **kw)
+            # Building an evaluation loader draws a seed from torch's global generator. A run resumed from a checkpoint
+            # written at an epoch's end skips that epoch's evaluation, so without this its dropout would differ from then on.
+            rng = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+            try: out = getattr(super(), method)(*a, **kw)
+            finally: random.setstate(rng[0]); np.random.set_state(rng[1]); torch.random.set_rng_state(rng[2])
             self._sync()
             dt = time.perf_counter() - t0
             self.eval_s['all'] += dt

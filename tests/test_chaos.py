@@ -1,0 +1,145 @@
+"""Issue 15 item 6: a run killed at random moments (one of them while a checkpoint is being written), with a torn file in its
+newest checkpoint once, relaunched each time, ends with the same model as a run that was never interrupted.
+
+Real processes throughout: `trn-tutorials train` on two CPU workers, a tiny BERT, the bundled sample; SIGKILL as a crash
+sends it (to the launcher alone, whose torchrun and workers must follow it, or to every process of the run)."""
+import json, os, random, signal, subprocess, sys, time
+from pathlib import Path
+
+import pytest
+
+from trn_tutorials.core import lock_holder, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.train import COMPLETE, checkpoints
+
+TRN = str(Path(sys.executable).parent/'trn-tutorials')
+ENV = dict(os.environ, HF_HUB_OFFLINE='1')
+EPOCHS, PER_EPOCH = 6, 12   # 360 rows, 2 workers x 16 a batch: 12 steps an epoch
+
+
+def procs_of(folder) -> list[int]:
+    "Live processes (not zombies) whose command line names `folder`."
+    out = []
+    for d in Path('/proc').iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid(): continue
+        try:
+            if str(folder) in (d/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace') and \
+               (d/'stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z': out.append(int(d.name))
+        except OSError: pass
+    return out
+
+
+def step_of(p:Path) -> int: return int(p.name.split('-')[1])
+
+
+class Run:
+    "One `trn-tutorials train` of the chaos run into `out`, its output in a log file."
+    def __init__(self, data, out, log):
+        self.out, self.log = out, log
+        self.p = subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--epochs', str(EPOCHS),
+                                   '--learning_rate', '1e-3', '--save_steps', '3', '--logging_steps', '4', '--seed', '7',
+                                   '--nproc_per_node', '2'], stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=ENV)
+        self.start = max([step_of(c) for c, _ in checkpoints(out)], default=0)   # new checkpoints are beyond every folder there now
+
+    def running(self) -> bool: return self.p.poll() is None
+
+    def wait_workers(self, timeout=120) -> list[int]:
+        "The launcher, torchrun and both workers, once they all run."
+        t0 = time.time()
+        while self.running() and time.time() - t0 < timeout:
+            if len(ps := procs_of(self.out)) >= 4: return ps
+            time.sleep(0.05)
+        pytest.fail(f"the run did not start its workers: {Path(self.log).read_text()[-2000:]}")
+
+    def saving(self) -> Path|None:
+        "A checkpoint this run is writing right now (its folder is there, its completion record not yet)."
+        try: names = os.listdir(self.out)
+        except FileNotFoundError: return None
+        for n in names:
+            if n.startswith('checkpoint-') and int(n[11:]) > self.start and not os.path.exists(os.path.join(self.out, n, COMPLETE)):
+                return self.out/n
+        return None
+
+    def kill(self, pids:list[int]|None=None):
+        "SIGKILL to `pids` (default: the launcher alone); then no process of the run may be left within a few seconds."
+        for q in pids or [self.p.pid]:
+            try: os.kill(q, signal.SIGKILL)
+            except ProcessLookupError: pass
+        self.p.wait()
+        t0 = time.time()
+        while procs_of(self.out) and time.time() - t0 < 10: time.sleep(0.05)
+        assert not procs_of(self.out), f"still running 10 s after the kill: {procs_of(self.out)}"
+        assert lock_holder(self.out) is None
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('chaos')
+    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    prepare(DataArguments(data=sample_data(), model_id=str(model), dataset_path=str(tmp/'data')))
+    return tmp
+
+
+def test_killed_at_random_moments_ends_with_the_same_model(prepared):
+    tmp, rng = prepared, random.Random(15)
+    data, whole, cut = tmp/'data', tmp/'whole', tmp/'cut'
+    first = Run(data, whole, tmp/'whole.log')   # the uninterrupted run
+    assert first.p.wait(timeout=600) == 0, Path(first.log).read_text()[-3000:]
+
+    during_save, killed, n = 0, [], 0
+    # what to do to each launch (the last one runs to the end): kill it while it writes a checkpoint, right after it has
+    # sealed the one at an epoch's end (the relaunch starts a new epoch), at a random moment (then tear the newest checkpoint)
+    plan = ['save', 'epoch', 'save', 'torn', 'random']
+    while True:
+        n += 1
+        run = Run(data, cut, tmp/f'cut-{n}.log')
+        what = plan.pop(0) if plan else None
+        if what is None: break
+        tree = run.wait_workers()
+        everything = rng.random() < 0.5   # SIGKILL to every process of the run, or to the launcher alone
+        if what == 'save':   # poll every few ms; kill as soon as a new checkpoint folder exists without its record
+            while run.running() and not (torn := run.saving()): time.sleep(0.002)
+            run.kill(tree if everything else None)
+            assert torn and torn.is_dir(), Path(run.log).read_text()[-2000:]
+            if not (torn/COMPLETE).exists(): during_save += 1   # the kill landed inside the save
+        elif what == 'epoch':
+            at_end = lambda: [c for c, ok in checkpoints(cut) if ok and step_of(c) > run.start and step_of(c) % PER_EPOCH == 0]
+            while run.running() and not at_end(): time.sleep(0.002)
+            run.kill(tree if everything else None)
+            assert at_end(), Path(run.log).read_text()[-2000:]
+        else:   # a random moment after this launch has saved a checkpoint of its own
+            while run.running() and not any(ok and step_of(c) > run.start for c, ok in checkpoints(cut)): time.sleep(0.02)
+            time.sleep(rng.uniform(0, 0.5))
+            run.kill(tree if everything else None)
+        if run.p.returncode == 0: break   # it finished before the kill: that was the last launch
+        assert not (cut/'metrics.json').exists()
+        killed.append((what, everything, [step_of(c) for c, ok in checkpoints(cut) if ok]))
+        if what == 'torn':   # a file of the newest sealed checkpoint cut short between two launches
+            sealed = [c for c, ok in checkpoints(cut) if ok]
+            assert len(sealed) >= 2, sealed
+            f = sealed[0]/'optimizer.pt'
+            f.write_bytes(f.read_bytes()[:f.stat().st_size // 2])
+            expect_warning = (sealed[0].name, sealed[1].name)
+
+    assert run.p.wait(timeout=600) == 0, Path(run.log).read_text()[-3000:]
+    assert during_save >= 1, f"no kill landed inside a checkpoint save: {killed}"
+    # the launch after the torn file said so in one warning line and resumed from the checkpoint before it
+    log = Path(tmp/f'cut-{plan_index(killed, "torn") + 2}.log').read_text()
+    warnings = [l for l in log.splitlines() if 'warning:' in l]
+    assert len(warnings) == 1 and f'{expect_warning[0]} is incomplete (optimizer.pt: ' in warnings[0] \
+        and f'resuming from {expect_warning[1]}' in warnings[0], warnings
+    m, w = (json.loads((d/'metrics.json').read_text()) for d in (cut, whole))
+    assert m['train']['steps'] == w['train']['steps'] == EPOCHS * PER_EPOCH and m['train']['resumed_from']
+    from safetensors.torch import load_file
+    got, want = (load_file(d/'model.safetensors') for d in (cut, whole))
+    assert got.keys() == want.keys()
+    diff = {k: float((got[k] - want[k]).abs().max()) for k in want}
+    resumed = [l.split('resuming from ')[1].split()[0] for i in range(2, n + 1) for l in Path(tmp/f'cut-{i}.log').read_text().splitlines()
+               if 'resuming from ' in l]
+    # exact: the same batches, the same random state (a resume at an epoch's end must not skip the evaluation's draw either)
+    assert max(diff.values()) == 0, f"largest difference {max(diff.values()):.3g} after resuming from {resumed} (kills: {killed})"
+    for split in ('validation', 'test'): assert m[split] == w[split]
+
+
+def plan_index(killed, what) -> int: return [k[0] for k in killed].index(what)

@@ -1,0 +1,131 @@
+"One run per folder, with real processes: a busy folder is refused, a killed launcher leaves no worker behind, `stop` ends a run."
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+import pytest
+
+from trn_tutorials.core import lock_holder, lock_path, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.train import checkpoints
+
+TRN = str(Path(sys.executable).parent/'trn-tutorials')
+ENV = dict(os.environ, HF_HUB_OFFLINE='1')
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+    "The bundled sample prepared for a tiny BERT (no download): the model folder and the data folder."
+    tmp = tmp_path_factory.mktemp('locks')
+    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    prepare(DataArguments(data=sample_data(), model_id=str(model), dataset_path=str(tmp/'data')))
+    return tmp
+
+
+def train(data, out, *more, epochs='8'):
+    "A `trn-tutorials train` on two CPU workers, started in the background (12 steps an epoch, a checkpoint every 4)."
+    return subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--epochs', epochs,
+                             '--learning_rate', '1e-3', '--save_steps', '4', '--nproc_per_node', '2', *more],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def run(*args, timeout=300):
+    return subprocess.run([TRN, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def procs_of(folder) -> list[int]:
+    "Live processes (not zombies) whose command line names `folder`: the launcher, torchrun and the workers of a run."
+    out = []
+    for d in Path('/proc').iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid(): continue
+        try:
+            if str(folder) in (d/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace') and \
+               (d/'stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z': out.append(int(d.name))
+        except OSError: pass
+    return out
+
+
+def wait_for(cond, p, what, timeout=120):
+    "Wait until `cond()` while `p` runs; fail with its output if it ends first."
+    t0 = time.time()
+    while not cond():
+        if p.poll() is not None: pytest.fail(f"the run ended before {what}: {p.stdout.read()[-1500:]} {p.stderr.read()[-1500:]}")
+        if time.time() - t0 > timeout: pytest.fail(f"no {what} after {timeout} s")
+        time.sleep(0.05)
+
+
+def has_checkpoint(out): return lambda: any(ok for _, ok in checkpoints(out))
+def torchrun_started(out): return lambda: bool((lock_holder(out) or {}).get('root'))
+
+
+def test_second_run_into_a_busy_folder_is_refused(prepared):
+    data, out = prepared/'data', prepared/'busy'
+    first = train(data, out, epochs='3')
+    wait_for(torchrun_started(out), first, 'torchrun started')
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--epochs', '3', '--nproc_per_node', '2')
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
+    assert f'pid {first.pid}' in lines[0] and f'trn-tutorials stop --output_dir {out}' in lines[0], lines[0]
+    # the first run was not disturbed
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+    m = json.loads((out/'metrics.json').read_text())
+    assert m['train']['steps'] == 3 * 12 and m['train']['resumed_from'] is None
+    assert lock_holder(out) is None and not lock_path(out).exists()
+
+
+def test_kill_9_of_the_launcher_ends_the_whole_run(prepared):
+    "kill -9 of `trn-tutorials train` (a closed terminal, a dead kernel): torchrun and both workers follow it; a relaunch resumes."
+    data, out = prepared/'data', prepared/'killed'
+    p = train(data, out)
+    wait_for(has_checkpoint(out), p, 'a checkpoint')
+    tree = procs_of(out)
+    assert len(tree) >= 4, tree   # the launcher, torchrun, two workers
+    os.kill(p.pid, signal.SIGKILL); p.wait()
+    t0 = time.time()
+    while procs_of(out) and time.time() - t0 < 10: time.sleep(0.1)
+    assert not procs_of(out), f"still running {time.time() - t0:.0f} s after the kill: {procs_of(out)}"
+    assert lock_holder(out) is None   # the lock went with its holder; the file stays, stale
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
+            '--nproc_per_node', '2')
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f'taking over from pid {p.pid}' in r.stdout, r.stdout[-2000:]
+    m = json.loads((out/'metrics.json').read_text())
+    assert m['train']['resumed_from'] and m['train']['steps'] == 8 * 12
+
+
+def test_stop_ends_a_run_and_a_relaunch_resumes(prepared):
+    data, out = prepared/'data', prepared/'stopped'
+    r = run('stop', '--output_dir', out)   # nothing holds it yet: said, and no error
+    assert r.returncode == 0 and f'nothing holds {out}' in r.stdout and not r.stderr.strip(), (r.stdout, r.stderr)
+    p = train(data, out)
+    wait_for(has_checkpoint(out), p, 'a checkpoint')
+    root = lock_holder(out)['root']
+    assert len(procs_of(out)) >= 4
+    r = run('stop', '--output_dir', out)
+    assert r.returncode == 0 and f'stopped the run in {out}: ended 3 process(es)' in r.stdout, (r.stdout, r.stderr)
+    assert not [q for q in procs_of(out) if q != p.pid]   # torchrun and the workers are gone when stop returns
+    assert p.wait(timeout=30) == 1   # the launcher saw torchrun stopped and says so in one line (after its progress bar)
+    assert 'stopped by signal 15 (SIGTERM); launch again' in p.stderr.read().strip().splitlines()[-1]
+    assert not procs_of(out) and not Path(f'/proc/{root}').exists()
+    assert not (out/'metrics.json').exists()
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
+            '--nproc_per_node', '2')
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((out/'metrics.json').read_text())
+    assert m['train']['resumed_from'] and m['train']['steps'] == 8 * 12
+
+
+def test_two_preps_into_one_folder(prepared, tmp_path):
+    "Two `prep` into one folder at once: one prepares it, the other is refused in one line naming the first."
+    rows = [l.rsplit(';', 1) for l in Path(sample_data(), 'train.txt').read_text().splitlines()]
+    csv = tmp_path/'big.csv'   # big enough that the first is still tokenizing when the second starts
+    csv.write_text('text,label\n' + ''.join(f'{t} {i % 97},{l}\n' for i in range(100) for t, l in rows))
+    cmd = ['prep', '--data', csv, '--model_id', prepared/'tiny-bert', '--dataset_path', tmp_path/'data']
+    first = subprocess.Popen([TRN, *map(str, cmd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    wait_for(lambda: lock_holder(tmp_path/'data') is not None, first, 'the lock taken')
+    second = run(*cmd)
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+    lines = second.stderr.strip().splitlines()
+    assert second.returncode == 2 and len(lines) == 1, second.stderr
+    assert f'pid {first.pid}' in lines[0] and '--dataset_path' in lines[0], lines[0]
+    assert sum(json.loads((tmp_path/'data'/'trn_tutorials.json').read_text())['rows'].values()) == 100 * len(rows)   # the first one's work
