@@ -203,13 +203,17 @@ def folder_lock(folder, # the folder the run writes
         except OSError: pass
         os.close(fd)
 
+def _find_prctl():
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError): return None   # not Linux
+_PRCTL = _find_prctl()   # looked up here, not in a child between fork and exec (where loading a library could deadlock)
+
 def die_with_parent(sig:int=15 # the signal to receive: SIGTERM
                    ) -> bool:
     "Have Linux send this process `sig` when its parent dies (`prctl(PR_SET_PDEATHSIG)`); `False` where it cannot."
-    try:
-        import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) == 0
-    except (OSError, AttributeError): return False   # not Linux
+    return _PRCTL is not None and _PRCTL(1, sig, 0, 0, 0) == 0
 
 # %% ../nbs/00_core.ipynb #00d5c226
 def _devices(ls) -> list:
