@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from local_services import procs_mentioning
+
 from trn_tutorials.core import lock_holder, tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
 from trn_tutorials.train import COMPLETE, checkpoints
@@ -18,15 +20,8 @@ EPOCHS, PER_EPOCH = 6, 12   # 360 rows, 2 workers x 16 a batch: 12 steps an epoc
 
 
 def procs_of(folder) -> list[int]:
-    "Live processes (not zombies) whose command line names `folder`."
-    out = []
-    for d in Path('/proc').iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid(): continue
-        try:
-            if str(folder) in (d/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace') and \
-               (d/'stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z': out.append(int(d.name))
-        except OSError: pass
-    return out
+    "Live processes (not zombies) whose command line names `folder`: the launcher, torchrun and the workers of a run."
+    return [pid for pid, _ in procs_mentioning(str(folder))]
 
 
 def step_of(p:Path) -> int: return int(p.name.split('-')[1])

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from local_services import procs_mentioning
+
 from trn_tutorials.core import lock_holder, lock_path, tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
 from trn_tutorials.train import checkpoints
@@ -35,14 +37,7 @@ def run(*args, timeout=300):
 
 def procs_of(folder) -> list[int]:
     "Live processes (not zombies) whose command line names `folder`: the launcher, torchrun and the workers of a run."
-    out = []
-    for d in Path('/proc').iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid(): continue
-        try:
-            if str(folder) in (d/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace') and \
-               (d/'stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z': out.append(int(d.name))
-        except OSError: pass
-    return out
+    return [pid for pid, _ in procs_mentioning(str(folder))]
 
 
 def wait_for(cond, p, what, timeout=120):
