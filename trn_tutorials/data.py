@@ -694,7 +694,7 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     tok = _load_tokenizer(model_id)
     limit = _max_positions(tok)
     if args.max_length is not None and args.max_length > limit:
-        raise UsageError(f"--max_length {args.max_length} is longer than the {limit} positions of {model_id}: use {limit} or less")
+        raise UsageError(f"--max_length {args.max_length} is longer than the {limit} positions of {short_path(model_id)}: use {limit} or less")
     lengths = {s: token_lengths(d, tok) for s, d in ds.items()}
     length = args.max_length or choose_length(lengths['train'], args.percentile, args.pad_multiple, limit)[0]
     bl = choose_buckets(lengths['train'], args.buckets, length, args.pad_multiple)
