@@ -265,9 +265,11 @@ def _finite_weights(folder:Path) -> bool:
     return True
 
 def _finite(model) -> bool:
-    "Whether every parameter of `model` is finite (on XLA: one small graph and one wait for the device)."
+    "Whether every parameter of `model` is finite (on XLA read on the host, as saving reads them: no graph is compiled for it)."
     import torch
-    with torch.no_grad(): return bool(torch.stack([p.isfinite().all() for p in model.parameters()]).all())
+    with torch.no_grad():
+        xla = next(model.parameters()).device.type == 'xla'
+        return all(bool((p.detach().cpu() if xla else p).isfinite().all()) for p in model.parameters())
 
 @functools.cache
 def trainer_class():
