@@ -171,7 +171,7 @@ def test_handler_is_self_contained(trained, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # TorchScript
 # ---------------------------------------------------------------------------------------------------------------
-def test_torchscript_agrees_with_eager(trained, tmp_path, capfd):
+def test_torchscript_agrees_with_eager(trained, tmp_path, capfd, monkeypatch):
     d = tmp_path/'traced'
     shutil.copytree(trained, d, ignore=shutil.ignore_patterns('checkpoint-*'))
     eager = predict_fn(TEXTS, model_fn(str(d)))
@@ -185,9 +185,18 @@ def test_torchscript_agrees_with_eager(trained, tmp_path, capfd):
     got = predict_fn(TEXTS, clf)
     assert [g['label'] for g in got] == [e['label'] for e in eager]
     assert max(abs(g['score'] - e['score']) for g, e in zip(got, eager)) <= SCORE_TOL
-    # refused above the tolerance (here: below any difference), and nothing is left behind
-    with pytest.raises(UsageError, match=r"differ from the eager model's by .* \(> tolerance -1"): trace(str(d), tolerance=-1)
+    # refused above the tolerance, and nothing is left behind: a trace whose logits are 0.001 off (a fault put in here,
+    # as a shape-specialised trace would be off), then a tolerance that is no tolerance
+    import torch
+    real = torch.jit.trace
+    def off_a_little(*a, **kw):
+        t = real(*a, **kw)
+        return lambda ids, mask: {'logits': t(ids, mask)['logits'] + 1e-3}
+    with monkeypatch.context() as m:
+        m.setattr(torch.jit, 'trace', off_a_little)
+        with pytest.raises(UsageError, match=r"differ from the eager model's by 0.001 \(> tolerance 0.0001\)"): trace(str(d))
     assert not (d/TORCHSCRIPT).exists() and not (d/TRACE_INFO).exists()
+    with pytest.raises(UsageError, match=r"--tolerance -1 is out of range: use 0 or more"): trace(str(d), tolerance=-1)
     # a model.pt that does not load: the eager model is served, and the log says why
     (d/TORCHSCRIPT).write_bytes(b'not a TorchScript file')
     capfd.readouterr()

@@ -138,7 +138,7 @@ def test_dry_run_creates_nothing(aws, prepared, capsys):
     plan = submit(args, JobArguments(role=aws.role(), bucket=bucket, spot=True, max_wait_hours=4, dry_run=True))
     req = plan['request']
     assert req['ResourceConfig']['InstanceType'] == 'ml.trn1.2xlarge' and req['EnableManagedSpotTraining'] is True
-    assert req['HyperParameters']['epochs'] == '1' and req['Environment']['TRN_TUTORIALS_PROGRESS'] == '1'
+    assert req['HyperParameters']['epochs'] == '1.0' and req['Environment']['TRN_TUTORIALS_PROGRESS'] == '1'
     assert [t['Key'] for t in req['Tags']] == ['project', 'run-id', 'Name']
     assert set(plan['uploads'].values()) == {f"s3://{bucket}/trn-tutorials/{req['Tags'][1]['Value']}/{c}" for c in ('data', 'model')}
     assert objects(bucket) == []
