@@ -59,7 +59,7 @@ C=.venv-compat
 if [ ! -x $C/bin/python ]; then python3 -m venv $C && $C/bin/pip install -q ${TORCH:-torch==2.13.0}; fi
 $C/bin/pip install -q -e ".[dev]" "${COMPAT_TRANSFORMERS:-transformers==4.57.*}" \
   && $C/bin/python -c "import transformers; print('transformers', transformers.__version__)" \
-  && $C/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/compat.xml" tests/test_train.py
+  && $C/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/compat.xml" tests/test_train.py tests/test_train_checks.py tests/test_chaos.py
 count $(pytest_counts "$tmp/compat.xml")
 
 echo "== XLA rehearsal: torch 2.9 + torch-xla 2.9 + transformers 4.57 (the Neuron 2.31 DLAMI's stack) =="
