@@ -20,11 +20,13 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 from local_services import freeze, unfreeze
+from test_data_labels import damaged, hold_lock
 
-from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost
+from trn_tutorials.cli import LaunchArguments
+from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost, tiny_bert
 from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
-from trn_tutorials.instance import ssh_cidr
-from trn_tutorials.launch import launch, workers
+from trn_tutorials.instance import InstanceArguments, ssh_cidr
+from trn_tutorials.launch import launch, precompile, workers
 from trn_tutorials.train import RUN_ARGS, TrainArguments
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
@@ -188,15 +190,15 @@ CASES = [
          ['--dataset_path', 'is not writable', 'pass a folder you can write to']),
     Case('cli prep dataset_path busy', 'cli',   # a live helper process holds the folder's lock
          lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', str(d/'prep')]
-                      if __import__('test_data_labels').hold_lock(d/'prep') else [],
+                      if hold_lock(d/'prep') else [],
          ['is in use by pid', 'trn-tutorials stop --dataset_path']),
-    Case('cli train manifest not JSON', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'not JSON')],
+    Case('cli train manifest not JSON', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'not JSON')],
          ['trn_tutorials.json is damaged', 'run `trn-tutorials prep --dataset_path']),
-    Case('cli train manifest missing', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'no manifest')],
+    Case('cli train manifest missing', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'no manifest')],
          ['has no trn_tutorials.json', 'run `trn-tutorials prep --dataset_path']),
-    Case('cli train manifest lacks keys', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'no label_names')],
+    Case('cli train manifest lacks keys', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'no label_names')],
          ['lacks model_id, label_names, which training needs', 'run `trn-tutorials prep --dataset_path']),
-    Case('cli train data file cut short', 'cli', lambda d, p: ['train', '--dataset_path', __import__('test_data_labels').damaged(d, p, 'truncated arrow')],
+    Case('cli train data file cut short', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'truncated arrow')],
          ['could not read the prepared data', 'run `trn-tutorials prep --dataset_path']),
     Case('cli prep --percentile nan', 'cli', lambda d, p: ['prep', '--percentile', 'nan'], ['--percentile nan is not a finite number']),
     Case('cli prep --percentile inf', 'cli', lambda d, p: ['prep', '--percentile', 'inf'], ['--percentile inf is not a finite number']),
@@ -238,7 +240,7 @@ CASES = [
     Case('module output_dir inside the prepared data', 'module', lambda d, p: ['--dataset_path', p, '--output_dir', p + '/model'],
          ['inside the prepared data folder', 'pass an --output_dir outside it']),
     Case('module model and data tokenizers differ', 'module',
-         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'out'), '--model_id', __import__('trn_tutorials.core').core.tiny_bert(d/'tiny', ['happy', 'sad'])],
+         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'out'), '--model_id', tiny_bert(d/'tiny', ['happy', 'sad'])],
          ['was prepared with the tokenizer of', 'vocabulary 30522 vs 7', '--allow_tokenizer_mismatch true']),
     Case('module output_dir busy', 'module',   # a live process holds the lock (it ends with this test's worker thread)
          lambda d, p: (lambda h: (h.stdout.readline(), ['--dataset_path', p, '--output_dir', str(d/'out')])[1])(subprocess.Popen(
@@ -268,9 +270,9 @@ CASES = [
     Case('launch --nproc_per_node as a string', 'func',
          lambda d, p: lambda: launch(TrainArguments(dataset_path=p, output_dir=str(d/'out')), nproc_per_node='2', echo=False),
          ["--nproc_per_node '2' is a str, not a whole number"]),
-    Case('LaunchArguments nproc_per_node 0', 'func', lambda d, p: lambda: __import__('trn_tutorials.cli', fromlist=['_']).LaunchArguments(nproc_per_node=0),
+    Case('LaunchArguments nproc_per_node 0', 'func', lambda d, p: lambda: LaunchArguments(nproc_per_node=0),
          ['--nproc_per_node 0 is out of range']),
-    Case('precompile steps 0', 'func', lambda d, p: lambda: __import__('trn_tutorials.launch', fromlist=['_']).precompile(TrainArguments(), steps=0),
+    Case('precompile steps 0', 'func', lambda d, p: lambda: precompile(TrainArguments(), steps=0),
          ['--steps 0 is out of range', 'use 1 or more']),
     # --- issue 15: AWS and SageMaker (01_setup, 02_ssh, 06_cleanup, 09_training_job, 10_xla_loop, 12_endpoint)
     Case('cli up --my_ip 0.0.0.0', 'cli', lambda d, p: ['up', '--my_ip', '0.0.0.0', '--key_dir', str(d)],
@@ -286,7 +288,7 @@ CASES = [
     Case('cli sm-train --instance_count 0', 'cli', lambda d, p: ['sm-train', '--instance_count', '0'], ['--instance_count 0 is out of range', 'use 1 or more']),
     Case('cli down --timeout -1', 'cli', lambda d, p: ['down', '--run_id', 'r1', '--timeout', '-1', '--key_dir', str(d)], ['--timeout -1', 'is out of range']),
     Case('InstanceArguments max_hours as a string', 'func',
-         lambda d, p: lambda: __import__('trn_tutorials.instance').instance.InstanceArguments(max_hours='8'), ["--max_hours '8' is a str", 'pass a number']),
+         lambda d, p: lambda: InstanceArguments(max_hours='8'), ["--max_hours '8' is a str", 'pass a number']),
 ]
 
 IDS = [c.id for c in CASES]
