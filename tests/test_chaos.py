@@ -27,6 +27,12 @@ def procs_of(folder) -> list[int]:
 def step_of(p:Path) -> int: return int(p.name.split('-')[1])
 
 
+def send(pids, sig):
+    for q in pids:
+        try: os.kill(q, sig)
+        except ProcessLookupError: pass
+
+
 class Run:
     "One `trn-tutorials train` of the chaos run into `out`, its output in a log file."
     def __init__(self, data, out, log):
@@ -55,11 +61,12 @@ class Run:
                 return self.out/n
         return None
 
-    def kill(self, pids:list[int]|None=None):
+    def kill(self, pids:list[int]|None=None, frozen:list[int]=()):
         "SIGKILL to `pids` (default: the launcher alone); then no process of the run may be left within a few seconds."
         for q in pids or [self.p.pid]:
             try: os.kill(q, signal.SIGKILL)
             except ProcessLookupError: pass
+        send(frozen, signal.SIGCONT)   # a stopped process takes the SIGTERM that die_with_parent sends only once it runs again
         self.p.wait()
         t0 = time.time()
         while procs_of(self.out) and time.time() - t0 < 10: time.sleep(0.05)
@@ -93,9 +100,14 @@ def test_killed_at_random_moments_ends_with_the_same_model(prepared):
         if what is None: break
         tree = run.wait_workers()
         everything = rng.random() < 0.5   # SIGKILL to every process of the run, or to the launcher alone
-        if what == 'save':   # poll every few ms; kill as soon as a new checkpoint folder exists without its record
-            while run.running() and not (torn := run.saving()): time.sleep(0.002)
-            run.kill(tree if everything else None)
+        if what == 'save':   # poll every few ms for a new checkpoint folder without its record; freeze the run (SIGSTOP)
+            torn = None      # and look again: still no record, so the kill lands inside the save; else let it go on
+            while run.running() and torn is None:
+                if (c := run.saving()) is None: time.sleep(0.002); continue
+                send(tree, signal.SIGSTOP)
+                if not (c/COMPLETE).exists(): torn = c
+                else: send(tree, signal.SIGCONT)
+            run.kill(tree if everything else None, frozen=tree)
             assert torn and torn.is_dir(), Path(run.log).read_text()[-2000:]
             if not (torn/COMPLETE).exists(): during_save += 1   # the kill landed inside the save
         elif what == 'epoch':
