@@ -6,16 +6,16 @@
 from __future__ import annotations
 import importlib.util, json, os, re, shutil, socket, subprocess, sys
 from contextlib import contextmanager
-from dataclasses import dataclass, asdict, fields
+from dataclasses import dataclass, asdict, field, fields
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['BACKENDS', 'XLA_INSTALL', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args', 'given_options', 'Limit',
-           'check_number', 'check_numbers', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock',
-           'die_with_parent', 'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'visible_neuron_cores',
-           'Accelerator', 'detect', 'backend_env', 'set_backend_env', 'check_backend', 'InstanceType',
-           'instance_family', 'instance_type', 'run_cost', 'hub_reachable', 'local_model', 'default_model',
-           'short_path', 'tiny_bert']
+__all__ = ['BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args',
+           'given_options', 'Limit', 'check_number', 'check_numbers', 'check_folder', 'lock_path', 'lock_holder',
+           'folder_lock', 'die_with_parent', 'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'neuron_lnc',
+           'visible_neuron_cores', 'Accelerator', 'neuron_stack', 'machine_instance_type', 'detect', 'Stack',
+           'instance_family', 'backend_env', 'set_backend_env', 'check_stack', 'check_backend', 'InstanceType',
+           'instance_type', 'run_cost', 'hub_reachable', 'local_model', 'default_model', 'short_path', 'tiny_bert']
 
 # %% ../nbs/00_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -256,12 +256,22 @@ def neuron_ls(timeout:float=20 # seconds to wait for `neuron-ls`
     except json.JSONDecodeError: return None
 
 # %% ../nbs/00_core.ipynb #703ef460
+def neuron_lnc(ls=None, # `neuron-ls` JSON, if known
+               env:dict|None=None # environment to read `NEURON_LOGICAL_NC_CONFIG` from; default `os.environ`
+              ) -> int:
+    "Physical NeuronCores per logical core (LNC): the runtime's variable, else what `neuron-ls` reports, else 1 (Trn1)."
+    v = (os.environ if env is None else env).get('NEURON_LOGICAL_NC_CONFIG')
+    if v is None and isinstance(ls := json.loads(ls) if isinstance(ls, str) else ls, dict):
+        v = next((x for k, x in ls.items() if k.replace('-', '_') == 'logical_neuroncore_config'), None)
+    try: return max(1, int(v)) if v is not None else 1
+    except (TypeError, ValueError): return 1
+
 def visible_neuron_cores(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
                          env:dict|None=None # environment to read `NEURON_RT_VISIBLE_CORES` from; default `os.environ`
                         ) -> int:
-    "How many NeuronCores this process may use."
+    "How many NeuronCores this process may use: logical cores (Trn2/Trn3 group two by default), limited to the visible ones."
     ls = neuron_ls() if ls is None else ls
-    total = neuron_core_total(ls) if ls is not None else 0
+    total = neuron_core_total(ls) // neuron_lnc(ls, env) if ls is not None else 0
     spec = (os.environ if env is None else env).get('NEURON_RT_VISIBLE_CORES')
     if not total or not spec: return total
     return len([c for c in parse_visible_cores(spec) if c < total])
@@ -273,34 +283,68 @@ class Accelerator:
     backend: str  # 'neuron' (torch-neuronx, XLA), 'torchneuron' (native PyTorch device `neuron`), 'cuda', 'cpu'; 'xla' only when asked for
     workers: int  # torchrun processes to start: one per NeuronCore or GPU, one on a CPU
     detail: str   # a human-readable description
+    neuron_cores: int = field(default=0, repr=False)  # NeuronCores `neuron-ls` sees, whether or not this Python can use them
+    instance: str|None = field(default=None, repr=False)  # the instance type, where the machine says (`neuron-ls`, EC2's DMI name)
+
+def neuron_stack() -> str|None:
+    "Which PyTorch Neuron stack this Python has, from package metadata (nothing imported): 'neuron', 'torchneuron' or `None`."
+    from importlib.metadata import PackageNotFoundError, version
+    if importlib.util.find_spec('torch_neuronx') is None: return None
+    try: m = re.match(r'(\d+)\.(\d+)', version('torch-neuronx'))
+    except PackageNotFoundError: return 'neuron'   # a torch_neuronx without metadata: treat it as the XLA one
+    return 'torchneuron' if m and (int(m[1]), int(m[2])) >= (2, 13) else 'neuron'   # 2.13+ is TorchNeuron (Neuron 2.33)
+
+def machine_instance_type(ls=None # `neuron-ls` JSON, if known
+                         ) -> str|None:
+    "This machine's EC2 instance type where it says so: `neuron-ls`, else the DMI product name EC2 sets; else `None`."
+    if isinstance(ls, str): ls = json.loads(ls)
+    if isinstance(ls, dict):
+        for k, v in ls.items():
+            if k.replace('-', '_') == 'instance_type' and isinstance(v, str): return v
+    try: name = Path('/sys/devices/virtual/dmi/id/product_name').read_text().strip()
+    except OSError: return None
+    return name if re.fullmatch(r'[a-z][a-z0-9-]*\.[a-z0-9-]+', name) else None
 
 def _cuda_count() -> int:
     try: import torch
     except ImportError: return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
-def _torchneuron_count() -> int:
-    "How many `neuron` devices native PyTorch sees through `torch.accelerator` (TorchNeuron on Trn2/Trn3), else 0."
-    try:
-        import torch
-        acc = torch.accelerator
-        return acc.device_count() if acc.is_available() and acc.current_accelerator().type == 'neuron' else 0
-    except Exception: return 0   # no torch, a torch without `torch.accelerator`, or no device
-
 def detect(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
            env:dict|None=None # environment; default `os.environ`
           ) -> Accelerator:
-    "The accelerator this machine trains on."
-    if (n := _torchneuron_count()): return Accelerator('torchneuron', n, f'{n} NeuronCore(s) as PyTorch device `neuron` (TorchNeuron)')
-    has_neuronx = importlib.util.find_spec('torch_neuronx') is not None
-    cores = visible_neuron_cores(ls, env) if has_neuronx else 0
-    if cores: return Accelerator('neuron', cores, f'{cores} NeuronCore(s), torch-neuronx installed')
-    if (n := _cuda_count()): return Accelerator('cuda', n, f'{n} CUDA GPU(s)')
-    return Accelerator('cpu', 1, f'CPU with {os.cpu_count()} cores (no NeuronCores or GPUs visible)')
+    "The accelerator this machine trains on, found without opening a device (the workers need the NeuronCores, not this process)."
+    ls = neuron_ls() if ls is None else ls
+    stack, cores, where = neuron_stack(), visible_neuron_cores(ls, env) if ls is not None else 0, machine_instance_type(ls)
+    if cores and stack == 'torchneuron':
+        return Accelerator('torchneuron', cores, f'{cores} NeuronCore(s) as PyTorch device `neuron` (TorchNeuron)', cores, where)
+    if cores and stack == 'neuron': return Accelerator('neuron', cores, f'{cores} NeuronCore(s), torch-neuronx installed', cores, where)
+    if (n := _cuda_count()): return Accelerator('cuda', n, f'{n} CUDA GPU(s)', cores, where)
+    seen = f'; {cores} NeuronCore(s) visible, but this Python has no torch-neuronx' if cores else ' (no NeuronCores or GPUs visible)'
+    return Accelerator('cpu', 1, f'CPU with {os.cpu_count()} cores{seen}', cores, where)
 
 # %% ../nbs/00_core.ipynb #6181e254
 BACKENDS = ('auto', 'neuron', 'torchneuron', 'xla', 'cuda', 'cpu')
-XLA_INSTALL = "pip install torch==2.9.0 torch-xla==2.9.0 'transformers==4.57.*'"  # the Neuron 2.31 DLAMI's versions
+
+@dataclass(frozen=True)
+class Stack:
+    "A Trainium software stack: the image's virtual environment, this package's install line there, the versions it needs."
+    family: str    # 'trn1' or 'trn2' (Trn3 shares Trn2's)
+    venv: str      # the virtual environment the Neuron DLAMI carries for it
+    install: str   # what a reader runs inside that venv: torch stays the image's own
+    needs: tuple   # `(package, lowest version)` pairs the backend cannot work without
+
+STACKS = {'neuron': Stack('trn1', '/opt/aws_neuronx_venv_pytorch_2_9', 'pip install "trn-tutorials[trn1]"', (('transformers', '4.57'),)),
+          'torchneuron': Stack('trn2', '/opt/aws_neuronx_venv_torch_neuronx_2_14_0', 'pip install "trn-tutorials[trn2]"',
+                               (('transformers', '5.4'), ('accelerate', '1.13')))}
+def instance_family(name:str # an instance type, e.g. 'trn1n.32xlarge' or 'trn2.48xlarge'
+                   ) -> str:
+    "The Trainium generation of instance type `name`: 'trn1', 'trn2' or 'trn3'."
+    m = re.match(r'(trn[123])[a-z]*\.', name or '')
+    if not m: raise UsageError(f"{name!r} is not a Trainium instance type: use e.g. trn1.2xlarge or trn2.3xlarge")
+    return m[1]
+
+XLA_INSTALL = 'pip install torch==2.9.0 torch-xla==2.9.0 "trn-tutorials[trn1]"'  # the Neuron 2.31 DLAMI's stack, torch-xla for torch-neuronx
 
 def backend_env(backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
                ) -> dict:
@@ -317,32 +361,72 @@ def set_backend_env(backend:str, # a resolved backend
     for k, v in backend_env(backend).items(): env[k] = v if k == 'USE_TORCH_XLA' else env.get(k, v)
     return env
 
-_NEEDS = {'neuron': "a Trn1 with the Neuron 2.31 DLAMI's venv /opt/aws_neuronx_venv_pytorch_2_9 activated",
-          'torchneuron': "a Trn2/Trn3 with the DLAMI 'Deep Learning AMI Neuron torch-neuronx 2.14' and its venv activated",
+# %% ../nbs/00_core.ipynb #a1345481
+def _installed(pkg:str) -> str|None:
+    from importlib.metadata import PackageNotFoundError, version
+    try: return version(pkg)
+    except PackageNotFoundError: return None
+
+def check_stack(backend:str # a resolved backend
+               ):
+    "A one-line `UsageError` where transformers or accelerate is older than `backend` needs, naming its install line."
+    from packaging.version import Version
+    s = STACKS.get('neuron' if backend == 'xla' else backend)
+    if s is None: return
+    old = [f"{p} >= {lo} (this Python has {v or 'none'})" for p, lo in s.needs if (v := _installed(p)) is None or Version(v) < Version(lo)]
+    if old: raise UsageError(f"--backend {backend} needs {' and '.join(old)}: run `{XLA_INSTALL if backend == 'xla' else s.install}` "
+                             f"in {'a separate virtual environment' if backend == 'xla' else s.venv}")
+
+def _is_trn(name:str|None) -> bool: return bool(re.match(r'trn\d', name or ''))
+
+def _no_stack(acc:Accelerator, instance_type:str|None) -> str:
+    "Why `auto` must not settle on the CPU here, and the venv to activate."
+    name = instance_type if _is_trn(instance_type) else acc.instance if _is_trn(acc.instance) else None
+    fams = [instance_family(name)] if name else [f for f in ('trn1', 'trn2') if Path(STACKS[BY_FAMILY[f]].venv).is_dir()] or ['trn1', 'trn2']
+    seen = (f"{acc.neuron_cores} NeuronCore(s) are visible but this Python has no torch-neuronx" if acc.neuron_cores else
+            f"--instance_type {instance_type} is a Trainium instance but no NeuronCore is visible and this Python has no torch-neuronx")
+    fixes = []
+    for f in fams:
+        s = STACKS[BY_FAMILY[f]]
+        if acc.neuron_cores and not Path(s.venv).is_dir():
+            fixes.append(f"this image has no {s.venv} (Neuron 2.32 removed the Trn1 PyTorch/XLA venv): launch the Neuron 2.31 DLAMI (the setup chapter's `find_ami`)"
+                         if f == 'trn1' else f"this image has no {s.venv}: launch the DLAMI 'Deep Learning AMI Neuron torch-neuronx 2.14'")
+        else: fixes.append(f"on a {f.capitalize()}: `source {s.venv}/bin/activate` (in Jupyter: that venv's kernel), then `{s.install}`")
+    return f"{seen}, so --backend auto would train on the CPU for hours: {'; '.join(fixes)}; or pass --backend cpu to use the CPU on purpose"
+
+BY_FAMILY = {'trn1': 'neuron', 'trn2': 'torchneuron', 'trn3': 'torchneuron'}
+_NEEDS = {'neuron': f"a Trn1 with the Neuron 2.31 DLAMI's venv {STACKS['neuron'].venv} activated",
+          'torchneuron': f"a Trn2/Trn3 with the DLAMI 'Deep Learning AMI Neuron torch-neuronx 2.14' and its venv {STACKS['torchneuron'].venv} activated",
           'cuda': "a machine with a CUDA GPU"}
 
 def check_backend(backend:str='auto', # one of `BACKENDS`
                   acc:Accelerator|None=None, # what `detect` found, if known; 'auto' detects when not given
                   instance_type:str|None=None # the instance type, when known, e.g. 'trn1.2xlarge'
                  ) -> str:
-    "The backend to train on: `backend` resolved and checked against this machine, or a one-line `UsageError`."
+    "The backend to train on: `backend` resolved and checked against this machine and its packages, or a one-line `UsageError`."
     if backend not in BACKENDS: raise UsageError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     if backend == 'torchneuron' and instance_type and instance_family(instance_type) == 'trn1':
         raise UsageError(f"TorchNeuron supports Trn2 and Trn3 only, not {instance_type}: use --backend neuron on a Trn1 "
-                         "(torch-neuronx in the Neuron 2.31 DLAMI's /opt/aws_neuronx_venv_pytorch_2_9)")
+                         f"(torch-neuronx 2.9 in the Neuron 2.31 DLAMI's {STACKS['neuron'].venv})")
     if backend == 'xla':
         if importlib.util.find_spec('torch_xla') is None:
             raise UsageError(f"--backend xla needs torch-xla: `{XLA_INSTALL}` in a separate virtual environment, or use --backend cpu")
+        check_stack('xla')
         return 'xla'
-    if backend == 'auto': return (acc or detect()).backend
+    if backend == 'auto':
+        acc = acc or detect()
+        if acc.backend == 'cpu' and (acc.neuron_cores or _is_trn(instance_type) or _is_trn(acc.instance)):
+            raise UsageError(_no_stack(acc, instance_type))
+        check_stack(acc.backend)
+        return acc.backend
     if backend == 'cpu': return 'cpu'
-    # cheap checks, no `neuron-ls`: every torchrun worker runs this with the backend its launcher chose
-    here = acc.backend == backend if acc else {
-        'neuron': lambda: importlib.util.find_spec('torch_neuronx') is not None and not _torchneuron_count(),
-        'torchneuron': lambda: _torchneuron_count() > 0, 'cuda': lambda: _cuda_count() > 0}[backend]()
+    # cheap checks, no `neuron-ls`, no device opened: every torchrun worker runs this with the backend its launcher chose
+    here = acc.backend == backend if acc else {'neuron': lambda: neuron_stack() == 'neuron', 'torchneuron': lambda: neuron_stack() == 'torchneuron',
+                                               'cuda': lambda: _cuda_count() > 0}[backend]()
     if not here:
         raise UsageError(f"--backend {backend} but this machine has {acc.backend if acc else 'no such device'}: "
                          f"it needs {_NEEDS[backend]}; or use --backend auto")
+    check_stack(backend)
     return backend
 
 # %% ../nbs/00_core.ipynb #7ce16edc
@@ -363,13 +447,6 @@ class InstanceType:
     def family(self) -> str:
         "'trn1', 'trn2' or 'trn3': which Trainium generation, and so which software stack."
         return instance_family(self.name)
-
-def instance_family(name:str # an instance type, e.g. 'trn1n.32xlarge' or 'trn2.48xlarge'
-                   ) -> str:
-    "The Trainium generation of instance type `name`: 'trn1', 'trn2' or 'trn3'."
-    m = re.match(r'(trn[123])[a-z]*\.', name or '')
-    if not m: raise UsageError(f"{name!r} is not a Trainium instance type: use e.g. trn1.2xlarge or trn2.3xlarge")
-    return m[1]
 
 # Neuron supports 1 or 2 workers on a trn1.2xlarge and 1, 2, 8 or 32 on a trn1.32xlarge
 CATALOG = {o.name: o for o in [
