@@ -62,7 +62,8 @@ def test_torchrun_two_workers(prepared):
 
 def test_launch_returns_results(prepared, capsys):
     tmp, _ = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'launched'), max_steps=3, logging_steps=1)
+    # `backend='cpu'` on purpose: with `auto`, a Trainium instance type on a machine without NeuronCores is refused
+    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'launched'), max_steps=3, logging_steps=1, backend='cpu')
     res = launch(args, nproc_per_node=1, instance_type='trn1.32xlarge')
     assert res.workers == 1 and res.metrics['train']['steps'] == 3
     out, err = capsys.readouterr()   # in a terminal: a tqdm bar on stderr; the workers' own lines only in train.log

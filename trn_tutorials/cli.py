@@ -57,7 +57,9 @@ def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
     print(f"\n{res.split} weighted F1 {res.f1:.4f}, accuracy {res.accuracy:.4f}, {res.samples_per_second:.1f} samples/s, "
           f"wall {res.wall_s:.0f} s" + (f", ${res.cost_usd:.2f} on {how.instance_type}" if res.cost_usd is not None else '')
           + (f", graphs compiled: {res.compiled_graphs['train']} training + {res.compiled_graphs['eval']} evaluation "
-             f"({res.compile_s:.0f} s)" if res.compiled_graphs else ''))
+             f"({res.compile_s:.0f} s)" if res.compiled_graphs else '')
+          + (f", {res.from_cache} of them loaded from the Neuron cache" if res.from_cache is not None else ''))
+    for w in res.warnings: print(f"warning: {w}")
     return {k: v for k, v in asdict(res).items() if k != 'metrics'}
 
 # %% ../nbs/07_cli.ipynb #4fb7cf2d

@@ -18,9 +18,9 @@ from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBa
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env',
            'train_argv', 'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'LaunchError',
-           'in_notebook', 'Progress', 'Results', 'launch', 'stop', 'compile_cache', 'cache_status', 'precompile_args',
-           'precompile_command', 'precompile_steps', 'precompile_shapes', 'PrecompileError', 'precompile',
-           'compile_report']
+           'in_notebook', 'Progress', 'Results', 'launch', 'stop', 'compile_cache', 'cache_status', 'graphs_from_cache',
+           'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes', 'PrecompileError',
+           'precompile', 'compile_report']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -277,10 +277,12 @@ class Results:
     cost_usd: float|None = None  # on-demand cost of `wall_s` on the instance type, when known
     compiled_graphs: dict|None = None  # on XLA: graphs compiled in training and in evaluation
     compile_s: float|None = None       # on XLA: seconds spent compiling them
+    from_cache: int|None = None        # on Neuron: how many of those graphs were loaded from the compile cache, not compiled
+    warnings: list = field(default_factory=list)  # what the run warned about, e.g. too few optimizer steps
     metrics: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_metrics(cls, metrics:dict, wall_s:float, instance_type:str|None=None):
+    def from_metrics(cls, metrics:dict, wall_s:float, instance_type:str|None=None, from_cache:int|None=None):
         s, g = metrics[metrics['final_split']], metrics.get('compiled_graphs')
         return cls(f1=s['f1'], accuracy=s['accuracy'], split=metrics['final_split'],
                    samples_per_second=metrics['train']['samples_per_second'], train_runtime_s=metrics['train']['runtime_s'],
@@ -288,7 +290,8 @@ class Results:
                    output_dir=metrics['args']['output_dir'],
                    cost_usd=run_cost(instance_type, wall_s) if instance_type else None,
                    compiled_graphs={'train': g['train'], 'eval': g['eval']} if g else None,
-                   compile_s=round(sum(metrics['compile_s'].values()), 1) if g else None, metrics=metrics)
+                   compile_s=round(sum(metrics['compile_s'].values()), 1) if g else None, from_cache=from_cache,
+                   warnings=list(metrics.get('warnings', [])), metrics=metrics)
 
     def rows(self) -> list[tuple[str, str]]:
         "What a reader wants to see, rounded for reading."
@@ -297,11 +300,16 @@ class Results:
                 ('wall time', f'{self.wall_s:.1f} s'), ('workers', f'{self.workers} ({self.backend})')]
         if self.cost_usd is not None: rows.append(('cost', f'${self.cost_usd:.4f}' if self.cost_usd < 1 else f'${self.cost_usd:.2f}'))
         if self.compiled_graphs:
-            rows.append(('graphs compiled', f"{self.compiled_graphs['train']} in training, {self.compiled_graphs['eval']} in "
-                                            f"evaluation ({self.compile_s:.1f} s)"))
+            g = self.compiled_graphs
+            if self.from_cache is None:
+                rows.append(('graphs compiled', f"{g['train']} in training, {g['eval']} in evaluation ({self.compile_s:.1f} s)"))
+            else:   # torch-xla counts a graph loaded from the Neuron cache as compiled: the cache tells them apart
+                rows.append(('graphs', f"{g['train']} in training, {g['eval']} in evaluation: {g['train'] + g['eval'] - self.from_cache} "
+                                       f"compiled, {self.from_cache} loaded from the Neuron cache ({self.compile_s:.1f} s)"))
         rows.append(('output_dir', self.output_dir))
         if self.metrics and not self.metrics.get('beats_baseline', True):
             rows.append(('warning', 'no better than always predicting the majority label: see the summary in train.log'))
+        rows += [('warning', w) for w in self.warnings]
         return rows
 
     def __repr__(self): return 'Results(' + ', '.join(f'{k}: {v}' for k, v in self.rows()) + ')'
@@ -372,6 +380,8 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
         (out/'metrics.json').unlink(missing_ok=True)
         log = str(out/'train.log')
         env = {**launch_env(backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
+        cache = compile_cache(env) if backend == 'neuron' else None
+        before = cache_status(cache) if cache is not None else None
         t0, progress = time.time(), Progress() if echo else None
         try: status, tail = stream(torchrun_command(args, n), env=env, log=log, echo=raw, on_line=progress,
                                    preexec_fn=die_with_parent, on_start=lambda p: _record_root(args.output_dir, p.pid))
@@ -379,7 +389,9 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
             if progress: progress.close()
         wall = time.time() - t0
         if status != 0: _raise_failure(status, tail, log)
-        return Results.from_metrics(json.loads((out/'metrics.json').read_text()), wall, instance_type)
+        metrics = json.loads((out/'metrics.json').read_text())
+        loaded = graphs_from_cache(metrics.get('compiled_graphs'), before, cache_status(cache) if cache is not None else None)
+        return Results.from_metrics(metrics, wall, instance_type, loaded)
 
 # %% ../nbs/05_launch.ipynb #ad723ff5
 def stop(folder, # the run's folder: its `output_dir` (or a `prep`'s `dataset_path`)
@@ -449,6 +461,16 @@ def cache_status(path:str|Path # the cache: a local folder, or an `s3://` URL (n
             if g.is_dir(): st[_graph_state(g)] += 1
     st['size_mb'] = round(_tree_bytes(path) / 2**20, 1)
     return st
+
+# %% ../nbs/05_launch.ipynb #377650ba
+def graphs_from_cache(counted:dict|None, # `metrics['compiled_graphs']`: what torch-xla counted as compiled
+                      before:dict|None, # `cache_status` of the compile cache before the run
+                      after:dict|None # ... and after it
+                     ) -> int|None:
+    "How many of the graphs torch-xla counted were loaded from the Neuron compile cache; `None` where that cannot be told."
+    if not counted or not before or not after or before.get('compiled') is None or after.get('compiled') is None: return None
+    n = counted['train'] + counted['eval']
+    return n - min(n, max(0, after['compiled'] - before['compiled']))
 
 # %% ../nbs/05_launch.ipynb #45838fdf
 def precompile_args(args:TrainArguments, # the real run's arguments
