@@ -124,3 +124,16 @@ def test_mistakes_create_nothing(moto_server, tmp_path):
     with pytest.raises(UsageError, match="use 120 or more"): launch_instance(volume_gb=100, my_ip=MY_IP)
     with pytest.raises(UsageError, match="not offered in eu-west-1"): launch_instance(region='eu-west-1', my_ip=MY_IP, key_dir=tmp_path)
     assert boto3.client('ec2', region_name='eu-west-1').describe_key_pairs()['KeyPairs'] == []
+
+
+def test_chapter_opens_with_the_dated_stack_table():
+    "Right after its title, the chapter says which stack is current on which Trainium, with dates and what this package does."
+    import json
+    cells = json.loads((Path(__file__).resolve().parents[1]/'nbs/01_setup.ipynb').read_text())['cells']
+    md = [''.join(c['source']) for c in cells if c['cell_type'] == 'markdown']
+    assert md[0].startswith('# Setup')
+    table = md[1]
+    for s in ('| Trn1', '| Trn2, Trn3', 'Neuron **2.31** DLAMI', 'torch-neuronx` 2.9', '2026-05-20', 'Neuron 2.30', 'Neuron 2.32',
+              'TorchNeuron', 'Neuron 2.33 (2026-10-19)', '"Deep Learning AMI Neuron torch-neuronx 2.14"',
+              'pip install "trn-tutorials[trn1]"', 'pip install "trn-tutorials[trn2]"', 'backend `neuron`', 'backend `torchneuron`'):
+        assert s in table, s

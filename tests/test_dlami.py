@@ -1,0 +1,161 @@
+"""Which Neuron DLAMI a reader gets, and what happens when AWS deprecates it or the instance lacks its environment.
+
+- Deprecation: AWS hides a deprecated image from `DescribeImages` unless the request names its id or sets
+  `IncludeDeprecated`, and still launches it by id. moto 5.2 does not model deprecation (no `EnableImageDeprecation`,
+  no `DeprecationTime`, `IncludeDeprecated` ignored), so `AwsDeprecation` does what AWS does on the client side of the
+  real moto_server, through botocore's event system on the default boto3 session: it records each `DescribeImages`
+  request and, in the parsed answer, marks the chosen images with a `DeprecationTime` and drops the deprecated ones a
+  request did not ask for. The library is not touched.
+- The manifest's compiler pair: `DLAMI['trn1'].neuron` equals the Neuron 2.31 pair in tools/environments.toml and
+  is what the setup chapter shows.
+- An instance without the environment (a Trn1 from a Neuron 2.32+ DLAMI): one line naming the fix, before anything
+  starts, against a real OpenSSH sshd on 127.0.0.1.
+"""
+import dataclasses, json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import boto3, pytest
+
+from trn_tutorials.core import UsageError
+from trn_tutorials.instance import DLAMI, find_ami, launch_instance, tag_filters
+from local_services import AMIS, TRN1_DLAMI, free_port, procs_mentioning
+
+ROOT = Path(__file__).resolve().parents[1]
+IP = '203.0.113.7'
+PAIR = ('torch-neuronx==2.9.0.2.15.32035', 'neuronx-cc==2.26.6360.0')   # the Neuron 2.31 release manifest's pair
+PAST, FUTURE = '2026-11-01T00:00:00.000Z', '2028-08-12T00:00:00.000Z'    # a deprecation that happened, one still to come
+SDK_231 = [a['ami_id'] for a in AMIS if 'Neuron SDK 2.31' in a.get('description', '')]
+OLDER_PT = 'ami-0dl4m1pt2310707'   # the older SDK 2.31 PyTorch 2.9 DLAMI
+
+
+def one_line(e) -> str:
+    msg = str(e.value)
+    assert msg and '\n' not in msg, msg
+    return msg
+
+
+class AwsDeprecation:
+    "AWS's handling of deprecated images, applied to the answers of the real moto_server (see the module docstring)."
+    def __init__(self, times: dict):
+        self.times, self.requests = dict(times), []   # image id -> DeprecationTime; every DescribeImages request's parameters
+        self.now = datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.000Z')
+        ev = boto3.DEFAULT_SESSION.events
+        ev.register('before-parameter-build.ec2.DescribeImages', self._request)
+        ev.register('after-call.ec2.DescribeImages', self._answer)
+
+    def _request(self, params, **kw): self.requests.append(dict(params))
+
+    def _answer(self, parsed, **kw):
+        req, shown = self.requests[-1], []
+        for im in parsed.get('Images', []):
+            t = self.times.get(im['ImageId'])
+            if t: im['DeprecationTime'] = t
+            if t and t <= self.now and not (req.get('IncludeDeprecated') or req.get('ImageIds')): continue   # hidden, as AWS does
+            shown.append(im)
+        parsed['Images'] = shown
+
+
+@pytest.fixture
+def deprecate(moto_server, monkeypatch):
+    "`deprecate({ami: DeprecationTime})`: a fresh default boto3 session whose DescribeImages answers follow AWS's deprecation rules."
+    monkeypatch.setattr(boto3, 'DEFAULT_SESSION', None)   # restored afterwards: other tests keep their session
+    boto3.setup_default_session()
+    return AwsDeprecation
+
+
+def test_asks_for_deprecated_images(deprecate):
+    "Every DescribeImages that find_ami makes (filters, an SSM-resolved id, a given id) includes deprecated images."
+    aws = deprecate({})
+    assert find_ami()['id'] == TRN1_DLAMI
+    ssm = boto3.client('ssm')
+    ssm.put_parameter(Name='/trn-tutorials-test/pytorch-2.9/image_id', Value=OLDER_PT, Type='String')
+    assert find_ami(dlami=dataclasses.replace(DLAMI['trn1'], ssm='/trn-tutorials-test/pytorch-2.9/image_id'))['found_by'] == 'ssm'
+    assert find_ami(ami=OLDER_PT)['found_by'] == 'given'
+    assert len(aws.requests) == 3 and all(r.get('IncludeDeprecated') is True for r in aws.requests), aws.requests
+
+
+def test_deprecated_dlami_found_and_reported(deprecate):
+    "AWS deprecated every Neuron 2.31 DLAMI: a Trn1 still gets the newest 2.31 PyTorch image, reported as deprecated."
+    deprecate({i: PAST for i in SDK_231})
+    im = find_ami(instance_type='trn1.2xlarge')
+    assert (im['id'], im['found_by'], im['deprecated']) == (TRN1_DLAMI, 'filter', PAST)
+
+
+def test_not_deprecated_preferred(deprecate):
+    "With a deprecated and a current 2.31 image, the current one wins even if older; a future DeprecationTime is not deprecated yet."
+    deprecate({TRN1_DLAMI: PAST, OLDER_PT: FUTURE})
+    im = find_ami()
+    assert (im['id'], im['deprecated']) == (OLDER_PT, None)
+    deprecate({})   # nothing deprecated: the newest, and None
+    assert find_ami()['deprecated'] is None
+
+
+def test_ssm_image_deprecated(deprecate):
+    "The SSM parameter names a deprecated image and nothing current exists: it is taken, and reported."
+    deprecate({i: PAST for i in SDK_231})
+    boto3.client('ssm').put_parameter(Name='/trn-tutorials-test/pt/image_id', Value=TRN1_DLAMI, Type='String')
+    im = find_ami(dlami=dataclasses.replace(DLAMI['trn1'], ssm='/trn-tutorials-test/pt/image_id'))
+    assert (im['id'], im['found_by'], im['deprecated']) == (TRN1_DLAMI, 'ssm', PAST)
+    assert find_ami(ami=TRN1_DLAMI)['deprecated'] == PAST   # a given id is reported too
+
+
+def test_launch_says_deprecated_in_one_line(deprecate, tmp_path, capsys):
+    deprecate({i: PAST for i in SDK_231})
+    inst = launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
+    assert inst.image_id == TRN1_DLAMI
+    out = capsys.readouterr().out.strip()
+    assert '\n' not in out and out, out
+    assert all(s in out for s in ('deprecated by AWS since 2026-11-01', 'still launches', 'last', DLAMI['trn1'].venv)), out
+
+
+def test_current_image_launches_quietly(deprecate, tmp_path, capsys):
+    deprecate({TRN1_DLAMI: FUTURE})
+    launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
+    assert capsys.readouterr().out == ''
+
+
+def test_no_image_message_is_accurate(deprecate, tmp_path):
+    "With deprecated images included, none found means deregistered (or never in that region): the line says so and names the ways on."
+    ec2 = boto3.client('ec2')
+    for i in SDK_231: ec2.deregister_image(ImageId=i)
+    deprecate({})
+    with pytest.raises(UsageError) as e: find_ami()
+    msg = one_line(e)
+    assert 'may have retired' not in msg and 'deprecated ones included' in msg and 'deregistered' in msg, msg
+    assert 'pass --ami with an image that has /opt/aws_neuronx_venv_pytorch_2_9' in msg and all(p in msg for p in PAIR), msg
+    with pytest.raises(UsageError): launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False)
+    assert ec2.describe_key_pairs()['KeyPairs'] == [] and list(tmp_path.iterdir()) == []
+    assert ec2.describe_security_groups(Filters=tag_filters())['SecurityGroups'] == []
+
+
+def _environments() -> dict:
+    import tomllib
+    f = ROOT/'tools/environments.toml'
+    assert f.exists(), 'tools/environments.toml (the environments helper writes it) is missing'
+    return tomllib.loads(f.read_text())
+
+
+def test_manifest_pair():
+    "One place holds the Neuron 2.31 pair: DLAMI['trn1'].neuron, equal to the rehearsal file's and shown by the setup chapter."
+    assert tuple(DLAMI['trn1'].neuron) == PAIR
+    assert sorted(_environments()['trn1-dlami']['neuron']) == sorted(PAIR)
+    chapter = json.loads((ROOT/'nbs/01_setup.ipynb').read_text())
+    text = '\n'.join(''.join(c['source']) + ''.join(''.join(o.get('text', '') or o.get('data', {}).get('text/plain', ''))
+                                                   for o in c.get('outputs', [])) for c in chapter['cells'])
+    assert '2.27.5334.0' not in text   # the 2.32 compiler is not paired with the 2.31 torch-neuronx
+    assert all(p in text for p in PAIR)
+
+
+def test_missing_venv_names_the_fix(sshd, tmp_path):
+    "A Trn1 from a DLAMI without /opt/aws_neuronx_venv_pytorch_2_9: one line naming the 2.31 DLAMI (deprecated or not) or the pair; nothing starts."
+    from trn_tutorials import ssh as S
+    work = tmp_path/'work'; work.mkdir()
+    assert not Path(S.NEURON_VENV).exists()
+    with pytest.raises(UsageError) as e:
+        S.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), user=sshd.user, port=sshd.port,
+                       known_hosts=str(sshd.known_hosts), workdir=str(work))
+    msg = one_line(e)
+    assert msg.startswith('127.0.0.1 has no /opt/aws_neuronx_venv_pytorch_2_9'), msg
+    assert all(s in msg for s in ('`trn-tutorials up`', 'Neuron 2.31 DLAMI', 'deprecated', *PAIR, 'pip.repos.neuron.amazonaws.com')), msg
+    assert not (work/'.trn-tutorials').exists() and procs_mentioning(str(work)) == [] and S._live == []
