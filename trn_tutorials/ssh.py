@@ -9,11 +9,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .core import Limit, UsageError, check_number, check_numbers
+from .instance import DLAMI
 
 # %% auto #0
 __all__ = ['USER', 'KNOWN_HOSTS', 'TUNNEL_LIMITS', 'NEURON_VENV', 'NEURON_BIN', 'ssh_command', 'ssh_config_entry', 'check_key',
-           'ssh_args', 'explain_ssh', 'run_remote', 'Tunnel', 'RemoteJupyter', 'start_jupyter', 'api_status',
-           'JupyterSession', 'open_jupyter', 'stop_all', 'forget_host', 'TunnelArguments']
+           'ssh_args', 'explain_ssh', 'run_remote', 'Tunnel', 'RemoteJupyter', 'missing_venv', 'start_jupyter',
+           'api_status', 'JupyterSession', 'open_jupyter', 'stop_all', 'forget_host', 'TunnelArguments']
 
 # %% ../nbs/02_ssh.ipynb #8802687c
 USER = 'ubuntu'
@@ -209,7 +210,7 @@ class Tunnel:
         return f'Tunnel(127.0.0.1:{self.local_port} -> {self.user}@{self.host}:{self.port} -> localhost:{self.remote_port}, {state})'
 
 # %% ../nbs/02_ssh.ipynb #69febd0a
-NEURON_VENV = '/opt/aws_neuronx_venv_pytorch_2_9'   # Trn1's PyTorch/XLA environment (the Neuron SDK 2.31 DLAMI)
+NEURON_VENV = DLAMI['trn1'].venv                     # Trn1's PyTorch/XLA environment (the Neuron SDK 2.31 DLAMI)
 NEURON_BIN = '/opt/aws/neuron/bin'                  # the Neuron tools: neuron-ls, neuron-top
 
 def _start_script(token:str, remote_port:int, jupyter:str, venv:str|None, workdir:str, timeout:float) -> str:
@@ -291,10 +292,22 @@ _JUPYTER_FAILS = {
     12: "port {remote_port} on {host} is already in use (a Jupyter from before?): pass another --remote_port, or stop it",
     13: "Jupyter exited at once on {host}: {err}",
     14: "Jupyter did not listen on {host}:{remote_port} within {timeout:.0f} s: see {workdir}/.trn-tutorials/jupyter-{remote_port}.log there",
-    15: "{host} has no {venv}{why}; relaunch with `trn-tutorials up` (it picks the Neuron 2.31 DLAMI for Trn1, the torch-neuronx "
-        "2.14 one for Trn2/Trn3) or with --ami of an image that has it, or pass --venv with an environment it has: {has}",
 }
-_NO_XLA = " (it was launched from an image without the PyTorch/XLA environment: Neuron SDK 2.32 removed it from the DLAMIs)"
+
+def missing_venv(host:str, # the instance's address
+                 venv:str, # the environment asked for
+                 has:list[str]=() # the environments the instance has (/opt/aws_neuronx_venv_*)
+                ) -> str:
+    "The one line for an instance without `venv`, naming the fix."
+    has = ', '.join(has) or 'none'
+    if venv != NEURON_VENV:
+        return (f"{host} has no {venv}; relaunch with `trn-tutorials up` (it picks the Neuron 2.31 DLAMI for Trn1, the torch-neuronx "
+                f"2.14 one for Trn2/Trn3) or with --ami of an image that has it, or pass --venv with an environment it has: {has}")
+    d = DLAMI['trn1']
+    return (f"{host} has no {venv} (it was launched from an image without the PyTorch/XLA environment: Neuron SDK 2.32 removed it "
+            f"from the DLAMIs); relaunch with `trn-tutorials up` (for Trn1 it takes the Neuron {d.sdk} DLAMI, deprecated by AWS or not) "
+            f"or with --ami of an image that has it, or install the Neuron {d.sdk} pair there (`{d.pip_install}` in a venv at {venv}), "
+            f"or pass --venv with an environment it has: {has}")
 
 def start_jupyter(host:str, # the instance's address
                   key_path:str, # its private key
@@ -313,10 +326,10 @@ def start_jupyter(host:str, # the instance's address
     r = run_remote(_start_script(token, remote_port, jupyter, venv, workdir, timeout), host, key_path, user, port, known_hosts, timeout + 60)
     if r.returncode:
         lines = [l.strip() for l in r.stderr.splitlines() if l.strip()]
+        if r.returncode == 15: raise UsageError(missing_venv(host, venv, ' '.join(lines).split()))
         err = (lines or [f'exit code {r.returncode}'])[-1][-300:]
         msg = _JUPYTER_FAILS.get(r.returncode, "starting Jupyter on {host} failed: {err}")
-        raise UsageError(msg.format(host=host, workdir=workdir, remote_port=remote_port, timeout=timeout, err=err, venv=venv,
-                                    why=_NO_XLA if venv == NEURON_VENV else '', has=', '.join(' '.join(lines).split()) or 'none',
+        raise UsageError(msg.format(host=host, workdir=workdir, remote_port=remote_port, timeout=timeout, err=err,
                                     where=f'in {venv} on {host}' if venv else f'on {host}', pip=f'{venv}/bin/pip' if venv else 'pip'))
     pid, command = r.stdout.split('\n')[:2]
     j = RemoteJupyter(host, str(key_path), remote_port, int(pid), command, user, port, known_hosts, token, venv or '')
