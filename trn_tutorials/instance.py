@@ -13,7 +13,7 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, ParamValidationError, WaiterError
 
-from .core import Limit, UsageError, check_folder, check_number, check_numbers, instance_family, instance_type as _instance_type, run_cost
+from .core import STACKS, Limit, UsageError, check_folder, check_number, check_numbers, instance_family, instance_type as _instance_type, run_cost
 
 # %% auto #0
 __all__ = ['PROJECT', 'NEURON_PIP', 'DLAMI', 'CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB',
@@ -124,12 +124,12 @@ class Dlami:
 
 DLAMI = {
     'trn1': Dlami(('Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04) *', 'Deep Learning AMI Neuron (Ubuntu 24.04) *'),
-                  '2.31', '/opt/aws_neuronx_venv_pytorch_2_9', '/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id',
+                  '2.31', STACKS['neuron'].venv, '/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id',
                   'PyTorch 2.9 + torch-neuronx (PyTorch/XLA): the last DLAMIs with it are those of Neuron SDK 2.31',
                   ('torch-neuronx==2.9.0.2.15.32035', 'neuronx-cc==2.26.6360.0'),
-                  "the last DLAMI with Trn1's PyTorch/XLA environment /opt/aws_neuronx_venv_pytorch_2_9 (Neuron 2.32 removed it)"),
+                  f"the last DLAMI with Trn1's PyTorch/XLA environment {STACKS['neuron'].venv} (Neuron 2.32 removed it)"),
     'trn2': Dlami(('Deep Learning AMI Neuron torch-neuronx 2.14* (Ubuntu 24.04) *',), '2.33',
-                  '/opt/aws_neuronx_venv_torch_neuronx_2_14_0', None,
+                  STACKS['torchneuron'].venv, None,
                   'PyTorch 2.14 + TorchNeuron (native device `neuron`, beta since Neuron SDK 2.33, Trn2/Trn3 only)'),
 }
 DLAMI['trn3'] = DLAMI['trn2']
