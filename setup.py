@@ -28,6 +28,8 @@ min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 dev_requirements = (cfg.get('dev_requirements') or '').split()
 sagemaker_requirements = shlex.split(cfg.get('sagemaker_requirements', ''))
+# one extra per reader environment: `pip install "trn-tutorials[trn1]"` (Trn1 DLAMI venv), `[trn2]` (TorchNeuron venv)
+env_extras = {k: shlex.split(cfg.get(f'{k}_requirements', '')) for k in ('trn1', 'trn2')}
 
 package_data = dict()
 pkg_data = cfg.get('package_data', None)
@@ -48,7 +50,7 @@ setuptools.setup(
     packages = setuptools.find_packages(),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements, 'sagemaker': sagemaker_requirements },
+    extras_require={ 'dev': dev_requirements, 'sagemaker': sagemaker_requirements, **env_extras },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),
