@@ -2,9 +2,6 @@
 PYTHON ?= python3
 # The CPU build of torch, installed first so nothing pulls the CUDA build (on a Trn1 use the DLAMI's venv instead).
 TORCH ?= torch==2.13.0
-# The transformers line optimum-neuron 0.4.x and the Neuron DLAMI use; tested beside the newest.
-COMPAT_TRANSFORMERS ?= transformers==4.57.*
-export TORCH COMPAT_TRANSFORMERS
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -22,7 +19,7 @@ setup: $(BIN)/trn-tutorials
 quickstart: setup
 	HF_HUB_DISABLE_TELEMETRY=1 $(BIN)/trn-tutorials quickstart
 
-test: setup
+test: setup   # one stage or a few: STAGES="trn1 trn2" make test (see tools/test.sh)
 	bash tools/test.sh
 
 # after editing notebooks: the library, clean notebooks and README.md from them

@@ -1,15 +1,16 @@
 """The XLA rehearsal: the Neuron code path of `train`/`launch`/`precompile` on PJRT's CPU device, graphs counted.
 
-Runs where torch-xla is installed: `tools/test.sh` makes that environment (`.venv-xla`: torch 2.9, torch-xla 2.9,
-transformers 4.57, the Neuron 2.31 DLAMI's versions). torch-xla has no cross-process collectives on the CPU, so one
-worker; the multi-worker rules are tested on the samplers and loaders in `tests/test_sampler.py`.
+Runs where torch-xla is installed: the Trn1 DLAMI stand-in `tools/test.sh` builds (`.venv-trn1`: Python 3.12, torch 2.9,
+torch-xla 2.9 for torch-neuronx, then the wheel installed with `pip install "trn-tutorials[trn1]"`, as the README says;
+versions in tools/environments.toml). torch-xla has no cross-process collectives on the CPU, so one worker; the
+multi-worker rules are tested on the samplers and loaders in `tests/test_sampler.py`.
 """
 import json, math, subprocess, sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in its own environment (.venv-xla, see tools/test.sh)")
+pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
 from trn_tutorials.core import tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data

@@ -4,8 +4,10 @@ flagged with `tst_flags` (`#| aws`, `#| neuron`, `#| xla`, `#| slow`) and `#| ev
 outputs are left as they are (empty, or from a real run). Then `nbdev_clean` the notebook.
 
 Usage: .venv/bin/python tools/run_nb.py nbs/04_train.ipynb [more notebooks]
-       .venv-xla/bin/python tools/run_nb.py nbs/05_launch.ipynb --flags xla --keep CELL_ID
-         (run the `#| xla` cells too, in the XLA environment, and store only the outputs of cell CELL_ID)
+       .venv-trn1/bin/python tools/run_nb.py nbs/05_launch.ipynb --flags xla --keep CELL_ID
+         (run the `#| xla` cells too, in the Trn1 stand-in with torch-xla, and store only the outputs of cell CELL_ID)
+       .venv-trn1/bin/python tools/run_nb.py --check --flags xla -- nbs/05_launch.ipynb
+         (execute only, as tools/test.sh does: nothing is written; the flagged cells' outputs are printed)
 """
 import os, re, sys
 from pathlib import Path
@@ -38,7 +40,16 @@ def _directives(src: str) -> dict:
         d[m.group(1)] = m.group(2).split()
     return d
 
-def run(fn: Path, force=(), keep=()):
+def _text(cell) -> str:
+    "A cell's outputs as text (what a terminal would show)."
+    out = []
+    for o in cell.get('outputs', []):
+        if o.get('output_type') == 'stream': out.append(''.join(o.get('text', '')))
+        elif 'data' in o: out.append(''.join(o['data'].get('text/plain', '')))
+        elif o.get('output_type') == 'error': out.append(f"{o.get('ename')}: {o.get('evalue')}")
+    return '\n'.join(x.rstrip('\n') for x in out)
+
+def run(fn: Path, force=(), keep=(), check=False):
     flags = set(get_config().tst_flags.split()) - set(force)
     nb = read_nb(fn)
     before = {c.id: c.get('outputs') for c in nb.cells}
@@ -51,6 +62,11 @@ def run(fn: Path, force=(), keep=()):
     os.environ['IN_TEST'] = '1'
     k = CaptureShell(fn)
     with working_directory(fn.parent): k.run_all(nb, exc_stop=True, preproc=skip)
+    if check:
+        for c in nb.cells:
+            if c.cell_type == 'code' and set(force) & _directives(c.source).keys():
+                print(f'--- {fn.name} cell {c.id} ({" ".join(sorted(set(force) & _directives(c.source).keys()))}):', _text(c), sep='\n')
+        return
     if keep:
         for c in nb.cells:
             if c.cell_type == "code" and c.id not in keep: c["outputs"] = before[c.id]
@@ -62,6 +78,7 @@ if __name__ == '__main__':
     p.add_argument('notebooks', nargs='+')
     p.add_argument('--flags', nargs='*', default=[], help='flagged cells to run too, e.g. xla')
     p.add_argument('--keep', nargs='*', default=[], help='store the outputs of these cell ids only')
+    p.add_argument('--check', action='store_true', help='execute only (an error fails): write nothing, print the flagged cells\' outputs')
     a = p.parse_args()
     for f in a.notebooks:
-        run(Path(f).resolve(), a.flags, set(a.keep)); print('stored outputs:', f)
+        run(Path(f).resolve(), a.flags, set(a.keep), a.check); print('executed:' if a.check else 'stored outputs:', f)

@@ -1,83 +1,264 @@
 #!/usr/bin/env bash
 # Run every test: the notebooks (nbdev_test), nbdev's doc preprocessing on a clean copy (the site's first build
-# step), pytest (torchrun, CLI, servers, the docs' outputs and workflows), the training tests again with
-# transformers 4.57.x (the optimum-neuron pin), the XLA rehearsal (the Neuron code path on PJRT's CPU
-# device, in its own environment with the Neuron 2.31 DLAMI's versions), and a Python 3.10 compile check.
-# Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran.
+# step), pytest in .venv (torchrun, CLI, servers, the docs' outputs and workflows), the two reader environments'
+# stand-ins (tools/environments.toml: the Trn1 DLAMI's PyTorch 2.9 venv, with torch-xla standing in for torch-neuronx,
+# and the Trn2/Trn3 TorchNeuron venv), each with the package installed from a wheel the way the README tells a reader
+# there, and a Python 3.10 compile check.
+# Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran. Prints each stage's seconds.
+# One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks docs pytest trn1 trn2 py310).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 BIN=.venv/bin
+STAGES=${STAGES:-services notebooks docs pytest trn1 trn2 py310}
 passed=0; failed=0
 count() { passed=$((passed + $1)); failed=$((failed + $2)); }
-pytest_counts() {  # the numbers in pytest's summary line, from a junit xml file
+fail() { echo "FAILED: $*"; count 0 1; }
+pytest_counts() {  # passed and failed from a junit xml file; none passed counts as a failure (all skipped, or none ran)
   "$BIN/python" - "$1" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try: r = ET.parse(sys.argv[1]).getroot()
 except Exception: print(0, 1); sys.exit()
 s = r if r.tag == 'testsuite' else r.find('testsuite')
 t, f, e, sk = (int(s.get(k, 0)) for k in ('tests', 'failures', 'errors', 'skipped'))
-print(t - f - e - sk, f + e)
+p = t - f - e - sk
+print(p, f + e + (p == 0))
 PY
 }
+xla_skips() {  # the XLA tests a junit xml file says were skipped, but for those meant for a venv without torch-xla
+  "$BIN/python" - "$1" <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+try: r = ET.parse(sys.argv[1]).getroot()
+except Exception: sys.exit()
+for c in r.iter('testcase'):
+    for s in c.findall('skipped'):
+        why = s.get('message', '')
+        if not re.search(r'torch.xla is installed', why): print(f"  {c.get('classname')}.{c.get('name')}: {why}")
+PY
+}
+timings=()
+stage_start() { echo; echo "== $1 =="; t0=$SECONDS; }
+stage_end() { timings+=("$1 $((SECONDS - t0))s"); echo "-- $1: $((SECONDS - t0)) s"; }
+want() { [[ " $STAGES " == *" $1 "* ]]; }
 export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
-export PATH="$PWD/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
+export PATH="$ROOT/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
 tmp=$(mktemp -d)
 
-if [ -f .ci/services.sh ]; then bash .ci/services.sh .venv || { echo "services setup failed"; count 0 1; }; fi
-
-echo "== notebooks (nbdev_test) =="
-nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
-"$BIN/nbdev_test" --n_workers 2 --do_print 2>&1 | tee "$tmp/nbdev.log"
-nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
-ntotal=$(echo "$nbs" | wc -w)
-count $((ntotal - nfail)) "$nfail"
-
-echo "== docs: nbdev's doc preprocessing (what nbdev_docs runs before Quarto), on a clean copy =="
-# The files a fresh clone would hold once the working tree is committed (tracked and new, nothing ignored: no
-# runs/, no _proc/), processed from that copy's root as the deploy workflow does. nbdev.serve.proc_nbs is the
-# processing alone (nbdev_proc_nbs would first download Quarto). Any error, and any warning (such as "Found cells
-# containing imports and other code", a cell nbdev re-runs without the cells before it), fails the stage.
-# The processed notebooks are left in _proc/ (ignored by git) to look at.
-D="$tmp/docs"; mkdir -p "$D"
-git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$D"
-py="$PWD/$BIN/python"
-(cd "$D" && PYTHONPATH="$D" "$py" -c "from nbdev.serve import proc_nbs; proc_nbs(force=True)") > "$tmp/docs.log" 2>&1
-rc=$?
-rm -rf _proc && { [ ! -d "$D/_proc" ] || mv "$D/_proc" _proc; }
-if [ $rc -eq 0 ] && ! grep -Eq 'Warning|Error|Traceback|Exception' "$tmp/docs.log"; then
-  echo "ok: $(ls _proc/*.ipynb | wc -l) notebooks processed, no warning"; count 1 0
-else
-  cat "$tmp/docs.log"; echo "FAILED: nbdev's doc preprocessing (exit $rc; warnings and errors above)"; count 0 1
+if want services && [ -f .ci/services.sh ]; then
+  stage_start services
+  bash .ci/services.sh .venv || fail "services setup"
+  stage_end services
 fi
 
-echo "== pytest =="
-"$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" tests
-count $(pytest_counts "$tmp/pytest.xml")
+if want notebooks; then
+  stage_start "notebooks (nbdev_test)"
+  nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
+  "$BIN/nbdev_test" --n_workers 2 --do_print 2>&1 | tee "$tmp/nbdev.log"
+  nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
+  ntotal=$(echo "$nbs" | wc -w)
+  count $((ntotal - nfail)) "$nfail"
+  stage_end notebooks
+fi
 
-echo "== training with transformers 4.57 (the optimum-neuron / DLAMI line) =="
-C=.venv-compat
-if [ ! -x $C/bin/python ]; then python3 -m venv $C && $C/bin/pip install -q ${TORCH:-torch==2.13.0}; fi
-$C/bin/pip install -q -e ".[dev]" "${COMPAT_TRANSFORMERS:-transformers==4.57.*}" \
-  && $C/bin/python -c "import transformers; print('transformers', transformers.__version__)" \
-  && $C/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/compat.xml" tests/test_train.py tests/test_train_checks.py tests/test_chaos.py
-count $(pytest_counts "$tmp/compat.xml")
+if want docs; then
+  stage_start "docs: nbdev's doc preprocessing (what nbdev_docs runs before Quarto), on a clean copy"
+  # The files a fresh clone would hold once the working tree is committed (tracked and new, nothing ignored: no
+  # runs/, no _proc/), processed from that copy's root as the deploy workflow does. nbdev.serve.proc_nbs is the
+  # processing alone (nbdev_proc_nbs would first download Quarto). Any error, and any warning (such as "Found cells
+  # containing imports and other code", a cell nbdev re-runs without the cells before it), fails the stage.
+  # The processed notebooks are left in _proc/ (ignored by git) to look at.
+  D="$tmp/docs"; mkdir -p "$D"
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$D"
+  (cd "$D" && PYTHONPATH="$D" "$ROOT/$BIN/python" -c "from nbdev.serve import proc_nbs; proc_nbs(force=True)") > "$tmp/docs.log" 2>&1
+  rc=$?
+  rm -rf _proc && { [ ! -d "$D/_proc" ] || mv "$D/_proc" _proc; }
+  if [ $rc -eq 0 ] && ! grep -Eq 'Warning|Error|Traceback|Exception' "$tmp/docs.log"; then
+    echo "ok: $(ls _proc/*.ipynb | wc -l) notebooks processed, no warning"; count 1 0
+  else
+    cat "$tmp/docs.log"; fail "nbdev's doc preprocessing (exit $rc; warnings and errors above)"
+  fi
+  stage_end docs
+fi
 
-echo "== XLA rehearsal: torch 2.9 + torch-xla 2.9 + transformers 4.57 (the Neuron 2.31 DLAMI's stack) =="
-X=.venv-xla   # PyPI's torch 2.9 is the CUDA build: it imports only with its nvidia-* wheels (about 3.4 GB)
-if [ ! -x $X/bin/python ]; then python3 -m venv $X && $X/bin/pip install -q --upgrade pip; fi
-# one resolve, the stack pinned in it: installed apart, the package's newest datasets would pull transformers 5; large wheels resume after a dropped connection
-$X/bin/pip install -q --resume-retries 20 ${XLA_STACK:-torch==2.9.0 torch-xla==2.9.0 transformers==4.57.6} -e . pytest \
-  && $X/bin/python -c "import torch, torch_xla, transformers; print('torch', torch.__version__, 'torch-xla', torch_xla.__version__, 'transformers', transformers.__version__)" \
-  && PATH="$PWD/$X/bin:$PATH" $X/bin/python -m pytest -q -p no:cacheprovider --junitxml "$tmp/xla.xml" tests/test_xla.py
-count $(pytest_counts "$tmp/xla.xml")
-grep -q 'skipped="[1-9]' "$tmp/xla.xml" 2>/dev/null && { echo "FAILED: the XLA rehearsal was skipped"; count 0 1; }
+if want pytest; then
+  stage_start "pytest (.venv)"
+  "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" tests
+  count $(pytest_counts "$tmp/pytest.xml")
+  stage_end pytest
+fi
 
-echo "== Python 3.10 compiles the package =="
-py310=$(ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)   # the DLAMI's Python line
-[ -n "$py310" ] || py310=$(command -v python3.10 || true)
-if [ -n "$py310" ] && "$py310" -m compileall -q trn_tutorials tests; then echo "ok: $py310"; count 1 0
-else echo "FAILED: no Python 3.10 found or the package does not compile under it"; count 0 1; fi
+# ---- the reader environments' stand-ins (tools/environments.toml) ----
+# Each has a base venv on Python 3.12 holding only the real image's pins (`image`: the heavy CUDA builds of torch from
+# PyPI, several GB), kept between runs and rebuilt when its pins change. Every run starts from a fresh copy of that base
+# (hard links: seconds, no disk), so the test sees the image's state, not the previous run's; then the package goes in
+# from a wheel built from the checkout, with the README's install line for that environment (the wheel in place of the
+# name), `pip freeze` before and after, and the stage fails if the install changed what the image pins (`unchanged`).
+py312=$(ls -d ~/.pyenv/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1)
+[ -n "$py312" ] || py312=$(command -v python3.12 || true)
+env_field() {  # env_field TABLE KEY: a field of tools/environments.toml, lists one item per line
+  "$BIN/python" - "$1" "$2" <<'PY'
+import sys, tomllib
+v = tomllib.load(open('tools/environments.toml', 'rb'))[sys.argv[1]][sys.argv[2]]
+print('\n'.join(v) if isinstance(v, list) else v)
+PY
+}
+versions() {  # versions FREEZE_FILE: the versions the report needs, from a `pip freeze`
+  "$BIN/python" - "$1" <<'PY'
+import re, sys
+want = ['torch', 'torch-xla', 'transformers', 'accelerate', 'datasets', 'numpy', 'tokenizers', 'huggingface-hub', 'trn-tutorials']
+got = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'([A-Za-z0-9_.-]+)\s*(?:==|@)\s*(.+)', line.strip())
+    if m: got[re.sub(r'[-_.]+', '-', m[1]).lower()] = 'from the wheel' if m[2].startswith('file:') else m[2].strip()
+print('  ' + ', '.join(f'{k} {got[k]}' for k in want if k in got))
+PY
+}
+base_venv() {  # base_venv DIR PIN...: DIR holds exactly the pins (rebuilt when they change); prints its build seconds
+  local d=$1; shift; local want="python=$("$py312" -V 2>&1) $*"
+  if [ -x "$d/bin/python" ] && [ "$(cat "$d/.image" 2>/dev/null)" = "$want" ] \
+     && "$d/bin/python" -m pip freeze --all 2>/dev/null | cmp -s - "$d/.freeze"; then
+    echo "base $d: reused ($*)"; return 0
+  fi
+  local s=$SECONDS; rm -rf "$d"
+  echo "base $d: installing $* (large wheels: resumed after a dropped connection)"
+  if "$py312" -m venv "$d" && "$d/bin/python" -m pip install -q --upgrade pip > "$tmp/base.log" 2>&1 \
+     && "$d/bin/python" -m pip install -q --resume-retries 20 "$@" >> "$tmp/base.log" 2>&1; then
+    "$d/bin/python" -m pip freeze --all > "$d/.freeze" && echo "$want" > "$d/.image"
+  else grep -v "^WARNING: Location" "$tmp/base.log"; rm -rf "$d"; return 1; fi
+  echo "base $d: built in $((SECONDS - s)) s, $(du -sh "$d" | cut -f1)"; timings+=("$d install (inside the stage) $((SECONDS - s))s")
+}
+fresh_venv() {  # fresh_venv BASE DIR: DIR = a copy of BASE with its own Python prefix (site-packages hard-linked)
+  local b=$1 d=$2 sp; rm -rf "$d"
+  "$py312" -m venv --without-pip "$d" || return 1
+  sp=$(cd "$b" && ls -d lib/python3*/site-packages)
+  rm -rf "${d:?}/$sp" && cp -al "$b/$sp" "$d/$sp" || return 1
+  for f in "$b"/bin/*; do   # the base's console scripts (torchrun, pip, ...), their shebang pointed at DIR's Python
+    local n=${f##*/}
+    [ -e "$d/bin/$n" ] || ! head -1 "$f" | grep -q "^#!.*$b/bin/python" || { sed "1s|^#!.*|#!$ROOT/$d/bin/python|" "$f" > "$d/bin/$n"; chmod +x "$d/bin/$n"; }
+  done
+  [ "$("$d/bin/python" -c 'import sys; print(sys.prefix)')" = "$ROOT/$d" ] || { echo "$d/bin/python has not its own prefix"; return 1; }
+}
+wheel=
+build_wheel() {  # the package as a reader gets it: a wheel built from what a fresh clone would hold
+  [ -n "$wheel" ] && return 0
+  local S="$tmp/src" s=$SECONDS; mkdir -p "$S"; rm -rf dist
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$S"
+  "$BIN/python" -m pip wheel -q --no-deps -w dist "$S" > "$tmp/wheel.log" 2>&1 || { cat "$tmp/wheel.log"; return 1; }
+  wheel=$(ls dist/*.whl) && echo "wheel: $wheel ($((SECONDS - s)) s)"
+}
+reader_install() {  # reader_install TABLE VENV: the README's line for TABLE, the wheel in place of the package name
+  local line extra; line=$(env_field "$1" reader_install); extra=$(env_field "$1" extra)
+  [ "$line" = "pip install \"trn-tutorials[$extra]\"" ] || { echo "unexpected reader_install in tools/environments.toml: $line"; return 1; }
+  echo "reader: $line   (here: $2/bin/python -m pip install \"$wheel[$extra]\")"
+  "$2/bin/python" -m pip install -q "$wheel[$extra]" > "$tmp/$1-install.log" 2>&1 || { grep -v "^WARNING: Location" "$tmp/$1-install.log"; return 1; }
+}
+unchanged() {  # unchanged TABLE BEFORE AFTER: the image's pinned packages are as they were (prints both versions)
+  local ok=0 p b a
+  for p in $(env_field "$1" unchanged); do
+    b=$(grep -i "^$p==" "$2"); a=$(grep -i "^$p==" "$3")
+    if [ -n "$b" ] && [ "$b" = "$a" ]; then echo "  unchanged: $b"; else echo "  CHANGED: ${b:-$p missing} -> ${a:-$p missing}"; ok=1; fi
+  done
+  return $ok
+}
+freeze_diff() {  # what an install added or changed
+  "$BIN/python" - "$1" "$2" <<'PY'
+import sys
+b, a = (dict(l.strip().split('==', 1) for l in open(f) if '==' in l) for f in sys.argv[1:3])
+ch = [f'{k} {b[k]} -> {v}' for k, v in a.items() if k in b and b[k] != v]
+print(f'  added {len(set(a) - set(b))} packages; changed: {", ".join(ch) or "none"}; removed: {", ".join(sorted(set(b) - set(a))) or "none"}')
+PY
+}
+test_tools() {  # test_tools VENV NAME...: those names' pins from settings.ini's dev_requirements (pytest, nbdev, ...)
+  local v=$1; shift
+  local pins; pins=$("$BIN/python" - "$@" <<'PY'
+import configparser, re, sys
+dev = configparser.ConfigParser(delimiters=['=']); dev.read('settings.ini')
+reqs = dev['DEFAULT']['dev_requirements'].split()
+print(' '.join(r for r in reqs if re.split(r'[<>=\[!~]', r)[0].lower() in sys.argv[1:]))
+PY
+)
+  echo "test tools: $pins"
+  "$v/bin/python" -m pip install -q $pins > "$tmp/tools.log" 2>&1 || { grep -v "^WARNING: Location" "$tmp/tools.log"; return 1; }
+}
+stand_in() {  # stand_in TABLE BASE VENV: base, fresh copy, wheel, reader install, freeze check; returns non-zero on failure
+  local t=$1 b=$2 v=$3
+  echo "$(env_field "$t" title)"
+  echo "stands in: $(env_field "$t" stands_in)"
+  [ -n "$py312" ] || { echo "no Python 3.12 (pyenv's ~/.pyenv/versions/3.12*, or python3.12 on PATH)"; return 1; }
+  base_venv "$b" $(env_field "$t" image) || { echo "the base $b could not be built"; return 1; }
+  local s=$SECONDS
+  fresh_venv "$b" "$v" || { echo "could not copy $b to $v"; return 1; }
+  echo "fresh $v from $b: $((SECONDS - s)) s"
+  build_wheel || { echo "the wheel could not be built"; return 1; }
+  "$v/bin/python" -m pip freeze > "$tmp/$t-before.txt"
+  s=$SECONDS
+  reader_install "$t" "$v" || { echo "the reader's install failed"; return 1; }
+  echo "reader install: $((SECONDS - s)) s"
+  "$v/bin/python" -m pip freeze > "$tmp/$t-after.txt"
+  freeze_diff "$tmp/$t-before.txt" "$tmp/$t-after.txt"
+  echo "before:"; versions "$tmp/$t-before.txt"; echo "after the reader's install:"; versions "$tmp/$t-after.txt"
+  unchanged "$t" "$tmp/$t-before.txt" "$tmp/$t-after.txt" || { echo "the reader's install changed the image's pinned packages"; return 1; }
+  "$v/bin/python" -m pip check | sed 's/^/  pip check: /'
+  cp "$tmp/$t-after.txt" "$v/freeze-after-reader-install.txt"
+}
+run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the table's tests (each file must exist)
+  local t=$1 v=$2; shift 2
+  test_tools "$v" "$@" || { fail "$t: test tools could not be installed"; return; }
+  "$v/bin/python" -m pip freeze > "$tmp/$t-tools.txt"
+  unchanged "$t" "$tmp/$t-before.txt" "$tmp/$t-tools.txt" > /dev/null || { fail "$t: the test tools changed the image's pinned packages"; return; }
+  local files=() g f
+  for g in $(env_field "$t" tests); do
+    f=( $g ); [ -e "${f[0]}" ] || { fail "$t: $g is missing (tools/environments.toml lists it)"; continue; }
+    files+=("${f[@]}")
+  done
+  [ ${#files[@]} -gt 0 ] || return
+  # PYTHONSAFEPATH: no process imports trn_tutorials from the checkout: tests, torchrun and its workers use the wheel's
+  echo "package under test: $(PYTHONSAFEPATH=1 "$v/bin/python" -c 'import trn_tutorials as t; print(t.__file__)')"
+  local xla=() rest=()
+  for f in "${files[@]}"; do [[ $f == tests/test_xla* ]] && xla+=("$f") || rest+=("$f"); done
+  if [ ${#xla[@]} -gt 0 ]; then   # a skipped XLA test fails the stage (here is where torch-xla is), unless it is one
+    # meant for a venv without torch-xla (skipped with "torch-xla is installed here")
+    PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t-xla.xml" "${xla[@]}"
+    count $(pytest_counts "$tmp/$t-xla.xml")
+    local sk; sk=$(xla_skips "$tmp/$t-xla.xml")
+    [ -z "$sk" ] || { echo "$sk"; fail "$t: XLA test(s) skipped where torch-xla is (above)"; }
+  fi
+  if [ ${#rest[@]} -gt 0 ]; then
+    PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${rest[@]}"
+    count $(pytest_counts "$tmp/$t.xml")
+  fi
+  local nb flags; flags=$(env_field "$t" flags)
+  for nb in $(env_field "$t" notebooks); do   # the chapter's flow there, its flagged cells too; outputs not stored
+    echo "notebook: $nb (cells flagged $flags run too)"
+    if PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" tools/run_nb.py --check --flags $flags -- "$nb"; then count 1 0
+    else fail "$t: $nb"; fi
+  done
+}
+
+if want trn1; then
+  stage_start "Trn1 DLAMI stand-in: Python 3.12, torch 2.9 + torch-xla 2.9 (for torch-neuronx), pip install \"trn-tutorials[trn1]\""
+  if stand_in trn1-dlami .venv-trn1-base .venv-trn1; then count 1 0; run_env_tests trn1-dlami .venv-trn1 pytest nbdev fastcore execnb
+  else fail "trn1-dlami stand-in (above)"; fi
+  stage_end trn1
+fi
+
+if want trn2; then
+  stage_start "Trn2/Trn3 TorchNeuron stand-in: Python 3.12, torch 2.14.0 (no torch-neuronx on the CPU), pip install \"trn-tutorials[trn2]\""
+  if stand_in trn2-torchneuron .venv-trn2-base .venv-trn2; then count 1 0; run_env_tests trn2-torchneuron .venv-trn2 pytest
+  else fail "trn2-torchneuron stand-in (above)"; fi
+  stage_end trn2
+fi
+
+if want py310; then
+  stage_start "Python 3.10 compiles the package"
+  py310=$(ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)   # the oldest Python the package supports
+  [ -n "$py310" ] || py310=$(command -v python3.10 || true)
+  if [ -n "$py310" ] && "$py310" -m compileall -q trn_tutorials tests; then echo "ok: $py310"; count 1 0
+  else fail "no Python 3.10 found or the package does not compile under it"; fi
+  stage_end py310
+fi
 
 echo
+echo "seconds per stage:"; printf '  %s\n' "${timings[@]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
