@@ -128,3 +128,18 @@ def test_ci_has_the_stand_ins_python():
     steps = [s for job in wf['jobs'].values() for s in job.get('steps', [])]
     versions = [v for s in steps if s.get('uses', '').startswith('actions/setup-python') for v in str(s['with']['python-version']).split()]
     for name, e in ENVS.items(): assert e['python'] in versions, f'{name}: Python {e["python"]} not installed by the workflow'
+
+
+def test_core_stacks_agree():
+    """core.STACKS (what check_backend's refusals name) has each environment's venv and install line, and its minimum
+    versions are what the extra installs; XLA_INSTALL is the Trn1 image's pins plus the same extra."""
+    from trn_tutorials.core import STACKS, XLA_INSTALL
+    by_extra = {e['extra']: e for e in ENVS.values()}
+    for backend, s in STACKS.items():
+        e = by_extra[s.family]
+        assert (s.venv, s.install) == (e['venv'], e['reader_install']), backend
+        reqs = extra_reqs(e['extra'])
+        for name, lowest in s.needs:
+            assert reqs[name].specifier.contains(Version(lowest)), (backend, name, lowest, str(reqs[name].specifier))
+    trn1 = by_extra['trn1']
+    assert XLA_INSTALL == 'pip install ' + ' '.join(trn1['image']) + ' "trn-tutorials[trn1]"'
