@@ -5,7 +5,8 @@
 # %% ../nbs/04_train.ipynb #60e0af2d
 from __future__ import annotations
 import contextlib, functools, hashlib, json, math, os, platform, re, shutil, sys, time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -16,13 +17,15 @@ from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, che
 from .data import load_prepared, row_lengths
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS',
-           'ERROR_PREFIX', 'LOCK_ENV', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
+__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'MIN_OPTIMIZER_STEPS',
+           'REFERENCE_GLOBAL_BATCH', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'NEURON_BACKENDS', 'ERROR_PREFIX',
+           'LOCK_ENV', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
            'training_arguments', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows', 'diverged', 'trainer_class',
            'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete', 'checkpoints', 'newest_complete',
-           'skipped_note', 'planned_steps', 'resume_from', 'progress_line', 'read_progress', 'progress_callback',
-           'plot_history', 'plot_confusion', 'save_plots', 'check_output_dir', 'check_model', 'check_batch',
-           'check_workers', 'train', 'summary', 'main']
+           'skipped_note', 'planned_steps', 'resume_from', 'CheckpointGuard', 'few_steps_warning', 'progress_line',
+           'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'save_plots', 'check_output_dir',
+           'check_model', 'check_batch', 'torchrun_worker', 'check_torchrun', 'check_workers', 'train', 'summary',
+           'relaunch_command', 'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
 TRAIN_LIMITS = {   # the values each numeric option may take (`check_numbers`); `xla_loop` shares them
@@ -281,25 +284,16 @@ def trainer_class():
         def __init__(self, sampler): self.sampler = sampler
         def on_epoch_begin(self, args, state, control, **kwargs): self.sampler.set_epoch(int(state.epoch + 1e-6))
 
-    class Guard(TrainerCallback):
-        "Stop at a logged loss that is not finite; seal each checkpoint (after the run's arguments) unless its weights are not."
-        def __init__(self, run_args:dict|None): self.run_args = run_args
+    class LossGuard(TrainerCallback):
+        "Stop at a logged loss that is not finite."
         def on_log(self, args, state, control, logs=None, **kwargs):
             # not `eval_loss`: a worker whose evaluation batch is all filler rows (no label to score) logs a nan loss for it
             try: v = float((logs or {})['loss'])
             except (KeyError, TypeError, ValueError): return
             # averaged over the workers before it is logged: every worker stops here, at the same step
             if not math.isfinite(v): raise UsageError(diverged(f"the training loss became {v}", state.global_step, args.learning_rate, args.bf16))
-        def on_save(self, args, state, control, **kwargs):
-            from accelerate import PartialState
-            PartialState().wait_for_everyone()   # every worker has written its part (its random state)
-            d = Path(args.output_dir)/f'checkpoint-{state.global_step}'
-            if not (state.is_world_process_zero and d.is_dir()): return
-            if not _finite_weights(d):   # read back from the files on the CPU: no device sync, no extra graph
-                shutil.rmtree(d, ignore_errors=True)
-                raise UsageError(diverged('the weights became nan or inf', state.global_step, args.learning_rate, args.bf16))
-            if self.run_args is not None: (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
-            seal_checkpoint(d)
+
+    class Sealer(CheckpointGuard, TrainerCallback): "`CheckpointGuard` as one of the Trainer's callbacks."
 
     class EpochGraphs(TrainerCallback):
         "At each epoch's start (and the end of training): the training graphs compiled since the previous one."
@@ -319,7 +313,7 @@ def trainer_class():
             self.compile_s = {'train': 0.0, 'eval': 0.0} if self.xla else None
             self.eval_s = {'in_train': 0.0, 'all': 0.0}
             self.eval_rows, self._mark = 0, None
-            self.add_callback(Guard(run_args))
+            self.add_callback(LossGuard()); self.add_callback(Sealer(run_args))
             if os.environ.get('NEURON_EXTRACT_GRAPHS_ONLY', '0') not in ('', '0'):
                 # `neuron_parallel_compile`'s trial: tensors are placeholders, and accelerate's padding across workers fails on
                 # them (the Neuron HF Trainer guide patches it out). Our evaluation batches already match on every worker.
@@ -553,6 +547,107 @@ def resume_from(args:TrainArguments, # the run's arguments
                              "batch size, --epochs and --max_steps, or pass another --output_dir")
     return last
 
+# %% ../nbs/04_train.ipynb #e33e2e7f
+SEAL_TIMEOUT_S = 7200  # seconds the workers wait for each other at a checkpoint: the first one reads every file of it once
+
+@functools.cache
+def _agent_store(addr:str, port:int):
+    "A client of the key-value store torchrun's agent keeps for its workers."
+    from torch.distributed import TCPStore
+    return TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=SEAL_TIMEOUT_S))
+
+def _host_store():
+    "A key-value store on the host that every worker reaches: torch.distributed's, else torchrun's; `None` without either."
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized(): return dist.distributed_c10d._get_default_store()
+    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True' and os.environ.get('MASTER_ADDR'):   # XLA before its process group
+        return _agent_store(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']))
+
+class CheckpointGuard:
+    "Seal each checkpoint, then meet: with every worker's part written the first checks the weights and seals; the others wait on the host."
+    def __init__(self, run_args:dict|None=None, # the run's arguments, written into each checkpoint as `RUN_ARGS`
+                 timeout:float=SEAL_TIMEOUT_S # seconds the workers wait for each other at a checkpoint
+                ):
+        self.run_args, self.timeout, self.saves = run_args, timeout, 0
+
+    def seal(self, d:Path, # the checkpoint folder
+             step:int, # its optimizer step
+             args # the Trainer's arguments: `learning_rate` and `bf16` name the likely cause of nan weights
+            ) -> str|None:
+        "On the first worker: the line that stops the run if `d`'s weights are not finite (`d` deleted), else `None` once `d` is sealed."
+        if not d.is_dir(): return None
+        if not _finite_weights(d):   # read back from the files on the CPU: no device sync, no extra graph
+            shutil.rmtree(d, ignore_errors=True)
+            return diverged('the weights became nan or inf', step, args.learning_rate, args.bf16)
+        if self.run_args is not None: (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
+        seal_checkpoint(d)
+
+    def on_save(self, args, # the Trainer's `TrainingArguments` (`output_dir`, `world_size`, `process_index`)
+                state, # its `TrainerState` (`global_step`, `is_world_process_zero`)
+                control, **kwargs):
+        "The Trainer calls this on every worker once a checkpoint is written: it returns when the checkpoint is sealed, or raises on all."
+        self.saves += 1
+        d, step, first, world = Path(args.output_dir)/f'checkpoint-{state.global_step}', state.global_step, state.is_world_process_zero, args.world_size
+        store = _host_store() if world > 1 else None
+        if world == 1: word = self.seal(d, step, args)
+        elif store is None: word = self._on_device(d, step, args, first)
+        else:
+            key = f"trn_tutorials/seal/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{self.saves}"
+            wait = lambda keys: store.wait(keys, timedelta(seconds=self.timeout))
+            store.set(f'{key}/written/{args.process_index}', '1')   # this worker's part is on disk
+            if first:
+                wait([f'{key}/written/{r}' for r in range(world)])
+                try: word = self.seal(d, step, args)
+                except BaseException as e:   # a failed seal stops the others too, rather than leaving them waiting
+                    store.set(f'{key}/word', f"the first worker could not seal {d.name}: {e}"); raise
+                store.set(f'{key}/word', word or '')
+            else:
+                wait([f'{key}/word'])
+                word = store.get(f'{key}/word').decode() or None
+        if word: raise UsageError(word)
+
+    def _on_device(self, d:Path, step:int, args, first:bool) -> str|None:
+        "The same meeting through accelerate's collectives, where no host store exists (not under torchrun)."
+        from accelerate import PartialState
+        from accelerate.utils import broadcast_object_list
+        PartialState().wait_for_everyone()
+        word, err = [None], None
+        if first:
+            try: word[0] = self.seal(d, step, args)
+            except BaseException as e: word[0], err = f"the first worker could not seal {d.name}: {e}", e
+        broadcast_object_list(word)
+        if err: raise err
+        return word[0]
+
+
+# %% ../nbs/04_train.ipynb #185bc1d2
+MIN_OPTIMIZER_STEPS = 200  # fewer steps than this, at a global batch above the recipe's, and fine-tuning is likely cut short
+REFERENCE_GLOBAL_BATCH = 32  # the original recipe's global batch: 2 workers x 16 rows on a trn1.2xlarge
+_SUGGESTED_WORKERS = (1, 2, 8, 32)  # worker counts to suggest: those Neuron's data parallelism runs on a Trn1
+
+def few_steps_warning(args:TrainArguments, # the run's arguments
+                      train_rows:int, # rows of the training split
+                      workers:int # torchrun workers
+                     ) -> str|None:
+    "A one-line warning naming the fixes when a global batch above `REFERENCE_GLOBAL_BATCH` leaves fewer than `MIN_OPTIMIZER_STEPS` steps."
+    b = args.per_device_train_batch_size; g = b * workers
+    if args.max_steps > 0 or g <= REFERENCE_GLOBAL_BATCH or train_rows < workers: return None   # --max_steps: counted on purpose
+    rows = np.zeros(train_rows, dtype=int)   # one bucket: buckets may add a step
+    steps = lambda w=workers, **kw: planned_steps(replace(args, **kw), rows, w)
+    if (n := steps()) >= MIN_OPTIMIZER_STEPS: return None
+    enough = lambda k: k >= MIN_OPTIMIZER_STEPS
+    fixes = [f"fewer workers ({w} workers: {steps(w)} steps)" for w in sorted(_SUGGESTED_WORKERS, reverse=True) if w < workers and enough(steps(w))][:1]
+    fixes += [f"--per_device_train_batch_size {s} ({steps(per_device_train_batch_size=s)} steps)"
+              for s in (b >> k for k in range(1, b.bit_length())) if enough(steps(per_device_train_batch_size=s))][:1]
+    e = math.ceil(MIN_OPTIMIZER_STEPS / steps(epochs=1))
+    fixes += [f"--epochs {e} ({steps(epochs=e)} steps)"]
+    lr = args.learning_rate * math.sqrt(g / REFERENCE_GLOBAL_BATCH)
+    fixes += [f"a --learning_rate scaled with the batch (e.g. {lr:.2g} = {args.learning_rate:g} x sqrt({g}/{REFERENCE_GLOBAL_BATCH}), the square-root rule for Adam)"]
+    return (f"warning: {n} optimizer steps planned ({train_rows} training rows, {args.epochs:g} epoch{'s' * (args.epochs != 1)}, global batch {g} = {workers} workers x {b}), "
+            f"fewer than {MIN_OPTIMIZER_STEPS} for a batch {g / REFERENCE_GLOBAL_BATCH:g}x the recipe's {REFERENCE_GLOBAL_BATCH}: the model may stay "
+            f"undertrained. Use {', '.join(fixes[:-1])}, or {fixes[-1]}")
+
+
 # %% ../nbs/04_train.ipynb #c5c52b7c
 PROGRESS_PREFIX = 'trn_tutorials.train: progress: '  # a progress line: this prefix, then one JSON object
 PROGRESS_ENV = 'TRN_TUTORIALS_PROGRESS'  # '1': the first worker prints progress lines (`launch` sets it)
@@ -691,6 +786,24 @@ def check_batch(args:TrainArguments, # the run's arguments
     if small: return (f"note: evaluation batches of {e * workers} rows (--per_device_eval_batch_size {e} on {workers} worker(s)) are larger "
                       f"than the {' and '.join(small)} rows: each split is one batch, filled up with rows that are not scored")
 
+# %% ../nbs/04_train.ipynb #400b9448
+NEURON_BACKENDS = ('neuron', 'torchneuron')  # the backends whose workers must be started by torchrun
+
+def torchrun_worker(env:dict|None=None # environment; default `os.environ`
+                   ) -> bool:
+    "Whether this process is a worker that torchrun started (torchrun sets `TORCHELASTIC_RUN_ID` and `LOCAL_RANK`)."
+    env = os.environ if env is None else env
+    return 'TORCHELASTIC_RUN_ID' in env or 'LOCAL_RANK' in env
+
+def check_torchrun(backend:str, # a resolved backend
+                   env:dict|None=None # environment; default `os.environ`
+                  ):
+    "A one-line `UsageError` for training on a NeuronCore outside a torchrun worker."
+    if backend in NEURON_BACKENDS and not torchrun_worker(env):
+        raise UsageError(f"--backend {backend} trains only in a torchrun worker (a single worker started without torchrun hangs with "
+                         "transformers >= 4.44): use `launch(...)`, or `torchrun --nproc_per_node 1 -m trn_tutorials.train ...`")
+
+
 # %% ../nbs/04_train.ipynb #44c77a5b
 def check_workers(backend:str, # a resolved backend
                   workers:int # torchrun workers
@@ -709,7 +822,7 @@ def _check_runtime(backend:str, world_size:int):
     from transformers.utils import is_torch_xla_available   # decided once, when transformers was first imported
     if is_torch_xla_available() != (backend in XLA_BACKENDS):
         raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
-                         "run training in its own process (`python -m trn_tutorials.train`, torchrun, or `launch`)")
+                         "run training in its own process (`torchrun --nproc_per_node 1 -m trn_tutorials.train ...`, or `launch`)")
 
 _HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy')   # kept from the Trainer's log
 
@@ -720,11 +833,15 @@ def _note(text:str):
 def train(args:TrainArguments # the run's arguments
          ) -> dict:
     "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
-    check_args(args); check_output_dir(args)
+    check_args(args)
+    backend = check_backend(args.backend)
+    check_torchrun(backend)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
+    check_output_dir(args)
     ds, manifest = load_prepared(args.dataset_path)
-    backend, world = check_backend(args.backend), int(os.environ.get('WORLD_SIZE', 1))
+    world = int(os.environ.get('WORLD_SIZE', 1))
     check_model(args, manifest)
     batch_note = check_batch(args, {s: len(d) for s, d in ds.items()}, world)
+    few_steps = few_steps_warning(args, len(ds['train']), world)
     set_backend_env(backend)
     _check_runtime(backend, world)
     xla = backend in XLA_BACKENDS
@@ -732,6 +849,7 @@ def train(args:TrainArguments # the run's arguments
     start = resume_from(args, world, fill_last=xla, found=found)
     if int(os.environ.get('RANK', 0)) == 0:
         if batch_note: _note(batch_note)
+        if few_steps: _note(few_steps)
         for p, _ in found[1]: shutil.rmtree(p, ignore_errors=True)   # the resumed run writes them again
         if (note := skipped_note(found[1], start) or (start and f"resuming from {start.name}")): _note(note)
     model_id = args.model_id or manifest['model_id']
@@ -767,7 +885,7 @@ def train(args:TrainArguments # the run's arguments
     metrics = {
         'model_id': model_id, 'dataset_path': str(args.dataset_path), 'max_length': manifest['max_length'],
         'bucket_lengths': manifest.get('bucket_lengths', [manifest['max_length']]),
-        'label_names': names, 'backend': backend, 'world_size': targs.world_size,
+        'label_names': names, 'backend': backend, 'world_size': targs.world_size, 'torchrun': torchrun_worker(),
         'train': {'samples_per_second': fed / train_only_s, 'runtime_s': train_only_s,
                   'runtime_with_eval_s': result.metrics.get('train_runtime'),
                   'trainer_samples_per_second': result.metrics.get('train_samples_per_second'), 'loss': result.metrics.get('train_loss'),
@@ -777,7 +895,7 @@ def train(args:TrainArguments # the run's arguments
                  'samples_per_second': scored / max(1e-9, trainer.eval_s['all'] - trainer.eval_s['in_train'])},
         'compiled_graphs': trainer.graphs, 'compile_s': trainer.compile_s,
         **scores, 'final_split': final, 'baseline': baseline,
-        'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'],
+        'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'], 'warnings': [few_steps] if few_steps else [],
         'wall_s': time.time() - t0, 'versions': _versions(), 'args': asdict(args),
         'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
     Path(args.output_dir, 'metrics.json').write_text(json.dumps(metrics, indent=2))
@@ -817,30 +935,50 @@ def summary(metrics:dict # what `train` returns
     if not metrics['beats_baseline']:
         lines.append("warning: no better than always predicting the majority label. With --bf16 true, retry with "
                      "--bf16 false (or NEURON_RT_STOCHASTIC_ROUNDING_EN=1); otherwise train longer or raise --learning_rate.")
+    lines += metrics.get('warnings', [])   # e.g. too few optimizer steps for the global batch
     return '\n'.join(lines)
 
 # %% ../nbs/04_train.ipynb #c330ab87
 ERROR_PREFIX = 'trn_tutorials.train: error: '  # how a worker's one-line error starts; the launcher looks for it
 LOCK_ENV = 'TRN_TUTORIALS_LOCKED'  # `launch` sets it to the absolute output_dir whose lock it holds for its workers
 
-def _set_backend_env(argv:list[str]) -> str|None:
-    "Resolve `--backend` and set its environment before transformers is imported (it reads `USE_TORCH_XLA` only then)."
+def _resolve_backend(argv:list[str]) -> str|None:
+    "`--backend` resolved, before transformers is imported (it reads `USE_TORCH_XLA` only then); `None` if it cannot be."
     import argparse
     p = argparse.ArgumentParser(add_help=False); p.add_argument('--backend', default='auto')
-    try: backend = check_backend(p.parse_known_args(argv)[0].backend)
+    try: return check_backend(p.parse_known_args(argv)[0].backend)
     except UsageError: return None   # `train` repeats the check and reports it
-    set_backend_env(backend)
-    return backend
 
-def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+def relaunch_command(argv:list[str], # this script's arguments
+                     port:int|None=None # rendezvous port; default a free one
+                    ) -> list[str]:
+    "The command that runs this script with `argv` under torchrun, with one worker."
+    return [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '--master_addr', '127.0.0.1',
+            '--master_port', str(port or _free_port()), '-m', 'trn_tutorials.train', *argv]
+
+def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
+         relaunch:bool=False # on a Neuron backend outside torchrun: re-run under torchrun with one worker (`python -m`), not refuse
         ) -> dict:
     "Parse the arguments and train, holding `output_dir`'s lock unless the launcher holds it."
-    torchrun = 'TORCHELASTIC_RUN_ID' in os.environ or 'LOCAL_RANK' in os.environ
+    torchrun = torchrun_worker()
     if torchrun:   # a worker of torchrun: ends with it, rather than training on, orphaned, after a kill
         die_with_parent()
         if os.getppid() == 1: sys.exit(1)   # torchrun died before that was set: nobody is waiting for this worker
     argv = sys.argv[1:] if argv is None else argv
-    backend = _set_backend_env(argv)
+    backend = _resolve_backend(argv)
+    if backend and not {'-h', '--help'} & set(argv):
+        try: check_torchrun(backend)
+        except UsageError as e:
+            if not relaunch: print(f"{ERROR_PREFIX}{e}", file=sys.stderr); sys.exit(2)
+            print(f"trn_tutorials.train: --backend {backend} without torchrun hangs (a single worker, transformers >= 4.44): "
+                  "running it as `torchrun --nproc_per_node 1 -m trn_tutorials.train ...`", flush=True)
+            sys.stderr.flush()
+            os.execv(sys.executable, relaunch_command(argv))   # the same process: torchrun takes its pid, its signals and its exit status
+    if backend: set_backend_env(backend)
     args, = parse_args([TrainArguments], argv, prog='trn_tutorials.train')
     if backend: args.backend = backend   # resolved once: `auto` does not detect again
     import datasets, transformers   # progress bars redraw lines: noise in a log or a notebook cell
@@ -857,4 +995,4 @@ def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
 
 # %% ../nbs/04_train.ipynb #c6b90374
 #| eval: false
-if __name__ == '__main__' and sys.argv[0].endswith('train.py'): main()
+if __name__ == '__main__' and sys.argv[0].endswith('train.py'): main(relaunch=True)
