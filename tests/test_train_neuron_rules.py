@@ -79,8 +79,8 @@ if dist.is_initialized(): dist.barrier(); dist.destroy_process_group()   # a cle
 @pytest.mark.parametrize('mode', ['gloo', 'agent', 'device'])
 def test_seal_then_meet(tmp_path, mode):
     """Two real torchrun workers: the second returns from `on_save` only once the first has sealed; a nan checkpoint or a
-    failed seal stops both (neither waits forever). `gloo`: torch.distributed's store (CPU, GPU, Neuron once transformers
-    made its XLA group); `agent`: no process group, torchrun's own store; `device`: no host store, accelerate's collectives."""
+    failed seal stops both (neither waits forever). `gloo`: with a process group (CPU, GPU, Neuron once transformers made
+    its XLA group), still torchrun's store; `agent`: no process group; `device`: no host store, accelerate's collectives."""
     script = tmp_path/'worker.py'; script.write_text(WORKER)
     out = tmp_path/'run'
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_addr', '127.0.0.1',

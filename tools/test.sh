@@ -212,19 +212,20 @@ run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the tabl
     files+=("${f[@]}")
   done
   [ ${#files[@]} -gt 0 ] || return
+  # TRN_TUTORIALS_STANDIN names the stand-in to the tests (they check its versions against this file).
   # PYTHONSAFEPATH: no process imports trn_tutorials from the checkout: tests, torchrun and its workers use the wheel's
   echo "package under test: $(PYTHONSAFEPATH=1 "$v/bin/python" -c 'import trn_tutorials as t; print(t.__file__)')"
   local xla=() rest=()
   for f in "${files[@]}"; do [[ $f == tests/test_xla* ]] && xla+=("$f") || rest+=("$f"); done
   if [ ${#xla[@]} -gt 0 ]; then   # a skipped XLA test fails the stage (here is where torch-xla is), unless it is one
     # meant for a venv without torch-xla (skipped with "torch-xla is installed here")
-    PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t-xla.xml" "${xla[@]}"
+    TRN_TUTORIALS_STANDIN=$t PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t-xla.xml" "${xla[@]}"
     count $(pytest_counts "$tmp/$t-xla.xml")
     local sk; sk=$(xla_skips "$tmp/$t-xla.xml")
     [ -z "$sk" ] || { echo "$sk"; fail "$t: XLA test(s) skipped where torch-xla is (above)"; }
   fi
   if [ ${#rest[@]} -gt 0 ]; then
-    PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${rest[@]}"
+    TRN_TUTORIALS_STANDIN=$t PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${rest[@]}"
     count $(pytest_counts "$tmp/$t.xml")
   fi
   local nb flags; flags=$(env_field "$t" flags)

@@ -557,10 +557,8 @@ def _agent_store(addr:str, port:int):
     return TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=SEAL_TIMEOUT_S))
 
 def _host_store():
-    "A key-value store on the host that every worker reaches: torch.distributed's, else torchrun's; `None` without either."
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized(): return dist.distributed_c10d._get_default_store()
-    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True' and os.environ.get('MASTER_ADDR'):   # XLA before its process group
+    "The key-value store torchrun's agent keeps on the host, which every worker reaches; `None` outside torchrun."
+    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True' and os.environ.get('MASTER_ADDR'):
         return _agent_store(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']))
 
 class CheckpointGuard:
