@@ -18,7 +18,7 @@ from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBa
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env',
            'train_argv', 'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'LaunchError',
-           'in_notebook', 'Progress', 'Results', 'launch', 'stop', 'compile_cache', 'cache_status', 'graphs_from_cache',
+           'in_notebook', 'Progress', 'Results', 'graphs_from_cache', 'launch', 'stop', 'compile_cache', 'cache_status',
            'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes', 'PrecompileError',
            'precompile', 'compile_report']
 
@@ -315,6 +315,16 @@ class Results:
     def __repr__(self): return 'Results(' + ', '.join(f'{k}: {v}' for k, v in self.rows()) + ')'
     def _repr_markdown_(self): return '| Results | |\n|---|---|\n' + '\n'.join(f'| {k} | {v} |' for k, v in self.rows())
 
+# %% ../nbs/05_launch.ipynb #377650ba
+def graphs_from_cache(counted:dict|None, # `metrics['compiled_graphs']`: what torch-xla counted as compiled
+                      before:dict|None, # `cache_status` of the compile cache before the run
+                      after:dict|None # ... and after it
+                     ) -> int|None:
+    "How many of the graphs torch-xla counted were loaded from the Neuron compile cache; `None` where that cannot be told."
+    if not counted or not before or not after or before.get('compiled') is None or after.get('compiled') is None: return None
+    n = counted['train'] + counted['eval']
+    return n - min(n, max(0, after['compiled'] - before['compiled']))
+
 # %% ../nbs/05_launch.ipynb #567b01d0
 NPROC_LIMIT = Limit(1, example=2)  # `nproc_per_node`: one worker or more (`workers` checks what the machine has)
 
@@ -461,16 +471,6 @@ def cache_status(path:str|Path # the cache: a local folder, or an `s3://` URL (n
             if g.is_dir(): st[_graph_state(g)] += 1
     st['size_mb'] = round(_tree_bytes(path) / 2**20, 1)
     return st
-
-# %% ../nbs/05_launch.ipynb #377650ba
-def graphs_from_cache(counted:dict|None, # `metrics['compiled_graphs']`: what torch-xla counted as compiled
-                      before:dict|None, # `cache_status` of the compile cache before the run
-                      after:dict|None # ... and after it
-                     ) -> int|None:
-    "How many of the graphs torch-xla counted were loaded from the Neuron compile cache; `None` where that cannot be told."
-    if not counted or not before or not after or before.get('compiled') is None or after.get('compiled') is None: return None
-    n = counted['train'] + counted['eval']
-    return n - min(n, max(0, after['compiled'] - before['compiled']))
 
 # %% ../nbs/05_launch.ipynb #45838fdf
 def precompile_args(args:TrainArguments, # the real run's arguments
