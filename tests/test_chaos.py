@@ -102,6 +102,7 @@ def test_killed_at_random_moments_ends_with_the_same_model(prepared):
         everything = rng.random() < 0.5   # SIGKILL to every process of the run, or to the launcher alone
         if what == 'save':   # poll every few ms for a new checkpoint folder without its record; freeze the run (SIGSTOP)
             torn = None      # and look again: still no record, so the kill lands inside the save; else let it go on
+            everything = True   # and kill every process: the launcher alone would let its frozen workers finish the seal
             while run.running() and torn is None:
                 if (c := run.saving()) is None: time.sleep(0.002); continue
                 send(tree, signal.SIGSTOP)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import tiny_bert
+from trn_tutorials.core import XLA_INSTALL, tiny_bert
 from trn_tutorials.data import DataArguments, load_prepared, prepare
 from trn_tutorials.train import TrainArguments
 from trn_tutorials.xla_loop import ERROR_PREFIX, LoopArguments, Workers, eval_loader, train_loader, weights_sha256
@@ -129,5 +129,4 @@ def test_xla_backend_without_torch_xla(easy):
     tmp, _ = easy
     r = run_main('--backend', 'xla', '--dataset_path', tmp/'data')
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        ERROR_PREFIX + "--backend xla needs torch-xla: `pip install torch==2.9.0 torch-xla==2.9.0 'transformers==4.57.*'` "
-        "in a separate virtual environment, or use --backend cpu"], r.stderr
+        ERROR_PREFIX + f"--backend xla needs torch-xla: `{XLA_INSTALL}` in a separate virtual environment, or use --backend cpu"], r.stderr
