@@ -17,7 +17,10 @@ from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instan
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['SM_KINDS', 'CLEANUP_LIMITS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
+__all__ = ['COMPILE_CACHE_PREFIX', 'SM_KINDS', 'CLEANUP_LIMITS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
+
+# %% ../nbs/06_cleanup.ipynb #23ea7168
+COMPILE_CACHE_PREFIX = f'{PROJECT}/neuron-compile-cache'   # one for the project: every job reuses what earlier jobs compiled
 
 # %% ../nbs/06_cleanup.ipynb #43741634
 SM_KINDS = {'training-job': 'training_jobs', 'endpoint': 'endpoints', 'endpoint-config': 'endpoint_configs', 'model': 'models'}
