@@ -19,7 +19,7 @@ setup: $(BIN)/trn-tutorials
 quickstart: setup
 	HF_HUB_DISABLE_TELEMETRY=1 $(BIN)/trn-tutorials quickstart
 
-test: setup   # one stage or a few: STAGES="trn1 trn2" make test (see tools/test.sh)
+test:   # sets up .venv too (tools/test.sh runs `make setup` while the stand-ins' bases download); one stage or a few: STAGES="trn1 trn2" make test
 	bash tools/test.sh
 
 # after editing notebooks: the library, clean notebooks and README.md from them

@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ENVS = tomllib.loads((ROOT/'tools/environments.toml').read_text())
 KEYS = {'title', 'venv', 'python', 'checked', 'source', 'image', 'neuron', 'stands_in', 'not_stated', 'reader_install',
         'extra', 'unchanged', 'tests', 'notebooks', 'flags'}
+CONTAINER_KEYS = {'kind', 'title', 'image_uri', 'python', 'checked', 'source', 'base', 'image', 'neuron', 'stands_in',
+                  'not_stated', 'unchanged', 'start', 'tests'}
+DLAMIS = sorted(n for n, e in ENVS.items() if e.get('kind') != 'container')
+CONTAINERS = sorted(n for n, e in ENVS.items() if e.get('kind') == 'container')
 
 
 def settings():
@@ -33,19 +37,35 @@ def readme_commands() -> list[list[str]]:
 
 
 def test_both_environments_listed():
-    assert {'trn1-dlami', 'trn2-torchneuron'} <= set(ENVS)
+    assert {'trn1-dlami', 'trn2-torchneuron'} <= set(DLAMIS)
+    assert {'sm-training', 'sm-pytorch-inference', 'sm-hf-inference'} <= set(CONTAINERS)
 
 
-@pytest.mark.parametrize('name', sorted(ENVS))
-def test_environment_has_source_and_date(name):
-    e = ENVS[name]
-    assert KEYS <= set(e), f'{name}: missing {sorted(KEYS - set(e))}'
+def _dated_source(e):
     checked = datetime.date.fromisoformat(e['checked'])
     assert datetime.date(2026, 1, 1) <= checked <= datetime.date.today(), checked
     assert len(e['source'].split()) > 20 and re.search(r'\d{4}-\d\d-\d\d|\d\d/\d\d/\d{4}', e['source']), 'a source names where and when'
     assert re.fullmatch(r'3\.1\d', e['python'])
-    # the stand-in's base: exact pins only (its freeze is compared before and after the reader's install)
     assert e['image'] and all(re.fullmatch(r'[a-z0-9-]+==[0-9.]+', p) for p in e['image']), e['image']
+
+
+@pytest.mark.parametrize('name', CONTAINERS)
+def test_container_has_source_and_date(name):
+    "A container's stand-in: the image's pins with their source and date, the shared base among them, tests that exist."
+    e = ENVS[name]
+    assert CONTAINER_KEYS <= set(e), f'{name}: missing {sorted(CONTAINER_KEYS - set(e))}'
+    _dated_source(e)
+    assert set(e['base']) <= set(e['image']) and any(p.startswith('torch==') for p in e['base'])
+    assert set(e['unchanged']) <= {p.split('==')[0] for p in e['image']} and 'torch' in e['unchanged']
+    assert re.fullmatch(r'763104351884\.dkr\.ecr\.<region>\.amazonaws\.com/[a-z-]+:[\w.-]+', e['image_uri'])
+    assert e['tests'] and all(t.startswith('tests/containers/test_') and (ROOT/t).is_file() for t in e['tests'])
+
+
+@pytest.mark.parametrize('name', DLAMIS)
+def test_environment_has_source_and_date(name):
+    e = ENVS[name]
+    assert KEYS <= set(e), f'{name}: missing {sorted(KEYS - set(e))}'
+    _dated_source(e)   # the stand-in's base: exact pins only (its freeze is compared before and after the reader's install)
     assert e['neuron'] and all(p.split('==')[0] in ('torch-neuronx', 'neuronx-cc') for p in e['neuron'])
     assert set(e['unchanged']) <= {p.split('==')[0] for p in e['image']} and 'torch' in e['unchanged']
     assert e['venv'].startswith('/opt/aws_neuronx_venv_')
@@ -54,7 +74,7 @@ def test_environment_has_source_and_date(name):
     assert set(e['flags']) <= set(settings()['tst_flags'].split())
 
 
-@pytest.mark.parametrize('name', sorted(ENVS))
+@pytest.mark.parametrize('name', DLAMIS)
 def test_reader_install_is_the_extra(name):
     e = ENVS[name]
     assert e['reader_install'] == f'pip install "trn-tutorials[{e["extra"]}]"'
@@ -102,7 +122,8 @@ def test_readme_install_lines():
             for a in c[2:]:
                 if not a.startswith('-') and not a.startswith('http'): Requirement(a)   # each argument parses
     lines = [shlex.join(c) for c in cmds]
-    for name, e in ENVS.items():
+    for name in DLAMIS:
+        e = ENVS[name]
         line = shlex.join(shlex.split(e['reader_install']))
         assert line in lines, f'README Install lacks {e["reader_install"]} ({name})'
         i = lines.index(line)
@@ -134,7 +155,7 @@ def test_core_stacks_agree():
     """core.STACKS (what check_backend's refusals name) has each environment's venv and install line, and its minimum
     versions are what the extra installs; XLA_INSTALL is the Trn1 image's pins plus the same extra."""
     from trn_tutorials.core import STACKS, XLA_INSTALL
-    by_extra = {e['extra']: e for e in ENVS.values()}
+    by_extra = {ENVS[n]['extra']: ENVS[n] for n in DLAMIS}
     for backend, s in STACKS.items():
         e = by_extra[s.family]
         assert (s.venv, s.install) == (e['venv'], e['reader_install']), backend

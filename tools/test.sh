@@ -3,14 +3,17 @@
 # step), pytest in .venv (torchrun, CLI, servers, the docs' outputs and workflows), the two reader environments'
 # stand-ins (tools/environments.toml: the Trn1 DLAMI's PyTorch 2.9 venv, with torch-xla standing in for torch-neuronx,
 # and the Trn2/Trn3 TorchNeuron venv), each with the package installed from a wheel the way the README tells a reader
-# there, and a Python 3.10 compile check.
+# there, SageMaker's three containers' stand-ins (the training image with two nodes, the PyTorch and the Hugging Face
+# inference images, each driven through the image's own start-up), and a Python 3.10 compile check.
+# The stand-ins' base venvs (GBs of PyPI wheels) are built in the background while `make setup` and the first stages run.
 # Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran. Prints each stage's seconds.
-# One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks docs pytest trn1 trn2 py310).
+# One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks docs pytest trn1 trn2
+# sm-training sm-pytorch-inference sm-hf-inference py310).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BIN=.venv/bin
-STAGES=${STAGES:-services notebooks docs pytest trn1 trn2 py310}
+STAGES=${STAGES:-services notebooks docs pytest trn1 trn2 sm-training sm-pytorch-inference sm-hf-inference py310}
 passed=0; failed=0
 count() { passed=$((passed + $1)); failed=$((failed + $2)); }
 fail() { echo "FAILED: $*"; count 0 1; }
@@ -44,49 +47,6 @@ export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 export PATH="$ROOT/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
 tmp=$(mktemp -d)
 
-if want services && [ -f .ci/services.sh ]; then
-  stage_start services
-  bash .ci/services.sh .venv || fail "services setup"
-  stage_end services
-fi
-
-if want notebooks; then
-  stage_start "notebooks (nbdev_test)"
-  nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
-  "$BIN/nbdev_test" --n_workers 2 --do_print 2>&1 | tee "$tmp/nbdev.log"
-  nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
-  ntotal=$(echo "$nbs" | wc -w)
-  count $((ntotal - nfail)) "$nfail"
-  stage_end notebooks
-fi
-
-if want docs; then
-  stage_start "docs: nbdev's doc preprocessing (what nbdev_docs runs before Quarto), on a clean copy"
-  # The files a fresh clone would hold once the working tree is committed (tracked and new, nothing ignored: no
-  # runs/, no _proc/), processed from that copy's root as the deploy workflow does. nbdev.serve.proc_nbs is the
-  # processing alone (nbdev_proc_nbs would first download Quarto). Any error, and any warning (such as "Found cells
-  # containing imports and other code", a cell nbdev re-runs without the cells before it), fails the stage.
-  # The processed notebooks are left in _proc/ (ignored by git) to look at.
-  D="$tmp/docs"; mkdir -p "$D"
-  git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$D"
-  (cd "$D" && PYTHONPATH="$D" "$ROOT/$BIN/python" -c "from nbdev.serve import proc_nbs; proc_nbs(force=True)") > "$tmp/docs.log" 2>&1
-  rc=$?
-  rm -rf _proc && { [ ! -d "$D/_proc" ] || mv "$D/_proc" _proc; }
-  if [ $rc -eq 0 ] && ! grep -Eq 'Warning|Error|Traceback|Exception' "$tmp/docs.log"; then
-    echo "ok: $(ls _proc/*.ipynb | wc -l) notebooks processed, no warning"; count 1 0
-  else
-    cat "$tmp/docs.log"; fail "nbdev's doc preprocessing (exit $rc; warnings and errors above)"
-  fi
-  stage_end docs
-fi
-
-if want pytest; then
-  stage_start "pytest (.venv)"
-  "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" tests
-  count $(pytest_counts "$tmp/pytest.xml")
-  stage_end pytest
-fi
-
 # ---- the reader environments' stand-ins (tools/environments.toml) ----
 # Each has a base venv on Python 3.12 holding only the real image's pins (`image`: the heavy CUDA builds of torch from
 # PyPI, several GB), kept between runs and rebuilt when its pins change. Every run starts from a fresh copy of that base
@@ -95,10 +55,11 @@ fi
 # name), `pip freeze` before and after, and the stage fails if the install changed what the image pins (`unchanged`).
 py312=$(ls -d ~/.pyenv/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1)
 [ -n "$py312" ] || py312=$(command -v python3.12 || true)
-env_field() {  # env_field TABLE KEY: a field of tools/environments.toml, lists one item per line
-  "$BIN/python" - "$1" "$2" <<'PY'
+env_field() {  # env_field TABLE KEY: a field of tools/environments.toml, lists one item per line (fails when absent)
+  python3 - "$1" "$2" <<'PY'
 import sys, tomllib
-v = tomllib.load(open('tools/environments.toml', 'rb'))[sys.argv[1]][sys.argv[2]]
+v = tomllib.load(open('tools/environments.toml', 'rb'))[sys.argv[1]].get(sys.argv[2])
+if v is None: sys.exit(1)
 print('\n'.join(v) if isinstance(v, list) else v)
 PY
 }
@@ -113,19 +74,32 @@ for line in open(sys.argv[1]):
 print('  ' + ', '.join(f'{k} {got[k]}' for k in want if k in got))
 PY
 }
-base_venv() {  # base_venv DIR PIN...: DIR holds exactly the pins (rebuilt when they change); prints its build seconds
-  local d=$1; shift; local want="python=$("$py312" -V 2>&1) $*"
+base_venv() {  # base_venv DIR FROM PIN...: DIR holds exactly the pins (rebuilt when they change), built from a copy of
+  # the base FROM (empty: a new venv); one builder at a time per DIR (the background builds below hold the same lock)
+  local d=$1 from=$2; shift 2; local want="python=$("$py312" -V 2>&1) from=${from:+$from:$(cat "$from/.image" 2>/dev/null)} $*"
+  exec {lk}>"$d.lock"; flock "$lk"
   if [ -x "$d/bin/python" ] && [ "$(cat "$d/.image" 2>/dev/null)" = "$want" ] \
      && "$d/bin/python" -m pip freeze --all 2>/dev/null | cmp -s - "$d/.freeze"; then
-    echo "base $d: reused ($*)"; return 0
+    echo "base $d: ready ($*)"; exec {lk}>&-; return 0
   fi
-  local s=$SECONDS; rm -rf "$d"
-  echo "base $d: installing $* (large wheels: resumed after a dropped connection)"
-  if "$py312" -m venv "$d" && "$d/bin/python" -m pip install -q --upgrade pip > "$tmp/base.log" 2>&1 \
-     && "$d/bin/python" -m pip install -q --resume-retries 20 "$@" >> "$tmp/base.log" 2>&1; then
+  local s=$SECONDS log="$tmp/base-${d//\//_}.log"; rm -rf "$d"
+  echo "base $d: installing $*${from:+ onto a copy of $from} (large wheels: resumed after a dropped connection)"
+  if { if [ -n "$from" ]; then fresh_venv "$from" "$d"; else "$py312" -m venv "$d" && "$d/bin/python" -m pip install -q --upgrade pip; fi; } > "$log" 2>&1 \
+     && "$d/bin/python" -m pip install -q --resume-retries 20 "$@" >> "$log" 2>&1; then
     "$d/bin/python" -m pip freeze --all > "$d/.freeze" && echo "$want" > "$d/.image"
-  else grep -v "^WARNING: Location" "$tmp/base.log"; rm -rf "$d"; return 1; fi
-  echo "base $d: built in $((SECONDS - s)) s, $(du -sh "$d" | cut -f1)"; timings+=("$d install (inside the stage) $((SECONDS - s))s")
+  else grep -v "^WARNING: Location" "$log"; rm -rf "$d"; exec {lk}>&-; return 1; fi
+  echo "base $d: built in $((SECONDS - s)) s, $(du -sh "$d" | cut -f1)"; exec {lk}>&-
+}
+shared_base() {  # shared_base TABLE: the dir of the base holding TABLE's `base` pins (its `image` when it has none)
+  local pins; pins=$(env_field "$1" base 2>/dev/null || env_field "$1" image)
+  echo ".venv-base-$(echo $pins | sed 's/==/-/g; s/ /+/g')"
+}
+table_base() {  # table_base TABLE: build TABLE's base: the shared base, then (when `image` adds pins) TABLE's own on top
+  local sb; sb=$(shared_base "$1")
+  base_venv "$sb" "" $(env_field "$1" base 2>/dev/null || env_field "$1" image) || return 1
+  if [ "$(env_field "$1" image)" != "$(env_field "$1" base 2>/dev/null || env_field "$1" image)" ]; then
+    base_venv ".venv-$1-base" "$sb" $(env_field "$1" image) || return 1; echo ".venv-$1-base" > "$tmp/base-of-$1"
+  else echo "$sb" > "$tmp/base-of-$1"; fi
 }
 fresh_venv() {  # fresh_venv BASE DIR: DIR = a copy of BASE with its own Python prefix (site-packages hard-linked)
   local b=$1 d=$2 sp; rm -rf "$d"
@@ -180,12 +154,13 @@ PY
   echo "test tools: $pins"
   "$v/bin/python" -m pip install -q $pins > "$tmp/tools.log" 2>&1 || { grep -v "^WARNING: Location" "$tmp/tools.log"; return 1; }
 }
-stand_in() {  # stand_in TABLE BASE VENV: base, fresh copy, wheel, reader install, freeze check; returns non-zero on failure
-  local t=$1 b=$2 v=$3
+stand_in() {  # stand_in TABLE VENV: base, fresh copy, wheel, reader install, freeze check; returns non-zero on failure
+  local t=$1 v=$2 b
   echo "$(env_field "$t" title)"
   echo "stands in: $(env_field "$t" stands_in)"
   [ -n "$py312" ] || { echo "no Python 3.12 (pyenv's ~/.pyenv/versions/3.12*, or python3.12 on PATH)"; return 1; }
-  base_venv "$b" $(env_field "$t" image) || { echo "the base $b could not be built"; return 1; }
+  table_base "$t" || { echo "the base of $t could not be built"; return 1; }
+  b=$(cat "$tmp/base-of-$t")
   local s=$SECONDS
   fresh_venv "$b" "$v" || { echo "could not copy $b to $v"; return 1; }
   echo "fresh $v from $b: $((SECONDS - s)) s"
@@ -236,19 +211,104 @@ run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the tabl
   done
 }
 
+
+# The stand-ins' bases download GBs: build them in the background now, while `make setup` and the first stages run
+# (each stage waits on its base's lock, then finds it ready).
+stages_tables() { local st; for st in $STAGES; do case $st in trn1) echo trn1-dlami;; trn2) echo trn2-torchneuron;; sm-*) echo "$st";; esac; done; }
+if [ -n "$(stages_tables)" ] && [ -n "$py312" ]; then
+  ( for t in $(stages_tables); do table_base "$t"; done ) > "$tmp/prebuild.log" 2>&1 &
+  prebuild_pid=$!
+fi
+
+make -s setup || { echo "make setup failed"; echo "0 passed, 1 failed"; exit 1; }   # .venv (a no-op when up to date)
+
+if want services && [ -f .ci/services.sh ]; then
+  stage_start services
+  bash .ci/services.sh .venv || fail "services setup"
+  stage_end services
+fi
+
+if want notebooks; then
+  stage_start "notebooks (nbdev_test)"
+  nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
+  "$BIN/nbdev_test" --n_workers 2 --do_print 2>&1 | tee "$tmp/nbdev.log"
+  nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
+  ntotal=$(echo "$nbs" | wc -w)
+  count $((ntotal - nfail)) "$nfail"
+  stage_end notebooks
+fi
+
+if want docs; then
+  stage_start "docs: nbdev's doc preprocessing (what nbdev_docs runs before Quarto), on a clean copy"
+  # The files a fresh clone would hold once the working tree is committed (tracked and new, nothing ignored: no
+  # runs/, no _proc/), processed from that copy's root as the deploy workflow does. nbdev.serve.proc_nbs is the
+  # processing alone (nbdev_proc_nbs would first download Quarto). Any error, and any warning (such as "Found cells
+  # containing imports and other code", a cell nbdev re-runs without the cells before it), fails the stage.
+  # The processed notebooks are left in _proc/ (ignored by git) to look at.
+  D="$tmp/docs"; mkdir -p "$D"
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$D"
+  (cd "$D" && PYTHONPATH="$D" "$ROOT/$BIN/python" -c "from nbdev.serve import proc_nbs; proc_nbs(force=True)") > "$tmp/docs.log" 2>&1
+  rc=$?
+  rm -rf _proc && { [ ! -d "$D/_proc" ] || mv "$D/_proc" _proc; }
+  if [ $rc -eq 0 ] && ! grep -Eq 'Warning|Error|Traceback|Exception' "$tmp/docs.log"; then
+    echo "ok: $(ls _proc/*.ipynb | wc -l) notebooks processed, no warning"; count 1 0
+  else
+    cat "$tmp/docs.log"; fail "nbdev's doc preprocessing (exit $rc; warnings and errors above)"
+  fi
+  stage_end docs
+fi
+
+if want pytest; then
+  stage_start "pytest (.venv)"
+  "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" --ignore tests/containers tests
+  count $(pytest_counts "$tmp/pytest.xml")
+  stage_end pytest
+fi
+
 if want trn1; then
   stage_start "Trn1 DLAMI stand-in: Python 3.12, torch 2.9 + torch-xla 2.9 (for torch-neuronx), pip install \"trn-tutorials[trn1]\""
-  if stand_in trn1-dlami .venv-trn1-base .venv-trn1; then count 1 0; run_env_tests trn1-dlami .venv-trn1 pytest nbdev fastcore execnb
+  if stand_in trn1-dlami .venv-trn1; then count 1 0; run_env_tests trn1-dlami .venv-trn1 pytest nbdev fastcore execnb
   else fail "trn1-dlami stand-in (above)"; fi
   stage_end trn1
 fi
 
 if want trn2; then
   stage_start "Trn2/Trn3 TorchNeuron stand-in: Python 3.12, torch 2.14.0 (no torch-neuronx on the CPU), pip install \"trn-tutorials[trn2]\""
-  if stand_in trn2-torchneuron .venv-trn2-base .venv-trn2; then count 1 0; run_env_tests trn2-torchneuron .venv-trn2 pytest
+  if stand_in trn2-torchneuron .venv-trn2; then count 1 0; run_env_tests trn2-torchneuron .venv-trn2 pytest
   else fail "trn2-torchneuron stand-in (above)"; fi
   stage_end trn2
 fi
+
+container_stage() {  # container_stage TABLE: the image's stand-in (a fresh copy of its base), then the table's tests run by
+  # .venv's pytest on the host side (the SDK, moto), the container side in the copy (TRN_TUTORIALS_CONTAINER)
+  local t=$1 v=.venv-$1 b s f files=()
+  echo "$(env_field "$t" title)"
+  echo "image: $(env_field "$t" image_uri)"
+  echo "stands in: $(env_field "$t" stands_in)"
+  echo "start-up rehearsed: $(env_field "$t" start)"
+  [ -n "$py312" ] || { fail "$t: no Python 3.12 (pyenv's ~/.pyenv/versions/3.12*, or python3.12 on PATH)"; return; }
+  table_base "$t" || { fail "$t: the stand-in's base could not be built (above)"; return; }
+  b=$(cat "$tmp/base-of-$t"); s=$SECONDS
+  fresh_venv "$b" "$v" || { fail "$t: could not copy $b to $v"; return; }
+  echo "fresh $v from $b: $((SECONDS - s)) s"
+  "$v/bin/python" -m pip freeze > "$tmp/$t-image.txt"; echo "the stand-in holds:"; versions "$tmp/$t-image.txt"
+  for p in $(env_field "$t" image); do grep -qix "$p" "$tmp/$t-image.txt" || { fail "$t: $p is not what the stand-in holds"; return; }; done
+  count 1 0
+  for f in $(env_field "$t" tests); do [ -e "$f" ] && files+=("$f") || fail "$t: $f is missing (tools/environments.toml lists it)"; done
+  [ ${#files[@]} -gt 0 ] || return
+  mkdir -p "$tmp/logs-$t"
+  TRN_TUTORIALS_STANDIN=$t TRN_TUTORIALS_CONTAINER="$ROOT/$v" TRN_TUTORIALS_LOG_DIR="$tmp/logs-$t" \
+    "$BIN/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${files[@]}"
+  count $(pytest_counts "$tmp/$t.xml")
+  for f in "$tmp/logs-$t"/*; do [ -f "$f" ] && { echo "--- $t log ${f##*/} (last 40 lines):"; tail -40 "$f"; }; done
+}
+for st in sm-training sm-pytorch-inference sm-hf-inference; do
+  if want $st; then
+    stage_start "$st stand-in: $(env_field $st image | tr '\n' ' ')"
+    container_stage $st
+    stage_end $st
+  fi
+done
 
 if want py310; then
   stage_start "Python 3.10 compiles the package"
@@ -259,6 +319,7 @@ if want py310; then
   stage_end py310
 fi
 
+[ -z "${prebuild_pid:-}" ] || { wait "$prebuild_pid"; echo; echo "the stand-ins' bases (built in the background):"; grep "^base " "$tmp/prebuild.log" | sed 's/^/  /'; }
 echo
 echo "seconds per stage:"; printf '  %s\n' "${timings[@]}"
 echo "$passed passed, $failed failed"
