@@ -9,7 +9,7 @@ here, SageMaker's torchrun driver included, so `wait_job` and `job_results` read
 Boundaries of moto bypassed, and only these: IAM `SimulatePrincipalPolicy` (SAGEMAKER_VALIDATE_ROLE=false, set by
 `SageMakerStandIn`) and the SDK's default-bucket STS call (the bucket is passed).
 """
-import hashlib, json
+import hashlib, json, re
 from dataclasses import replace
 from pathlib import Path
 
@@ -275,3 +275,42 @@ def test_the_cli(aws, prepared, tmp_path):
     assert 'endpoints:        cli-endpoint' in r.stdout and 'still tagged:     nothing' in r.stdout
     assert objects(bucket) == []
     assert cli('sm-down', '--run_id', 'cli').returncode == 0   # twice: nothing to do
+
+
+# --- issue 22 ---------------------------------------------------------------------------------------------------
+
+def _sdk_registries(name: str, scope: str) -> dict:
+    "region -> account of the newest image of `scope` ('training', 'inference') in the SDK's image_uri_config file `name`."
+    import sagemaker.core.image_uris as iu
+    versions = json.loads((Path(iu.__file__).parent/'image_uri_config'/name).read_text())[scope]['versions']
+    newest = versions[max(versions, key=lambda v: tuple(int(x) for x in v.split('.')))]
+    while 'registries' not in newest: newest = next(v for k, v in newest.items() if k != 'version_aliases')
+    return newest['registries']
+
+
+def test_the_registry_table_is_the_sdks():
+    "DLC_ACCOUNTS holds every region the SDK lists for the PyTorch and Neuron DLCs, with the SDK's account."
+    from trn_tutorials import training_job as tj
+    sdk = {**_sdk_registries('pytorch.json', 'training'), **_sdk_registries('pytorch.json', 'inference')}
+    assert tj.DLC_ACCOUNTS == sdk
+    neuron = _sdk_registries('huggingface-neuronx.json', 'training')
+    assert sorted(tj.NEURON_TRAINING_REGIONS) == sorted(neuron) and all(sdk[r] == a for r, a in neuron.items())
+    assert re.fullmatch(r'\d{4}-\d\d-\d\d', tj.IMAGES_CHECKED)
+    assert tj.training_image('ap-southeast-5') == \
+        '550225433462.dkr.ecr.ap-southeast-5.amazonaws.com/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'
+    assert tj.training_image('cn-north-1').startswith('727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/')
+
+
+def test_an_image_that_is_not_in_the_regions_registry_is_refused():
+    from trn_tutorials.training_job import training_image
+    img = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'
+    ok = f'763104351884.dkr.ecr.us-west-2.amazonaws.com/{img}'
+    assert training_image('us-west-2', ok) == ok
+    assert training_image('us-west-2', '111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:1') == '111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:1'
+    for region, uri, msg in [
+        ('eu-west-1', ok, "is in us-west-2's registry, the job runs in eu-west-1"),   # ECR pulls from the job's region
+        ('eu-central-2', f'763104351884.dkr.ecr.eu-central-2.amazonaws.com/{img}', "the Deep Learning Containers in eu-central-2 are in account 380420809688"),
+        ('af-south-1', None, 'no Neuron training image is listed for af-south-1'),
+    ]:
+        with pytest.raises(UsageError, match=msg) as e: training_image(region, uri)
+        assert '\n' not in str(e.value)

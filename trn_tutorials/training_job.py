@@ -15,11 +15,12 @@ from .launch import NEURON_ENV, Progress, Results, worker_error
 from .train import PROGRESS_ENV, TrainArguments, check_args
 
 # %% auto #0
-__all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'NEURON_IMAGE_SOURCE', 'NEURON_REGISTRIES',
-           'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'LOG_GROUP', 'sm_instance',
-           'sm_cost', 'training_image', 'JobArguments', 'check_job', 'check_role', 'job_hyperparameters',
-           'stage_source', 'export_model', 'job_main', 'run_prefix', 'default_bucket', 'upload_folder', 'model_trainer',
-           'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
+__all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'DLC_ACCOUNTS', 'DLC_DOMAINS',
+           'NEURON_TRAINING_REGIONS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS',
+           'LOG_GROUP', 'sm_instance', 'sm_cost', 'dlc_registry', 'training_image', 'JobArguments', 'check_job',
+           'check_role', 'job_hyperparameters', 'stage_source', 'export_model', 'job_main', 'run_prefix',
+           'default_bucket', 'upload_folder', 'model_trainer', 'submit', 'JobError', 'wait_job', 'job_results',
+           'sm_train', 'stop_job']
 
 # %% ../nbs/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -43,25 +44,55 @@ def sm_cost(name:str, # SageMaker instance type
     return None if p is None else round(p * count * seconds / 3600, 4)
 
 # %% ../nbs/09_training_job.ipynb #7732ef3a
-NEURON_TRAINING_IMAGE = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'
-NEURON_IMAGE_SOURCE = 'AWS Deep Learning Containers (pytorch-training-neuronx 2.9, Neuron SDK 2.30), listed 2026-08'
-NEURON_REGISTRIES = {   # region -> the account of its ECR registry for the Neuron DLCs
-    'us-east-1': '763104351884', 'us-east-2': '763104351884', 'us-west-2': '763104351884',
-    'ap-northeast-1': '763104351884', 'ap-south-1': '763104351884', 'ap-southeast-1': '763104351884',
-    'ap-southeast-2': '763104351884', 'eu-central-1': '763104351884', 'eu-west-1': '763104351884',
-    'eu-west-3': '763104351884', 'sa-east-1': '763104351884', 'ap-south-2': '772153158452',
-    'ap-southeast-4': '457447274322', 'eu-central-2': '380420809688', 'eu-south-2': '503227376785',
-    'il-central-1': '780543022126', 'us-gov-east-1': '446045086412', 'us-gov-west-1': '442386744353'}
+NEURON_TRAINING_IMAGE = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'   # the last one AWS publishes (Neuron SDK 2.30)
+IMAGES_CHECKED = '2026-11-24'   # read from the SageMaker Python SDK 3.27's image_uri_config (pytorch.json, huggingface-neuronx.json)
+DLC_ACCOUNTS = {   # region -> the AWS account whose ECR registry serves the Deep Learning Containers there
+    **dict.fromkeys(['ap-northeast-1', 'ap-northeast-2', 'ap-south-1', 'ap-southeast-1', 'ap-southeast-2',
+                     'ca-central-1', 'eu-central-1', 'eu-north-1', 'eu-west-1', 'eu-west-2', 'eu-west-3',
+                     'sa-east-1', 'us-east-1', 'us-east-2', 'us-west-1', 'us-west-2'], '763104351884'),
+    'af-south-1': '626614931356', 'ap-east-1': '871362719292', 'ap-east-2': '975050140332',
+    'ap-northeast-3': '364406365360', 'ap-south-2': '772153158452', 'ap-southeast-3': '907027046896',
+    'ap-southeast-4': '457447274322', 'ap-southeast-5': '550225433462', 'ap-southeast-6': '633930458069',
+    'ap-southeast-7': '590183813437', 'ca-west-1': '204538143572', 'cn-north-1': '727897471807',
+    'cn-northwest-1': '727897471807', 'eu-central-2': '380420809688', 'eu-isoe-west-1': '371248457586',
+    'eu-south-1': '692866216735', 'eu-south-2': '503227376785', 'eusc-de-east-1': '204133271717',
+    'il-central-1': '780543022126', 'me-central-1': '914824155844', 'me-south-1': '217643126080',
+    'me-west-1': '124382933778', 'mx-central-1': '637423239942', 'us-gov-east-1': '446045086412',
+    'us-gov-west-1': '442386744353', 'us-iso-east-1': '886529160074', 'us-isob-east-1': '094389454867',
+    'us-isof-east-1': '303241398832', 'us-isof-south-1': '454834333376'}
+DLC_DOMAINS = {'cn-north-1': 'amazonaws.com.cn', 'cn-northwest-1': 'amazonaws.com.cn', 'us-iso-east-1': 'c2s.ic.gov',
+               'us-isob-east-1': 'sc2s.sgov.gov', 'us-isof-east-1': 'csp.hci.ic.gov', 'us-isof-south-1': 'csp.hci.ic.gov',
+               'eu-isoe-west-1': 'cloud.adc-e.uk', 'eusc-de-east-1': 'amazonaws.eu'}   # the others: amazonaws.com
+NEURON_TRAINING_REGIONS = (   # where the SDK lists the Neuron training DLCs (its newest, huggingface-pytorch-training-neuronx 4.55.4)
+    'ap-northeast-1', 'ap-south-1', 'ap-south-2', 'ap-southeast-1', 'ap-southeast-2', 'ap-southeast-4',
+    'ap-southeast-5', 'ap-southeast-7', 'ca-west-1', 'cn-north-1', 'cn-northwest-1', 'eu-central-1', 'eu-central-2',
+    'eu-south-2', 'eu-west-1', 'eu-west-3', 'il-central-1', 'mx-central-1', 'sa-east-1', 'us-east-1', 'us-east-2',
+    'us-gov-east-1', 'us-gov-west-1', 'us-west-2')
+
+def dlc_registry(region:str # an AWS region
+                ) -> str:
+    "The ECR registry of AWS's Deep Learning Containers in `region`, as the SDK builds it; a one-line `UsageError` where there is none."
+    if region not in DLC_ACCOUNTS:
+        raise UsageError(f"no Deep Learning Containers are listed for {region!r} (see DLC_ACCOUNTS): use a region such as us-east-1")
+    return f"{DLC_ACCOUNTS[region]}.dkr.ecr.{region}.{DLC_DOMAINS.get(region, 'amazonaws.com')}"
 
 def training_image(region:str, # the job's AWS region
                    image_uri:str|None=None # your own image instead (it must have torch-neuronx)
                   ) -> str:
-    "The Neuron training image for `region`, or a one-line `UsageError` where there is none."
-    if image_uri: return image_uri
-    if region not in NEURON_REGISTRIES:
+    "The Neuron training image for `region` (or `image_uri`, checked against the region), else a one-line `UsageError`."
+    if image_uri:
+        m = re.fullmatch(r'(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.[a-z0-9.-]+/.+', image_uri)
+        if m and m[2] != region:
+            raise UsageError(f"image {image_uri} is in {m[2]}'s registry, the job runs in {region}: SageMaker pulls from the job's "
+                             f"region; use {dlc_registry(region) if region in DLC_ACCOUNTS else 'the image'} in {region}'s registry, or --region {m[2]}")
+        if m and m[1] in DLC_ACCOUNTS.values() and m[1] != DLC_ACCOUNTS.get(region):
+            raise UsageError(f"the Deep Learning Containers in {region} are in account {DLC_ACCOUNTS[region]}, not {m[1]}: "
+                             f"use {dlc_registry(region)}/{image_uri.split('/', 1)[1]}")
+        return image_uri
+    if region not in NEURON_TRAINING_REGIONS:
         raise UsageError(f"no Neuron training image is listed for {region}: use a region with Trn1 training "
                          f"(e.g. us-east-1, us-west-2), or pass --image_uri")
-    return f'{NEURON_REGISTRIES[region]}.dkr.ecr.{region}.amazonaws.com/{NEURON_TRAINING_IMAGE}'
+    return f'{dlc_registry(region)}/{NEURON_TRAINING_IMAGE}'
 
 # %% ../nbs/09_training_job.ipynb #9244c80c
 SM_MAX_HOURS = 28 * 24   # SageMaker's longest training job: 28 days
