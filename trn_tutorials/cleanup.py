@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_cleanup.ipynb #4a22a619
 from __future__ import annotations
-import time
+import re, time, warnings
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,65 +28,131 @@ SM_KINDS = {'training-job': 'training_jobs', 'endpoint': 'endpoints', 'endpoint-
 _LISTS = {'endpoint': ('list_endpoints', 'Endpoints', 'EndpointName', 'EndpointArn'),
           'endpoint-config': ('list_endpoint_configs', 'EndpointConfigs', 'EndpointConfigName', 'EndpointConfigArn'),
           'model': ('list_models', 'Models', 'ModelName', 'ModelArn')}
+_DENIED = ('AccessDenied', 'AccessDeniedException')
 
-def _sagemaker_tagged(run_id:str|None, region:str) -> list[tuple[str, str, dict]]:
-    "(kind, name, tags) of the SageMaker resources that carry the run's (or the project's) tags."
-    ours = lambda tags: tags.get('project') == PROJECT and (run_id is None or tags.get('run-id') == run_id)
-    out = []
-    # training jobs pile up (SageMaker keeps every finished one): the tagging API finds the few of ours
-    tagging = boto3.client('resourcegroupstaggingapi', region_name=region)
-    filters = [{'Key': 'project', 'Values': [PROJECT]}] + ([{'Key': 'run-id', 'Values': [run_id]}] if run_id else [])
-    for page in tagging.get_paginator('get_resources').paginate(TagFilters=filters, ResourceTypeFilters=['sagemaker:training-job']):
-        for r in page['ResourceTagMappingList']:
-            out.append(('training-job', r['ResourceARN'].split('/', 1)[1], {t['Key']: t['Value'] for t in r.get('Tags', [])}))
-    # endpoints, their configs and models are few, and exist only while they cost or could: list them, read their tags
-    sm = boto3.client('sagemaker', region_name=region)
-    for kind, (call, key, name, arn) in _LISTS.items():
-        for page in sm.get_paginator(call).paginate():
+class _SageMakerFinder:
+    "The run's (or the project's) SageMaker resources: by their tags, or by name once the tagging API or ListTags is denied."
+    def __init__(self, run_id:str|None, region:str):
+        self.run_id, self.region, self.by_name = run_id, region, False
+        self.sm = boto3.client('sagemaker', region_name=region)
+        # the names this package gives: `trn-tutorials-<run id>` (endpoint.deploy), the SDK's timestamp after it (training jobs)
+        base = re.escape(re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}')) if run_id else re.escape(PROJECT) + '-.+'
+        self.name_ok = re.compile(base + r'(-\d{4}(-\d\d){5}-\d+)?').fullmatch
+        self.names = f'{PROJECT}-{run_id}' if run_id else f'{PROJECT}-'
+
+    def ours(self, tags:dict) -> bool:
+        return tags.get('project') == PROJECT and (self.run_id is None or tags.get('run-id') == self.run_id)
+
+    def denied(self, e:ClientError):
+        "Switch to names (and warn, once) if `e` is AccessDenied; raise anything else."
+        if e.response['Error']['Code'] not in _DENIED: raise e
+        if not self.by_name:
+            warnings.warn(f"AWS refused {e.operation_name} ({e.response['Error']['Code']}): finding SageMaker resources by name "
+                          f"instead, those named {self.names}*; one you named yourself is not found (allow tag:GetResources "
+                          f"and sagemaker:ListTags to find it by its tags)", stacklevel=3)
+        self.by_name = True
+
+    def find(self, kind:str) -> list[str]:
+        "Names of the run's resources of `kind` (a key of `SM_KINDS`)."
+        if kind == 'training-job': return self._jobs()
+        call, key, name, arn = _LISTS[kind]
+        out = []
+        # endpoints, their configs and models are few, and exist only while they cost or could: list them, read their tags
+        for page in self.sm.get_paginator(call).paginate():
             for r in page[key]:
-                tags = {t['Key']: t['Value'] for t in sm.list_tags(ResourceArn=r[arn]).get('Tags', [])}
-                if ours(tags): out.append((kind, r[name], tags))
-    return out
+                if not self.by_name:
+                    try:
+                        if self.ours({t['Key']: t['Value'] for t in self.sm.list_tags(ResourceArn=r[arn]).get('Tags', [])}): out.append(r[name])
+                        continue
+                    except ClientError as e: self.denied(e)
+                if self.name_ok(r[name]): out.append(r[name])
+        return out
 
-def _s3_prefixes(tagged:list, sm) -> set[tuple[str, str]]:
-    "(bucket, 'trn-tutorials/<run id>/') of each tagged job and model: where the run keeps its files in S3."
-    found = set()
-    for kind, name, tags in tagged:
-        try:
-            if kind == 'training-job': uri = sm.describe_training_job(TrainingJobName=name)['OutputDataConfig']['S3OutputPath']
-            elif kind == 'model': uri = sm.describe_model(ModelName=name).get('PrimaryContainer', {}).get('ModelDataUrl', '')
-            else: continue
-        except ClientError: continue   # deleted meanwhile
-        prefix = f"{PROJECT}/{tags.get('run-id')}/"
-        if uri.startswith('s3://') and tags.get('run-id') and uri[len('s3://'):].split('/', 1)[-1].startswith(prefix):
-            found.add((uri[len('s3://'):].split('/', 1)[0], prefix))   # only under the run's own prefix: never other files
-    return found
+    def _jobs(self) -> list[str]:
+        # training jobs pile up (SageMaker keeps every finished one): the tagging API finds the few of ours
+        if not self.by_name:
+            tagging = boto3.client('resourcegroupstaggingapi', region_name=self.region)
+            filters = [{'Key': 'project', 'Values': [PROJECT]}] + ([{'Key': 'run-id', 'Values': [self.run_id]}] if self.run_id else [])
+            try: return [r['ResourceARN'].split('/', 1)[1] for p in tagging.get_paginator('get_resources').paginate(
+                             TagFilters=filters, ResourceTypeFilters=['sagemaker:training-job']) for r in p['ResourceTagMappingList']]
+            except ClientError as e: self.denied(e)
+        return [j['TrainingJobName'] for p in self.sm.get_paginator('list_training_jobs').paginate(NameContains=PROJECT)
+                for j in p['TrainingJobSummaries'] if self.name_ok(j['TrainingJobName'])]
 
-def _s3_keys(s3, bucket:str, prefix:str) -> list[str]:
-    try: return [o['Key'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=prefix) for o in p.get('Contents', [])]
+    def buckets(self, jobs:list[str], models:list[str]) -> set[str]:
+        "The buckets the run's jobs and models keep files in under the project's prefix."
+        uris = []
+        for j in jobs:
+            try: d = self.sm.describe_training_job(TrainingJobName=j)
+            except ClientError: continue   # deleted meanwhile
+            uris += [d.get('OutputDataConfig', {}).get('S3OutputPath', ''), d.get('CheckpointConfig', {}).get('S3Uri', '')]
+        for m in models:
+            try: uris.append(self.sm.describe_model(ModelName=m).get('PrimaryContainer', {}).get('ModelDataUrl', ''))
+            except ClientError: continue
+        return {u[5:].split('/', 1)[0] for u in uris if u.startswith('s3://') and u[5:].partition('/')[2].startswith(f'{PROJECT}/')}
+
+# %% ../nbs/06_cleanup.ipynb #c1ea5301
+def _default_bucket(region:str) -> str:
+    "SageMaker's default bucket, `sagemaker-<region>-<account>`: where the training job and endpoint chapters put a run's files."
+    return f"sagemaker-{region}-{boto3.client('sts', region_name=region).get_caller_identity()['Account']}"
+
+def _objects(s3, bucket:str, prefix:str) -> list[dict]:
+    "Every object under `prefix` (`Key`, `Size`); in a versioned bucket every version and delete marker (with `VersionId`)."
+    try:
+        if s3.get_bucket_versioning(Bucket=bucket).get('Status') in ('Enabled', 'Suspended'):
+            return [{'Key': v['Key'], 'VersionId': v['VersionId'], 'Size': v.get('Size', 0)}
+                    for p in s3.get_paginator('list_object_versions').paginate(Bucket=bucket, Prefix=prefix)
+                    for v in p.get('Versions', []) + p.get('DeleteMarkers', [])]
+        return [{'Key': o['Key'], 'Size': o['Size']} for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=prefix)
+                for o in p.get('Contents', [])]
     except ClientError as e:
         if e.response['Error']['Code'] == 'NoSuchBucket': return []
         raise
 
-def _sagemaker_leftovers(run_id:str|None, region:str) -> dict[str, list[str]]:
-    sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
-    tagged = _sagemaker_tagged(run_id, region)
-    left = {v: [] for v in SM_KINDS.values()}
-    for kind, name, _ in tagged:
-        if kind == 'training-job':
-            try: st = sm.describe_training_job(TrainingJobName=name)['TrainingJobStatus']
-            except ClientError: continue
-            if st not in ('InProgress', 'Stopping'): continue   # ended: no cost, kept in SageMaker's history
-        left[SM_KINDS[kind]].append(name)
-    left['s3_objects'] = [f's3://{b}/{k}' for b, p in sorted(_s3_prefixes(tagged, sm)) for k in _s3_keys(s3, b, p)]
+def _run_prefixes(s3, bucket:str, run_id:str|None) -> list[str]:
+    "`trn-tutorials/<run id>/`, or with no run every run's prefix in `bucket` (never the compile cache's)."
+    if run_id: found = [f'{PROJECT}/{run_id}/']
+    else:
+        try: found = [c['Prefix'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=f'{PROJECT}/', Delimiter='/')
+                      for c in p.get('CommonPrefixes', [])]
+        except ClientError as e:
+            if e.response['Error']['Code'] == 'NoSuchBucket': return []
+            raise
+    return [p for p in found if p != f'{COMPILE_CACHE_PREFIX}/']
+
+def _s3(finder:_SageMakerFinder, bucket:str|None, compile_cache:bool, jobs:list[str], models:list[str]) -> tuple[dict, dict]:
+    "({(bucket, prefix): objects} of the run's prefixes (and the compile cache if `compile_cache`), {bucket: cache objects} kept)."
+    s3 = boto3.client('s3', region_name=finder.region)
+    buckets = sorted({_default_bucket(finder.region), *([bucket] if bucket else []), *finder.buckets(jobs, models)})
+    found, kept = {}, {}
+    for b in buckets:
+        for p in _run_prefixes(s3, b, finder.run_id): found[(b, p)] = _objects(s3, b, p)
+        cache = _objects(s3, b, f'{COMPILE_CACHE_PREFIX}/')
+        if compile_cache: found[(b, f'{COMPILE_CACHE_PREFIX}/')] = cache
+        elif cache: kept[b] = cache
+    return {k: v for k, v in found.items() if v}, kept
+
+def _uris(found:dict) -> list[str]: return sorted({f's3://{b}/{o["Key"]}' for (b, _), objs in found.items() for o in objs})
+
+def _sagemaker_leftovers(finder:_SageMakerFinder, bucket:str|None, compile_cache:bool) -> dict[str, list[str]]:
+    left = {v: finder.find(k) for k, v in SM_KINDS.items() if k != 'training-job'}
+    jobs = finder.find('training-job')
+    for j in jobs:
+        try: st = finder.sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus']
+        except ClientError: continue
+        if st in ('InProgress', 'Stopping'): left.setdefault('training_jobs', []).append(j)   # ended: no cost, kept in SageMaker's history
+    left = {v: left.get(v, []) for v in SM_KINDS.values()}
+    left['s3_objects'] = _uris(_s3(finder, bucket, compile_cache, jobs, left['models'])[0])
     return left
 
 def leftovers(run_id:str|None=None, # one run's id; `None` = every run of this project
               region:str|None=None, # AWS region; default: your AWS configuration
               ec2:bool=True, # look at EC2 (instances, volumes, security groups, key pairs)
-              sagemaker:bool=True # look at SageMaker (running jobs, endpoints, configs, models) and the run's S3 prefix
+              sagemaker:bool=True, # look at SageMaker (running jobs, endpoints, configs, models) and the run's S3 prefix
+              bucket:str|None=None, # a bucket you gave the run (`--bucket`); SageMaker's default bucket is always looked in
+              compile_cache:bool=False # count the project's Neuron compile cache in S3 as left too
              ) -> dict[str, list[str]]:
-    "What still carries the run's (or the project's) tags, by kind."
+    "What still carries the run's (or the project's) tags, by kind, and the files under its S3 prefix."
     region = aws_region(region)
     f, out = tag_filters(run_id), {}
     with aws_errors(region):
@@ -97,7 +163,7 @@ def leftovers(run_id:str|None=None, # one run's id; `None` = every run of this p
                 'volumes': [v['VolumeId'] for p in c.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes']],
                 'security_groups': [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']],
                 'key_pairs': [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]})
-        if sagemaker: out.update(_sagemaker_leftovers(run_id, region))
+        if sagemaker: out.update(_sagemaker_leftovers(_SageMakerFinder(run_id, region), bucket, compile_cache))
     return out
 
 # %% ../nbs/06_cleanup.ipynb #23571cc3
@@ -116,7 +182,8 @@ class CleanupReport:
     hours: float = 0.0                # instance-hours of the terminated instances
     cost_usd: float = 0.0             # their on-demand cost, launch to termination
     sagemaker: dict[str, list[str]] = field(default_factory=dict)  # SageMaker: jobs stopped, endpoints, configs, models deleted
-    s3_objects: int = 0               # objects deleted under the run's S3 prefix
+    s3_objects: int = 0               # objects (and object versions) deleted under the run's S3 prefix
+    kept: list[str] = field(default_factory=list)  # the Neuron compile cache in S3, kept: where, how many objects, how large
 
     @property
     def clean(self) -> bool:
@@ -132,6 +199,7 @@ class CleanupReport:
             f"  security groups:  {show(self.security_groups)}", f"  key pairs:        {show(self.key_pairs)}",
             f"  key files:        {show(self.key_files)}", f"  volumes:          {show(self.volumes)}", *sm,
             *([f"  S3 objects:       {self.s3_objects} deleted"] if self.sagemaker else []),
+            *[f"  kept:             {k}: the Neuron compile cache (compile_cache=True deletes it)" for k in self.kept],
             f"  still tagged:     {left}",
             f"  cost:             ${self.cost_usd:.2f} on demand for {self.hours:.2f} instance-hours (launch to termination)"])
 
@@ -146,40 +214,50 @@ def _retry(fn, until:float, codes=('DependencyViolation',)):
             if e.response['Error']['Code'] not in codes or time.monotonic() > until: raise
             time.sleep(5)
 
-def _remove_sagemaker(run_id:str|None, region:str, until:float) -> tuple[dict, int]:
-    "Stop the run's running training jobs, delete its endpoints, configs, models and S3 prefix; say what was done."
-    sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
-    tagged = _sagemaker_tagged(run_id, region)
-    names = lambda kind: sorted({n for k, n, _ in tagged if k == kind})
-    done = {'jobs stopped': [], 'endpoints': [], 'endpoint configs': [], 'models': []}
-    for j in names('training-job'):
+def _gone(e:ClientError) -> bool: return 'Could not find' in str(e)   # deleted meanwhile
+
+def _remove_sagemaker(finder:_SageMakerFinder, bucket:str|None, compile_cache:bool, until:float) -> tuple[dict, int, dict]:
+    "Delete the run's endpoints first (they bill by the hour), then configs and models, stop its jobs, empty its S3 prefix."
+    sm, s3 = finder.sm, boto3.client('s3', region_name=finder.region)
+    done = {'endpoints': [], 'endpoint configs': [], 'models': [], 'jobs stopped': []}
+    for e in sorted(finder.find('endpoint')):
+        try: sm.delete_endpoint(EndpointName=e); done['endpoints'].append(e)
+        except ClientError as x:
+            if not _gone(x): raise
+    for e in done['endpoints']:
+        sm.get_waiter('endpoint_deleted').wait(EndpointName=e, WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int((until - time.monotonic()) // 5))})
+    for c in sorted(finder.find('endpoint-config')):
+        try: sm.delete_endpoint_config(EndpointConfigName=c); done['endpoint configs'].append(c)
+        except ClientError as x:
+            if not _gone(x): raise
+    models, jobs = sorted(finder.find('model')), sorted(finder.find('training-job'))
+    found, kept = _s3(finder, bucket, compile_cache, jobs, models)   # before the models go: their archives name buckets
+    for m in models:
+        try: sm.delete_model(ModelName=m); done['models'].append(m)
+        except ClientError as x:
+            if not _gone(x): raise
+    for j in jobs:
         try: st = sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus']
         except ClientError: continue
         if st == 'InProgress': sm.stop_training_job(TrainingJobName=j); done['jobs stopped'].append(j)
-    for e in names('endpoint'):
-        try: sm.delete_endpoint(EndpointName=e); done['endpoints'].append(e)
-        except ClientError as x:
-            if 'Could not find' not in str(x): raise
-    for e in done['endpoints']:
-        sm.get_waiter('endpoint_deleted').wait(EndpointName=e, WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int((until - time.monotonic()) // 5))})
-    for c in names('endpoint-config'):
-        try: sm.delete_endpoint_config(EndpointConfigName=c); done['endpoint configs'].append(c)
-        except ClientError as x:
-            if 'Could not find' not in str(x): raise
-    prefixes = _s3_prefixes(tagged, sm)   # before the models go: their archives say where the files are
-    for m in names('model'):
-        try: sm.delete_model(ModelName=m); done['models'].append(m)
-        except ClientError as x:
-            if 'Could not find' not in str(x): raise
-    for j in done['jobs stopped']:   # a stopping job still writes its checkpoints: wait, then remove them too
+    for j in done['jobs stopped']:   # a stopping job still writes its checkpoints: wait, then list the prefix again
         while time.monotonic() < until and sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus'] == 'Stopping': time.sleep(10)
+    if done['jobs stopped']: found = {**found, **_s3(finder, bucket, compile_cache, jobs, [])[0]}
     n = 0
-    for b, p in sorted(prefixes):
-        keys = _s3_keys(s3, b, p)
-        for i in range(0, len(keys), 1000):
-            s3.delete_objects(Bucket=b, Delete={'Objects': [{'Key': k} for k in keys[i:i + 1000]], 'Quiet': True})
-        n += len(keys)
-    return done, n
+    for (b, p), objs in sorted(found.items()):
+        for i in range(0, len(objs), 1000):   # delete_objects takes at most 1000 keys
+            batch = [{k: o[k] for k in ('Key', 'VersionId') if k in o} for o in objs[i:i + 1000]]
+            errors = s3.delete_objects(Bucket=b, Delete={'Objects': batch, 'Quiet': True}).get('Errors', [])
+            if errors: raise UsageError(f"S3 refused to delete {len(errors)} objects under s3://{b}/{p}, "
+                                        f"{errors[0]['Key']} first ({errors[0]['Code']}): see the S3 console")
+            n += len(batch)
+    return done, n, kept
+
+def _size(n:float) -> str:
+    for unit in ('B', 'kB', 'MB', 'GB'):
+        if n < 1000: return f'{n:.0f} B' if unit == 'B' else f'{n:.1f} {unit}'
+        n /= 1000
+    return f'{n:.1f} TB'
 
 def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status`)
             region:str|None=None, # AWS region; default: your AWS configuration
@@ -189,7 +267,9 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
             timeout:float=600, # seconds to wait for termination and for security groups to come free
             sessions:list|None=None, # more tunnels/Jupyter sessions to stop first (e.g. to another host)
             ec2:bool=True, # remove the run's EC2 instances, security groups, key pairs and volumes
-            sagemaker:bool=True # remove the run's SageMaker jobs (stopped), endpoints, configs, models and S3 prefix
+            sagemaker:bool=True, # remove the run's SageMaker endpoints, configs, models, running jobs (stopped) and S3 prefix
+            bucket:str|None=None, # a bucket you gave the run (`--bucket`); SageMaker's default bucket is always emptied of the run
+            compile_cache:bool=False # delete the project's Neuron compile cache in S3 too (kept by default: it saves every job's compile)
            ) -> CleanupReport:
     "Terminate the run's (or project's) instances, delete what setup created, and report what is left and the cost."
     check_number('timeout', timeout, float, CLEANUP_LIMITS['timeout'])
@@ -204,8 +284,9 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
     stopped += stop_all(hosts={i.host for i in insts if i.host})
     hours = cost = 0.0
     groups, pairs, files, vols = [], [], [], []
+    finder = _SageMakerFinder(run_id, region) if sagemaker else None
     with aws_errors(region):
-        sm_done, n_s3 = _remove_sagemaker(run_id, region, until) if sagemaker else ({}, 0)
+        sm_done, n_s3, kept = _remove_sagemaker(finder, bucket, compile_cache, until) if sagemaker else ({}, 0, {})
         if insts:
             ended = datetime.now(timezone.utc)
             c.terminate_instances(InstanceIds=[i.instance_id for i in insts])
@@ -225,10 +306,12 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
         for k in pairs:
             c.delete_key_pair(KeyName=k)
             if (p := key_file(k, key_dir)).exists(): p.unlink(); files.append(str(key_file(k, key_dir, expand=False)))
+        left = {**leftovers(run_id, region, ec2, sagemaker=False), **(_sagemaker_leftovers(finder, bucket, compile_cache) if sagemaker else {})}
     for i in insts:
         if i.host: forget_host(i.host, 22, known_hosts)
-    return CleanupReport(region, run_id, stopped, [i.instance_id for i in insts], groups, pairs, files, vols,
-                         leftovers(run_id, region, ec2, sagemaker), round(hours, 4), round(cost, 4), sm_done, n_s3)
+    return CleanupReport(region, run_id, stopped, [i.instance_id for i in insts], groups, pairs, files, vols, left,
+                         round(hours, 4), round(cost, 4), sm_done, n_s3,
+                         [f's3://{b}/{COMPILE_CACHE_PREFIX}/ ({len(o)} objects, {_size(sum(x["Size"] for x in o))})' for b, o in sorted(kept.items())])
 
 # %% ../nbs/06_cleanup.ipynb #77c3de0e
 @dataclass
@@ -241,6 +324,8 @@ class CleanupArguments:
     known_hosts: str = field(default=KNOWN_HOSTS, metadata={'help': 'known-hosts file to forget the instances in'})
     timeout: float = field(default=600, metadata={'help': 'seconds to wait for termination'})
     ec2: bool = field(default=True, metadata={'help': "remove the run's EC2 instances, security groups, key pairs and volumes"})
-    sagemaker: bool = field(default=True, metadata={'help': "remove the run's SageMaker jobs, endpoints, configs, models and S3 prefix"})
+    sagemaker: bool = field(default=True, metadata={'help': "remove the run's SageMaker endpoints, configs, models, running jobs (stopped) and S3 prefix"})
+    bucket: str|None = field(default=None, metadata={'help': "a bucket you gave the run (--bucket); SageMaker's default bucket is always emptied of the run"})
+    compile_cache: bool = field(default=False, metadata={'help': "delete the project's Neuron compile cache in S3 too (kept by default: it saves every job's compile)"})
 
     def __post_init__(self): check_numbers(self, CLEANUP_LIMITS)
