@@ -107,7 +107,7 @@ fresh_venv() {  # fresh_venv BASE DIR: DIR = a copy of BASE with its own Python 
   sp=$(cd "$b" && ls -d lib/python3*/site-packages)
   rm -rf "${d:?}/$sp" && cp -al "$b/$sp" "$d/$sp" || return 1
   for f in "$b"/bin/*; do   # the base's console scripts (torchrun, pip, ...), their shebang pointed at DIR's Python
-    local n=${f##*/}
+    local n=${f##*/}; [ -f "$f" ] || continue
     [ -e "$d/bin/$n" ] || ! head -1 "$f" | grep -q "^#!.*$b/bin/python" || { sed "1s|^#!.*|#!$ROOT/$d/bin/python|" "$f" > "$d/bin/$n"; chmod +x "$d/bin/$n"; }
   done
   [ "$("$d/bin/python" -c 'import sys; print(sys.prefix)')" = "$ROOT/$d" ] || { echo "$d/bin/python has not its own prefix"; return 1; }
@@ -292,7 +292,13 @@ container_stage() {  # container_stage TABLE: the image's stand-in (a fresh copy
   fresh_venv "$b" "$v" || { fail "$t: could not copy $b to $v"; return; }
   echo "fresh $v from $b: $((SECONDS - s)) s"
   "$v/bin/python" -m pip freeze > "$tmp/$t-image.txt"; echo "the stand-in holds:"; versions "$tmp/$t-image.txt"
-  for p in $(env_field "$t" image); do grep -qix "$p" "$tmp/$t-image.txt" || { fail "$t: $p is not what the stand-in holds"; return; }; done
+  "$BIN/python" - "$tmp/$t-image.txt" $(env_field "$t" image) <<'PY' || { fail "$t: the stand-in does not hold the image's pins (above)"; return; }
+import re, sys
+norm = lambda l: re.sub(r'[-_.]+', '-', l.split('==')[0]).lower() + '==' + l.split('==', 1)[-1].strip()
+held = {norm(l) for l in open(sys.argv[1]) if '==' in l}
+missing = [p for p in sys.argv[2:] if norm(p) not in held]
+if missing: print('  not held:', ', '.join(missing)); sys.exit(1)
+PY
   count 1 0
   for f in $(env_field "$t" tests); do [ -e "$f" ] && files+=("$f") || fail "$t: $f is missing (tools/environments.toml lists it)"; done
   [ ${#files[@]} -gt 0 ] || return
@@ -319,7 +325,7 @@ if want py310; then
   stage_end py310
 fi
 
-[ -z "${prebuild_pid:-}" ] || { wait "$prebuild_pid"; echo; echo "the stand-ins' bases (built in the background):"; grep "^base " "$tmp/prebuild.log" | sed 's/^/  /'; }
+[ -z "${prebuild_pid:-}" ] || { wait "$prebuild_pid"; echo; echo "the stand-ins' bases (built in the background):"; grep -v "^WARNING: Location" "$tmp/prebuild.log" | sed 's/^/  /'; }
 echo
 echo "seconds per stage:"; printf '  %s\n' "${timings[@]}"
 echo "$passed passed, $failed failed"
