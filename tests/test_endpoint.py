@@ -71,14 +71,12 @@ def test_package_members(folder, tmp_path):
     archive = package(str(folder), str(tmp_path/'out'/'model.tar.gz'))
     with tarfile.open(archive) as t:
         names = t.getnames()
-        assert sorted(names) == sorted(['config.json', 'metrics.json', 'model.safetensors', 'model.pt', 'torchscript.json',
+        assert sorted(names) == sorted(['config.json', 'metrics.json', 'model.pt', 'torchscript.json',   # the trace instead of the weights
                                         *[p.name for p in folder.iterdir() if p.name.startswith(('tokenizer', 'vocab', 'special'))],
                                         'code/inference.py', 'code/requirements.txt'])
         assert t.extractfile('code/inference.py').read() == Path(handler.__file__).read_bytes()   # the handler, as it is
         req = t.extractfile('code/requirements.txt').read().decode()
-    import transformers
-    major = int(transformers.__version__.split('.')[0])
-    assert req == requirements() and req.startswith('transformers>=') and req.strip().endswith(f',<{major + 1}')
+    assert req == requirements() == 'transformers==5.5.3\n'
     with tarfile.open(package(str(folder), str(tmp_path/'eager.tar.gz'), torchscript=False)) as t:
         assert 'model.pt' not in t.getnames() and 'torchscript.json' not in t.getnames()
     # the archive written into the model folder itself is not packed into itself
@@ -93,8 +91,8 @@ def test_instance_types_and_images():
         'ml.c7g.large': 'arm64', 'ml.m6gd.large': 'arm64', 'ml.inf2.xlarge': 'neuron', 'ml.trn1.2xlarge': 'neuron'}
     assert inference_image('ml.m5.large', 'us-east-1') == \
         '763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-inference:2.6.0-cpu-py312-ubuntu22.04-sagemaker'
-    assert inference_image('ml.inf2.xlarge', 'eu-south-1') == \
-        '692866216735.dkr.ecr.eu-south-1.amazonaws.com/pytorch-inference-neuronx:2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04'
+    assert inference_image('ml.inf2.xlarge', 'eu-central-2') == \
+        '380420809688.dkr.ecr.eu-central-2.amazonaws.com/pytorch-inference-neuronx:2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04'
     assert inference_image('ml.m5.large', 'cn-north-1').startswith('727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/')
     assert {kind for kind in IMAGES} == {'cpu', 'gpu', 'arm64', 'neuron'}
     for bad, says in [('ml.m5.larg', "did you mean ml.m5.large"), ('m5.large', 'did you mean ml.m5.large'),
@@ -102,8 +100,8 @@ def test_instance_types_and_images():
                       ('banana', 'is not an instance type SageMaker endpoints run on')]:
         with pytest.raises(UsageError) as e: image_kind(bad)
         assert says in str(e.value) and '\n' not in str(e.value), (bad, str(e.value))
-    with pytest.raises(UsageError, match="no PyTorch inference image is listed for region 'us-gov-west-1'"):
-        inference_image('ml.m5.large', 'us-gov-west-1')
+    with pytest.raises(UsageError, match="pytorch-inference:2.6.0-cpu-py312-ubuntu22.04-sagemaker is not published in us-iso-east-1"):
+        inference_image('ml.m5.large', 'us-iso-east-1')
 
 
 def test_requests_are_tagged():
@@ -164,7 +162,7 @@ def test_bad_input_creates_nothing(moto_server, folder, tmp_path):
         (dict(model_dir=str(folder), role='NoSuchRole'), "IAM role 'NoSuchRole' does not exist"),
         (dict(model_dir=str(folder), role=no_trust), 'does not trust sagemaker.amazonaws.com'),
         (dict(model_dir=str(folder), role=arn, endpoint_name='bad_name!'), "endpoint name 'bad_name!' is not valid"),
-        (dict(model_dir=str(folder), role=arn, region='us-gov-west-1'), 'no PyTorch inference image is listed'),
+        (dict(model_dir=str(folder), role=arn, region='us-iso-east-1'), 'is not published in us-iso-east-1'),
         (dict(model_dir=str(folder), role=arn, instance_count=0), '--instance_count 0 is out of range: use 1 or more'),
         (dict(model_dir=str(folder), role=arn, instance_count='2'), "--instance_count '2' is a str, not a whole number"),
         (dict(model_dir=str(folder), role=arn, run_id='bad run/id'), "run id 'bad run/id' is not valid"),
@@ -186,10 +184,12 @@ def test_bad_input_creates_nothing(moto_server, folder, tmp_path):
 
 def test_failure_midway_leaves_nothing(moto_server, folder):
     arn = role()
-    # CreateEndpointConfig fails after CreateModel succeeded: moto's list of instance types lacks ml.inf2
+    # CreateEndpointConfig fails after CreateModel succeeded: moto's list of instance types lacks ml.inf2 (the folder passes for compiled)
+    fake_trace(folder, '2.9.0', 'torch_neuronx 2.9.0.2.15.32035')
     with pytest.raises(UsageError, match=r"AWS refused CreateEndpointConfig \(ValidationException\).*ml\.inf2\.xlarge"):
         deploy(str(folder), role=arn, instance_type='ml.inf2.xlarge', run_id='run-a')
     assert everything() == {**NOTHING, 'objects': []}
+    (folder/'model.pt').unlink(); (folder/'torchscript.json').unlink()
     # CreateEndpoint fails after the model and the configuration were made
     boto3.setup_default_session()   # a fresh default session, whose clients (deploy's) carry the hook below
     def no_such_config(params, **kw): params['EndpointConfigName'] = 'no-such-config'
@@ -206,3 +206,100 @@ def test_predict_checks_texts_before_calling(moto_server):
         with pytest.raises(UsageError, match=re.escape(says)): predict('no-such-endpoint', texts)
     queue_answer(moto_server, '[{"label": "joy", "score": 0.9}]')
     assert predict('any', 'one text') == [{'label': 'joy', 'score': 0.9}]   # a single text is sent as a list of one
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 22: pinned requirements, which trace is shipped, Inferentia 2 only for a Neuron-compiled model, images per region,
+# the endpoint's name before the wait and Ctrl-C during it
+# ---------------------------------------------------------------------------------------------------------------
+def test_requirements_pinned_per_image():
+    "Every instance installs the same transformers, one that exists with the image's torch (not whatever is newest that day)."
+    from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS
+    assert requirements() == 'transformers==5.5.3\n' == requirements('ml.m5.large')
+    assert requirements('ml.inf2.xlarge') == 'transformers==4.57.6\n'
+    assert IMAGE_TORCH == {'cpu': '2.6', 'gpu': '2.6', 'arm64': '2.6', 'neuron': '2.9'} and set(REQUIREMENTS) == set(IMAGES)
+    assert all(re.fullmatch(r'(\S+==[\d.]+\n)+', r) for r in REQUIREMENTS.values())
+
+
+def fake_trace(folder, torch_version:str, compiler:str='torch.jit'):
+    (folder/'model.pt').write_bytes(b'traced')
+    (folder/'torchscript.json').write_text(json.dumps({'torch': torch_version, 'compiler': compiler, 'lengths': [8, 16]}))
+
+
+def test_trace_shipped_once(folder, tmp_path, capsys):
+    """A trace is shipped instead of the eager weights, never beside them (tests/containers/test_sm_pytorch_inference.py shows a
+    trace made here with torch 2.13 loading in the image's torch 2.6); a Neuron-compiled one only to a Neuron image."""
+    eager_weights = {'model.safetensors'}
+    with tarfile.open(package(str(folder), str(tmp_path/'a.tar.gz'))) as t: names = set(t.getnames())
+    assert 'model.pt' not in names and eager_weights <= names   # not traced: the eager model
+    fake_trace(folder, '2.13.0')
+    with tarfile.open(package(str(folder), str(tmp_path/'b.tar.gz'))) as t: names = set(t.getnames())
+    assert {'model.pt', 'torchscript.json'} <= names and not (eager_weights & names)
+    with tarfile.open(package(str(folder), str(tmp_path/'c.tar.gz'), torchscript=False)) as t: names = set(t.getnames())
+    assert 'model.pt' not in names and eager_weights <= names
+    capsys.readouterr()
+    fake_trace(folder, '2.9.0', 'torch_neuronx 2.9.0.2.15.32035')   # compiled for Neuron: not for a CPU image; the only thing for inf2
+    with tarfile.open(package(str(folder), str(tmp_path/'d.tar.gz'))) as t: names = set(t.getnames())
+    assert 'model.pt' not in names and eager_weights <= names
+    out = capsys.readouterr().out
+    assert out == "model.pt is compiled for Neuron (torch_neuronx 2.9.0.2.15.32035): left out for ml.m5.large, which serves the eager model\n"
+    with tarfile.open(package(str(folder), str(tmp_path/'e.tar.gz'), instance_type='ml.inf2.xlarge')) as t: names = set(t.getnames())
+    assert {'model.pt', 'torchscript.json'} <= names and not (eager_weights & names)
+    assert 'code/requirements.txt' in names
+
+
+def test_inf2_only_for_a_neuron_compiled_model(moto_server, folder, tmp_path):
+    "ml.inf2 with a folder not compiled for Neuron (no trace, or a plain torch.jit one): one line, nothing created or uploaded."
+    arn = role()
+    for prepare in (lambda: None, lambda: fake_trace(folder, '2.9.0')):
+        prepare()
+        for call in (lambda: deploy(str(folder), role=arn, instance_type='ml.inf2.xlarge', run_id='run-a'),
+                     lambda: package(str(folder), str(tmp_path/'x.tar.gz'), instance_type='ml.inf2.xlarge')):
+            with pytest.raises(UsageError) as e: call()
+            msg = str(e.value)
+            assert 'ml.inf2.xlarge serves only a model compiled for Neuron' in msg and 'trace(model_dir, neuron=True)' in msg and '\n' not in msg
+            assert everything() == {**NOTHING, 'objects': []}
+    assert not (tmp_path/'x.tar.gz').exists()
+
+
+def test_image_not_published_in_region(moto_server, folder):
+    "An image tag that does not exist in the region: one line before anything is uploaded or created."
+    from trn_tutorials.endpoint import IMAGE_REGIONS
+    assert 'us-east-1' in IMAGE_REGIONS['neuron'] and 'eu-north-1' not in IMAGE_REGIONS['neuron'] and 'eu-north-1' in IMAGE_REGIONS['cpu']
+    with pytest.raises(UsageError) as e: inference_image('ml.inf2.xlarge', 'eu-north-1')
+    assert "pytorch-inference-neuronx:2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04 is not published in eu-north-1" in str(e.value)
+    assert 'us-east-1' in str(e.value) and '\n' not in str(e.value)
+    fake_trace(folder, '2.9.0', 'torch_neuronx 2.9.0.2.15.32035')
+    with pytest.raises(UsageError, match='is not published in eu-north-1'):
+        deploy(str(folder), role=role(), instance_type='ml.inf2.xlarge', region='eu-north-1', run_id='run-a')
+    assert everything() == {**NOTHING, 'objects': []}
+
+
+def test_name_printed_and_ctrl_c_during_the_wait(moto_server, folder, capsys):
+    "The endpoint's name is printed before the wait; Ctrl-C in the wait prints the exact commands that remove it, and re-raises."
+    arn = role()
+    boto3.setup_default_session()   # deploy's clients come from this session: its hooks reach them
+    created = []
+    boto3.DEFAULT_SESSION.events.register('after-call.sagemaker.CreateEndpoint', lambda **kw: created.append(1))
+    def ctrl_c(**kw):
+        if created: raise KeyboardInterrupt   # inside the waiter's DescribeEndpoint, after the endpoint was created
+    boto3.DEFAULT_SESSION.events.register('before-call.sagemaker.DescribeEndpoint', ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt): deploy(str(folder), role=arn, run_id='run-a')
+    finally: boto3.DEFAULT_SESSION = None
+    out = capsys.readouterr().out
+    name = 'trn-tutorials-run-a'
+    lines = out.strip().splitlines()
+    assert lines[0].startswith(f'endpoint {name}: creating') and 'Ctrl-C' in lines[0]
+    assert lines[-1] == (f"interrupted: endpoint {name} is still being created and bills once in service; remove it with "
+                         f"delete('{name}'), or the whole run (endpoint, model, its S3 files) with: trn-tutorials sm-down --run_id run-a")
+    # what the lines say is there, is there; delete removes it
+    assert tagged('run-a') == {k: [name] for k in NOTHING}
+    assert delete(name) == [f'endpoint {name}', f'endpoint config {name}', f'model {name}']
+
+
+def test_archive_under_the_run_prefix(moto_server, folder):
+    from trn_tutorials.training_job import run_prefix
+    ep = deploy(str(folder), role=role(), run_id='run-a', wait=False)
+    assert ep.model_data.split('/', 3)[3].startswith(run_prefix('run-a') + '/')
+    delete(ep.name)

@@ -197,12 +197,17 @@ def test_torchscript_agrees_with_eager(trained, tmp_path, capfd, monkeypatch):
         with pytest.raises(UsageError, match=r"differ from the eager model's by 0.001 \(> tolerance 0.0001\)"): trace(str(d))
     assert not (d/TORCHSCRIPT).exists() and not (d/TRACE_INFO).exists()
     with pytest.raises(UsageError, match=r"--tolerance -1 is out of range: use 0 or more"): trace(str(d), tolerance=-1)
-    # a model.pt that does not load: the eager model is served, and the log says why
+    # which model is served, the log says; a model.pt that does not load stops the worker with one line (no silent eager fallback)
+    trace(str(d)); capfd.readouterr()
+    model_fn(str(d))
+    assert f"inference.py: serving TorchScript {TORCHSCRIPT} (torch.jit, torch " in capfd.readouterr().err
     (d/TORCHSCRIPT).write_bytes(b'not a TorchScript file')
-    capfd.readouterr()
-    clf = model_fn(str(d))
-    assert not clf.traced and f'cannot load {TORCHSCRIPT}' in capfd.readouterr().err
-    assert [p['label'] for p in predict_fn(TEXTS, clf)] == [e['label'] for e in eager]
+    with pytest.raises(ModelFolderError) as e: model_fn(str(d))
+    assert str(e.value).startswith(f'cannot load {TORCHSCRIPT} (torch.jit, torch ') and 'package the folder with torchscript=False' in str(e.value)
+    assert '\n' not in str(e.value)
+    (d/TORCHSCRIPT).unlink(); (d/TRACE_INFO).unlink()
+    model_fn(str(d))
+    assert 'inference.py: serving the eager BertForSequenceClassification on cpu' in capfd.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------------

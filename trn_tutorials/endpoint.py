@@ -15,12 +15,13 @@ from botocore.exceptions import ClientError, WaiterError
 from .core import Limit, UsageError, check_number, short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, padded_lengths, texts_of
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
-from .training_job import check_role, default_bucket
+from .training_job import check_role, default_bucket, run_prefix
 
 # %% auto #0
-__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'DLC_ACCOUNTS', 'INSTANCES', 'trace', 'requirements', 'package',
-           'check_instance_type', 'image_kind', 'inference_image', 'endpoint_requests', 'Endpoint',
-           'check_endpoint_name', 'upload', 'deploy', 'predict', 'delete']
+__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'DLC_ACCOUNTS', 'REQUIREMENTS',
+           'INSTANCES', 'trace', 'check_instance_type', 'image_kind', 'inference_image', 'requirements',
+           'neuron_compiler', 'package', 'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'deploy',
+           'predict', 'delete']
 
 # %% ../nbs/12_endpoint.ipynb #fa859dd1
 def _model_folder(model_dir) -> list[str]:
@@ -29,17 +30,22 @@ def _model_folder(model_dir) -> list[str]:
 
 def trace(model_dir:str, # a model folder (`train`'s output_dir)
           tolerance:float=1e-4, # largest difference in logits accepted between the traced and the eager model
-          lengths:list[int]|None=None # lengths to check; default: the recorded padded lengths, else 128
+          lengths:list[int]|None=None, # lengths to check; default: the recorded padded lengths, else 128
+          neuron:bool=False # compile for Inferentia 2 / Trainium with `torch_neuronx.trace` (on an Inf2 or Trn1 with the Neuron SDK)
          ) -> dict:
-    "Trace the model with TorchScript into `model_dir/model.pt` if its logits match the eager model's on every length served."
+    "Trace the model with TorchScript (or compile it for Neuron) into `model_dir/model.pt` if its logits match the eager model's on every length served."
     _model_folder(model_dir)
     check_number('tolerance', tolerance, float, Limit(0, example=1e-4))
     import torch
     from transformers import AutoModelForSequenceClassification
+    if neuron:
+        try: import torch_neuronx
+        except ImportError: raise UsageError("neuron=True needs torch-neuronx: run this on a Trn1 or Inf2 instance in the Neuron DLAMI's PyTorch venv") from None
     d = Path(model_dir)
     for f in (TORCHSCRIPT, TRACE_INFO): (d/f).unlink(missing_ok=True)   # never leave an older trace behind
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, torchscript=neuron).eval()   # Neuron traces tuples
     lengths = sorted(lengths or padded_lengths(model_dir) or [min(128, model.config.max_position_embeddings)])
+    if neuron: lengths = lengths[-1:]   # one compiled graph: every batch is padded to the longest length
     g = torch.Generator().manual_seed(0)
     def example(batch, n):   # random token ids; after the first row, each row padded a little more
         ids = torch.randint(1, model.config.vocab_size, (batch, n), generator=g)
@@ -50,48 +56,25 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
         # torch 2.13 warns that torch.jit is deprecated, and the tracer about Python branches on shapes:
         # the comparison below is the check that matters
         warnings.simplefilter('ignore')
-        traced = torch.jit.trace(model, example(2, lengths[-1]), strict=False)
+        if neuron:   # compiled for one shape; dynamic_batch lets it take any number of rows
+            traced = torch_neuronx.dynamic_batch(torch_neuronx.trace(model, example(1, lengths[-1])))
+        else: traced = torch.jit.trace(model, example(2, lengths[-1]), strict=False)
+        logits = lambda out: out['logits'] if isinstance(out, dict) else out[0]
         diff, shapes = 0.0, []
         for n in lengths:
             for batch in (1, 3):
                 ids, mask = example(batch, n)
-                want, got = model(input_ids=ids, attention_mask=mask).logits, traced(ids, mask)['logits']
+                want, got = logits(model(input_ids=ids, attention_mask=mask)), logits(traced(ids, mask))
                 diff = max(diff, (want - got).abs().max().item()); shapes.append([batch, n])
         if not diff <= tolerance:
             raise UsageError(f"the traced model's logits differ from the eager model's by {diff:.3g} (> tolerance {tolerance}): "
                              "serve the eager model (do not trace), or pass a larger tolerance if that difference is expected")
         torch.jit.save(traced, str(d/TORCHSCRIPT))
-    info = {'file': f'{short_path(d)}/{TORCHSCRIPT}', 'torch': torch.__version__.split('+')[0], 'lengths': lengths, 'checked_shapes': shapes,
+    compiler = f'torch_neuronx {torch_neuronx.__version__}' if neuron else 'torch.jit'
+    info = {'file': f'{short_path(d)}/{TORCHSCRIPT}', 'torch': torch.__version__.split('+')[0], 'compiler': compiler, 'lengths': lengths, 'checked_shapes': shapes,
             'max_abs_diff': float(f'{diff:.2g}'), 'tolerance': tolerance}
     (d/TRACE_INFO).write_text(json.dumps(info, indent=2))
     return info
-
-# %% ../nbs/12_endpoint.ipynb #ad755a9e
-_LEFT_OUT = ('*.png', '*.log', 'training_args.bin', '.*', '*.tar.gz')   # training leftovers the endpoint does not need
-
-def requirements() -> str:
-    "`code/requirements.txt`: what the PyTorch serving image lacks, pinned to the major version installed here."
-    import transformers
-    major, minor = (int(x) for x in transformers.__version__.split('.')[:2])
-    return f'transformers>={major}.{minor},<{major + 1}\n'
-
-def package(model_dir:str, # a model folder (`train`'s output_dir), traced or not
-            dest:str='model.tar.gz', # the archive to write
-            torchscript:bool=True # include `model.pt` if the folder has one
-           ) -> Path:
-    "Write `model.tar.gz`: the model files at its root, `code/inference.py` (this package's handler) and `code/requirements.txt`."
-    _model_folder(model_dir)
-    import trn_tutorials.inference as handler
-    src, dest = Path(model_dir), Path(dest)
-    files = sorted(p for p in src.iterdir() if p.is_file() and not any(p.match(x) for x in _LEFT_OUT)
-                   and (torchscript or p.name not in (TORCHSCRIPT, TRACE_INFO)) and p.resolve() != dest.resolve())
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(dest, 'w:gz') as tar:
-        (Path(tmp)/'requirements.txt').write_text(requirements())
-        for p in files: tar.add(p, arcname=p.name)
-        tar.add(handler.__file__, arcname='code/inference.py')
-        tar.add(Path(tmp)/'requirements.txt', arcname='code/requirements.txt')
-    return dest
 
 # %% ../nbs/12_endpoint.ipynb #9370af2d
 DEFAULT_INSTANCE_TYPE = 'ml.m5.large'  # 2 vCPU, 8 GiB: room for the model, torch and the pip install at start
@@ -118,6 +101,18 @@ IMAGES = {   # kind -> (ECR repository, tag)
     'arm64':  ('pytorch-inference-arm64', '2.6.0-cpu-py312-ubuntu22.04-sagemaker'),
     'neuron': ('pytorch-inference-neuronx', '2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04'),
 }
+IMAGE_TORCH = {'cpu': '2.6', 'gpu': '2.6', 'arm64': '2.6', 'neuron': '2.9'}   # the torch each image holds
+_PT26_REGIONS = ('af-south-1 ap-east-1 ap-east-2 ap-northeast-1 ap-northeast-2 ap-northeast-3 ap-south-1 ap-south-2 ap-southeast-1 '
+                 'ap-southeast-2 ap-southeast-3 ap-southeast-4 ap-southeast-5 ap-southeast-6 ap-southeast-7 ca-central-1 ca-west-1 '
+                 'cn-north-1 cn-northwest-1 eu-central-1 eu-central-2 eu-north-1 eu-south-1 eu-south-2 eu-west-1 eu-west-2 eu-west-3 '
+                 'il-central-1 me-central-1 me-south-1 me-west-1 mx-central-1 sa-east-1 us-east-1 us-east-2 us-gov-east-1 '
+                 'us-gov-west-1 us-west-1 us-west-2').split()
+IMAGE_REGIONS = {   # kind -> regions the image is published in: the SDK's own image_uri_config (sagemaker-core 2.27), pytorch.json
+    # inference 2.6.0; for Neuron, huggingface-neuronx.json inference (AWS's Neuron inference images; the SDK lists none for pytorch-inference-neuronx)
+    **dict.fromkeys(['cpu', 'gpu', 'arm64'], frozenset(_PT26_REGIONS)),
+    'neuron': frozenset('ap-northeast-1 ap-south-1 ap-south-2 ap-southeast-1 ap-southeast-2 ap-southeast-4 ap-southeast-5 ap-southeast-7 '
+                        'ca-west-1 cn-north-1 cn-northwest-1 eu-central-1 eu-central-2 eu-south-2 eu-west-1 eu-west-3 il-central-1 '
+                        'mx-central-1 sa-east-1 us-east-1 us-east-2 us-gov-east-1 us-gov-west-1 us-west-2'.split())}
 DLC_ACCOUNTS = {   # region -> the AWS account serving the Deep Learning Containers there (region_availability.md)
     **dict.fromkeys(['us-east-1', 'us-east-2', 'us-west-1', 'us-west-2', 'ap-south-1', 'ap-northeast-2', 'ap-southeast-1',
                      'ap-southeast-2', 'ap-northeast-1', 'ca-central-1', 'eu-central-1', 'eu-west-1', 'eu-west-2', 'eu-west-3',
@@ -146,11 +141,66 @@ def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosti
                     region:str|None=None # AWS region; default: your AWS configuration
                    ) -> str:
     "The URI of the PyTorch serving image for `instance_type` in `region`."
-    region = aws_region(region)
+    region, kind = aws_region(region), image_kind(instance_type)
+    repo, tag = IMAGES[kind]
+    if region not in IMAGE_REGIONS[kind]:
+        raise UsageError(f"{repo}:{tag} is not published in {region}: deploy in a region that has it, e.g. us-east-1 "
+                         f"(IMAGE_REGIONS[{kind!r}], read {IMAGES_CHECKED})")
     if region not in DLC_ACCOUNTS:
         raise UsageError(f"no PyTorch inference image is listed for region {region!r}: use a region such as us-east-1 (see DLC_ACCOUNTS)")
-    repo, tag = IMAGES[image_kind(instance_type)]
     return f"{DLC_ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com{'.cn' if region.startswith('cn-') else ''}/{repo}:{tag}"
+
+# %% ../nbs/12_endpoint.ipynb #ad755a9e
+_LEFT_OUT = ('*.png', '*.log', 'training_args.bin', '.*', '*.tar.gz')   # training leftovers the endpoint does not need
+_EAGER_WEIGHTS = ('model.safetensors', 'model-*.safetensors', 'model.safetensors.index.json', 'pytorch_model*.bin')
+REQUIREMENTS = {   # image kind -> code/requirements.txt: transformers pinned to one version that runs on that image's torch
+    **dict.fromkeys(['cpu', 'gpu', 'arm64'], 'transformers==5.5.3\n'),   # what AWS pairs with torch 2.6 in its Hugging Face image
+    'neuron': 'transformers==4.57.6\n'}   # the line the Neuron SDK 2.31 libraries support (NxD Inference: 4.57.*)
+
+def requirements(instance_type:str=DEFAULT_INSTANCE_TYPE # the endpoint's instance type: which image installs the file
+                ) -> str:
+    "`code/requirements.txt` for `instance_type`'s image: what it lacks, pinned, so that every instance installs the same."
+    return REQUIREMENTS[image_kind(instance_type)]
+
+def neuron_compiler(model_dir:str # a model folder
+                   ) -> str|None:
+    "The compiler of `model_dir/model.pt` if `trace(..., neuron=True)` made it (e.g. 'torch_neuronx 2.9.0.2.15.32035'), else `None`."
+    info = Path(model_dir)/TRACE_INFO
+    if not (Path(model_dir)/TORCHSCRIPT).is_file() or not info.is_file(): return None
+    compiler = json.loads(info.read_text()).get('compiler') or ''
+    return compiler if compiler.startswith('torch_neuronx') else None
+
+def _ships_trace(model_dir, instance_type:str, torchscript:bool) -> bool:
+    "Whether the archive for `instance_type` carries `model.pt` (instead of the eager weights); refuses Neuron without a compiled model."
+    compiled, has_trace = neuron_compiler(model_dir), (Path(model_dir)/TORCHSCRIPT).is_file()
+    if image_kind(instance_type) == 'neuron':
+        if not compiled:
+            raise UsageError(f"{instance_type} serves only a model compiled for Neuron, and {short_path(model_dir)} has none: run "
+                             f"trace(model_dir, neuron=True) on a Trn1 or Inf2 instance first, or deploy to a CPU type such as {DEFAULT_INSTANCE_TYPE}")
+        return True
+    if compiled and torchscript:
+        print(f"{TORCHSCRIPT} is compiled for Neuron ({compiled}): left out for {instance_type}, which serves the eager model")
+        return False
+    return has_trace and torchscript
+
+def package(model_dir:str, # a model folder (`train`'s output_dir), traced or not
+            dest:str='model.tar.gz', # the archive to write
+            instance_type:str=DEFAULT_INSTANCE_TYPE, # the endpoint's instance type: its image decides the trace and the requirements
+            torchscript:bool=True # ship `model.pt` (instead of the eager weights) if the folder has one
+           ) -> Path:
+    "Write `model.tar.gz`: the model files at its root (the trace or the eager weights, not both), `code/inference.py` and `code/requirements.txt`."
+    _model_folder(model_dir)
+    import trn_tutorials.inference as handler
+    src, dest = Path(model_dir), Path(dest)
+    skip = _EAGER_WEIGHTS if _ships_trace(model_dir, instance_type, torchscript) else (TORCHSCRIPT, TRACE_INFO)
+    files = sorted(p for p in src.iterdir() if p.is_file() and not any(p.match(x) for x in _LEFT_OUT + skip) and p.resolve() != dest.resolve())
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(dest, 'w:gz') as tar:
+        (Path(tmp)/'requirements.txt').write_text(requirements(instance_type))
+        for p in files: tar.add(p, arcname=p.name)
+        tar.add(handler.__file__, arcname='code/inference.py')
+        tar.add(Path(tmp)/'requirements.txt', arcname='code/requirements.txt')
+    return dest
 
 # %% ../nbs/12_endpoint.ipynb #994b4799
 INSTANCES = Limit(1, example=1)   # instances behind an endpoint
@@ -220,7 +270,7 @@ def upload(archive:str, # model.tar.gz
     "Upload `archive` under the run's S3 prefix, tagged; return its `s3://` URI."
     region = aws_region(region)
     bucket = bucket or default_bucket(region)
-    key = f'{PROJECT}/{run_id}/endpoint/{Path(archive).name}'
+    key = f'{run_prefix(run_id)}/endpoint/{Path(archive).name}'
     with aws_errors(region):
         boto3.client('s3', region_name=region).upload_file(str(archive), bucket, key, ExtraArgs={'Tagging': urlencode(run_tags(run_id))})
     return f's3://{bucket}/{key}'
@@ -255,13 +305,14 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
     _model_folder(model_dir)
     check_instance_type(instance_type)
     image = inference_image(instance_type, region)
+    _ships_trace(model_dir, instance_type, True) if image_kind(instance_type) == 'neuron' else None   # Neuron: a compiled model, or one line
     run_id = check_run_id(run_id) if run_id else new_run_id()
     name = check_endpoint_name(endpoint_name or re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}'), region)
     role_arn = check_role(role, region)
     sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
     made, model_data = [], None
     try:
-        with tempfile.TemporaryDirectory() as tmp: model_data = upload(package(model_dir, Path(tmp)/'model.tar.gz'), run_id, bucket, region)
+        with tempfile.TemporaryDirectory() as tmp: model_data = upload(package(model_dir, Path(tmp)/'model.tar.gz', instance_type), run_id, bucket, region)
         req = endpoint_requests(name, model_data, role_arn, instance_type, instance_count, run_id, region)
         with aws_errors(region):
             sm.create_model(**req['create_model']); made.append('model')
@@ -271,7 +322,13 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
         _undo(sm, s3, made, name, model_data); raise
     ep = Endpoint(name, region, instance_type, image, model_data, run_id, 'Creating')
     if not wait: return ep
+    print(f"endpoint {name}: creating (run {run_id}); waiting until it is in service, typically 5-10 minutes "
+          "(Ctrl-C stops the wait, not the endpoint)")
     try: sm.get_waiter('endpoint_in_service').wait(EndpointName=name, WaiterConfig={'Delay': 30, 'MaxAttempts': 90})
+    except KeyboardInterrupt:   # the endpoint goes on starting, and bills: say exactly how to remove it
+        print(f"interrupted: endpoint {name} is still being created and bills once in service; remove it with delete({name!r}), "
+              f"or the whole run (endpoint, model, its S3 files) with: trn-tutorials sm-down --run_id {run_id}")
+        raise
     except WaiterError:
         d = sm.describe_endpoint(EndpointName=name)
         if d['EndpointStatus'] in ('Creating', 'Updating'):

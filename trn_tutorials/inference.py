@@ -32,8 +32,8 @@ class ModelFolderError(ValueError):
 
 JSON = 'application/json'
 USAGE = 'send {"inputs": "a text"} or {"inputs": ["a text", ...]}'
-TORCHSCRIPT = 'model.pt'  # a traced model in the model folder; served instead of the eager one when present
-TRACE_INFO = 'torchscript.json'  # written with model.pt: the lengths it was checked on, the PyTorch version, the agreement
+TORCHSCRIPT = 'model.pt'  # a traced (or Neuron-compiled) model; when present it is served, and it must load
+TRACE_INFO = 'torchscript.json'  # written with model.pt: the compiler, the PyTorch version, the lengths it was checked on
 BATCH_SIZE = int(os.environ.get('TRN_TUTORIALS_BATCH_SIZE', '32'))  # texts per forward pass
 
 # %% ../nbs/11_inference.ipynb #0aa0428c
@@ -77,29 +77,36 @@ class Classifier:
         pad = f"padded to {', '.join(map(str, self.lengths))} tokens" if self.lengths else f'padded to the longest text, at most {self.max_length} tokens'
         return f"Classifier({kind} on {self.device}; {len(self.labels)} labels: {', '.join(self.labels)}; {pad})"
 
+def _log(line:str): print(f'inference.py: {line}', file=sys.stderr, flush=True)   # the model server's log (CloudWatch)
+
 def model_fn(model_dir:str, # where SageMaker unpacked model.tar.gz (/opt/ml/model)
              context=None # the model server's context (unused)
             ) -> Classifier:
-    "Load the model in `model_dir` for `predict_fn`: TorchScript `model.pt` if present and loadable, else the eager model."
+    "Load the model in `model_dir` for `predict_fn`: the TorchScript `model.pt` if present (it must load), else the eager model."
     labels = check_model_folder(model_dir)
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    d = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = AutoConfig.from_pretrained(model_dir)
     lengths = padded_lengths(model_dir)
-    model, traced = None, (Path(model_dir)/TORCHSCRIPT).is_file()
+    traced = (d/TORCHSCRIPT).is_file()
     if traced:
+        info = json.loads((d/TRACE_INFO).read_text()) if (d/TRACE_INFO).is_file() else {}
+        made = f"{info.get('compiler', 'torch.jit')}, torch {info.get('torch', 'unrecorded')}"
         try:
-            try: import torch_neuronx  # noqa: F401  (a model compiled for Inferentia/Trainium loads only with it)
-            except ImportError: pass
-            model = torch.jit.load(str(Path(model_dir)/TORCHSCRIPT), map_location=device).eval()
-            info = Path(model_dir)/TRACE_INFO   # pad to the lengths the trace was checked on
-            lengths = (json.loads(info.read_text()).get('lengths') if info.is_file() else None) or lengths
-        except Exception as e:
-            print(f"inference.py: cannot load {TORCHSCRIPT} ({' '.join(str(e).split())[:200]}); serving the eager model", file=sys.stderr)
-            traced = False
-    if model is None: model = AutoModelForSequenceClassification.from_pretrained(model_dir).to(device).eval()
+            if 'neuron' in made: import torch_neuronx  # noqa: F401  (a model compiled for Neuron loads only with it)
+            model = torch.jit.load(str(d/TORCHSCRIPT), map_location=device).eval()
+        except Exception as e:   # fail loudly: the archive carries no eager weights beside a trace
+            raise ModelFolderError(f"cannot load {TORCHSCRIPT} ({made}) with torch {torch.__version__.split('+')[0]}: "
+                                   f"{' '.join(str(e).split())[:200]}; package the folder with torchscript=False") from e
+        lengths = info.get('lengths') or lengths   # pad to the lengths the trace was checked on
+        what = f'TorchScript {TORCHSCRIPT} ({made})'
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir).to(device).eval()
+        what = f'the eager {type(model).__name__}'
+    _log(f"serving {what} on {device} with torch {torch.__version__.split('+')[0]}")
     max_length = lengths[-1] if lengths else min(tokenizer.model_max_length, getattr(config, 'max_position_embeddings', 512))
     return Classifier(model, tokenizer, labels, lengths, max_length, traced, device)
 
