@@ -17,10 +17,7 @@ from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instan
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['COMPILE_CACHE_PREFIX', 'SM_KINDS', 'CLEANUP_LIMITS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
-
-# %% ../nbs/06_cleanup.ipynb #23ea7168
-COMPILE_CACHE_PREFIX = f'{PROJECT}/neuron-compile-cache'   # one for the project: every job reuses what earlier jobs compiled
+__all__ = ['SM_KINDS', 'COMPILE_CACHE_PREFIX', 'CLEANUP_LIMITS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
 
 # %% ../nbs/06_cleanup.ipynb #43741634
 SM_KINDS = {'training-job': 'training_jobs', 'endpoint': 'endpoints', 'endpoint-config': 'endpoint_configs', 'model': 'models'}
@@ -165,6 +162,9 @@ def leftovers(run_id:str|None=None, # one run's id; `None` = every run of this p
                 'key_pairs': [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]})
         if sagemaker: out.update(_sagemaker_leftovers(_SageMakerFinder(run_id, region), bucket, compile_cache))
     return out
+
+# %% ../nbs/06_cleanup.ipynb #23ea7168
+COMPILE_CACHE_PREFIX = f'{PROJECT}/neuron-compile-cache'   # one for the project: every job reuses what earlier jobs compiled
 
 # %% ../nbs/06_cleanup.ipynb #23571cc3
 @dataclass
@@ -311,7 +311,8 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
         if i.host: forget_host(i.host, 22, known_hosts)
     return CleanupReport(region, run_id, stopped, [i.instance_id for i in insts], groups, pairs, files, vols, left,
                          round(hours, 4), round(cost, 4), sm_done, n_s3,
-                         [f's3://{b}/{COMPILE_CACHE_PREFIX}/ ({len(o)} objects, {_size(sum(x["Size"] for x in o))})' for b, o in sorted(kept.items())])
+                         [f's3://{b}/{COMPILE_CACHE_PREFIX}/ ({len(o)} object{"s" * (len(o) != 1)}, {_size(sum(x["Size"] for x in o))})'
+                          for b, o in sorted(kept.items())])
 
 # %% ../nbs/06_cleanup.ipynb #77c3de0e
 @dataclass
