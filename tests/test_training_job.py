@@ -23,7 +23,14 @@ from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, expor
                                         sm_cost, stage_source, stop_job, submit, wait_job)
 from local_services import SageMakerStandIn
 
-pytest.importorskip('sagemaker.train', reason="the SageMaker SDK 3 extra: pip install -e '.[sagemaker]'")
+try: import sagemaker.train as _sdk
+except ImportError as e: _sdk, _why = None, f"{type(e).__name__}: {e}"
+
+
+@pytest.fixture(autouse=True)
+def sdk():
+    "These tests need the SageMaker SDK 3: without it each fails with this line (a skip would count as nothing)."
+    if _sdk is None: pytest.fail(f"the SageMaker SDK 3 is not importable ({_why}): pip install -e '.[sagemaker]'", pytrace=False)
 
 
 @pytest.fixture(scope='module')
@@ -314,3 +321,142 @@ def test_an_image_that_is_not_in_the_regions_registry_is_refused():
     ]:
         with pytest.raises(UsageError, match=msg) as e: training_image(region, uri)
         assert '\n' not in str(e.value)
+
+
+DATASETS_3_TYPES = {'Array2D', 'Array3D', 'Array4D', 'Array5D', 'Audio', 'ClassLabel', 'Image', 'LargeList', 'Sequence',
+                    'Translation', 'TranslationVariableLanguages', 'Value'}   # datasets 3.0.0's _FEATURE_TYPES
+
+
+def saved_feature_types(folder: Path) -> set:
+    "Every feature `_type` a saved folder names: in each split's dataset_info.json and in its arrow files' schemas."
+    import pyarrow as pa
+    found = set()
+    def walk(d):
+        if isinstance(d, dict):
+            if '_type' in d: found.add(d['_type'])
+            for v in d.values(): walk(v)
+    for info in folder.rglob('dataset_info.json'): walk(json.loads(info.read_text()))
+    for f in folder.rglob('*.arrow'):
+        with pa.memory_map(str(f)) as m: walk(json.loads(pa.ipc.open_stream(m).schema.metadata[b'huggingface']))
+    return found
+
+
+def test_prepared_data_names_only_what_datasets_3_reads(prepared):
+    "The container's datasets 3.0.0 cannot read a datasets >= 4 `List` feature (huggingface/datasets#7739)."
+    import datasets
+    types = saved_feature_types(prepared/'data')
+    assert types and types <= DATASETS_3_TYPES, (datasets.__version__, types)
+    from trn_tutorials.data import load_prepared
+    ds, _ = load_prepared(str(prepared/'data'))   # and this datasets still reads it, with the same values
+    assert len(ds['train'][0]['input_ids']) == ds['train'].features['input_ids'].length > 0
+
+
+def test_a_folder_the_container_cannot_read_is_refused(aws, prepared, tmp_path):
+    "A folder saved by datasets >= 4 as it is (its `List` types): one line naming the fix, nothing uploaded or created."
+    from datasets import load_from_disk
+    import shutil
+    bad = tmp_path/'bad'
+    load_from_disk(str(prepared/'data')).save_to_disk(str(bad))
+    shutil.copy(prepared/'data'/'trn_tutorials.json', bad/'trn_tutorials.json')
+    assert 'List' in saved_feature_types(bad)
+    bucket = aws.bucket()
+    with pytest.raises(UsageError, match=r"datasets 3\.0\.0 .*cannot read.*trn-tutorials prep") as e:
+        submit(TrainArguments(dataset_path=str(bad)), JobArguments(role=aws.role(), bucket=bucket))
+    assert '\n' not in str(e.value)
+    assert objects(bucket) == [] and boto3.client('sagemaker').list_training_jobs()['TrainingJobSummaries'] == []
+
+
+def deny_get_role(event_name='before-call.iam.GetRole'):
+    "AccessDenied on iam:GetRole for clients of boto3's default session (check_role's), as IAM answers a caller without it."
+    session = boto3._get_default_session()
+    def deny(**kw):
+        from botocore.awsrequest import AWSResponse
+        return (AWSResponse('https://iam.amazonaws.com/', 403, {}, None),
+                {'Error': {'Code': 'AccessDenied', 'Message': 'User: arn:aws:iam::123456789012:user/least is not authorized to '
+                           'perform: iam:GetRole on resource: role SageMakerExecution'}, 'ResponseMetadata': {'HTTPStatusCode': 403}})
+    session.events.register(event_name, deny, unique_id='deny-get-role')
+    return lambda: session.events.unregister(event_name, unique_id='deny-get-role')
+
+
+def test_access_denied_on_get_role_warns_and_goes_on(aws, prepared):
+    "Creating a job needs iam:PassRole, not iam:GetRole: a caller without GetRole gets one warning and a job."
+    from trn_tutorials.training_job import check_role
+    role, bucket = aws.role(), aws.bucket()
+    boto3.setup_default_session()
+    undo = deny_get_role()
+    try:
+        with pytest.warns(UserWarning) as w: assert check_role(role) == role
+        assert len(w) == 1 and 'iam:GetRole' in str(w[0].message) and '\n' not in str(w[0].message)
+        with pytest.warns(UserWarning): assert check_role('SageMakerExecution') == role   # a bare name: the ARN from the account
+        with pytest.warns(UserWarning): name = submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=role, bucket=bucket))
+        assert boto3.client('sagemaker').describe_training_job(TrainingJobName=name)['RoleArn'] == role
+    finally: undo()
+    # a role that cannot be passed is still refused, before anything is uploaded
+    with pytest.raises(UsageError, match="does not exist"): check_role('arn:aws:iam::123456789012:role/Nope')
+
+
+def test_one_compile_cache_for_the_project(aws, prepared):
+    "Every job of the project reads and fills one Neuron compile cache, which cleanup keeps."
+    from trn_tutorials.cleanup import COMPILE_CACHE_PREFIX
+    bucket = aws.bucket()
+    plans = [submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=aws.role(), bucket=bucket, run_id=r, dry_run=True))
+             for r in ('c1', 'c2')]
+    urls = {p['request']['Environment']['NEURON_COMPILE_CACHE_URL'] for p in plans}
+    assert urls == {f's3://{bucket}/{COMPILE_CACHE_PREFIX}'} and COMPILE_CACHE_PREFIX == 'trn-tutorials/neuron-compile-cache'
+
+
+def test_sdk_3s_current_import_path():
+    "sagemaker.train.configs is a deprecated shim in SDK 3.2x; its classes live in sagemaker.core.training.configs."
+    import inspect
+    from trn_tutorials import training_job
+    src = inspect.getsource(training_job)
+    assert 'sagemaker.train.configs' not in src and 'from sagemaker.core.training.configs import' in src
+    from sagemaker.core.training import configs
+    assert all(hasattr(configs, n) for n in ('CheckpointConfig', 'Compute', 'OutputDataConfig', 'SourceCode', 'StoppingCondition', 'InputData'))
+
+
+def test_this_file_fails_without_the_sdk(tmp_path):
+    "Without the SDK these tests fail with a line naming the extra (a skip would count as nothing)."
+    import os, subprocess, sys
+    fake = tmp_path/'no-sdk'/'sagemaker'; fake.mkdir(parents=True)
+    (fake/'__init__.py').write_text("raise ModuleNotFoundError(\"No module named 'sagemaker'\", name='sagemaker')\n")   # as if not installed
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(fake.parent), os.environ.get('PYTHONPATH', '')])}
+    r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-rs', str(Path(__file__)), '-k', 'stage_source_is_this_package'],
+                       capture_output=True, text=True, env=env, cwd=str(Path(__file__).parent.parent), timeout=300)
+    assert r.returncode not in (0, 5), r.stdout[-2000:]
+    assert 'skipped' not in r.stdout.splitlines()[-1] and "pip install -e '.[sagemaker]'" in r.stdout, r.stdout[-2000:]
+
+
+GATHER = r'''
+import json, os, sys
+from types import SimpleNamespace
+import torch.distributed as dist
+from trn_tutorials import train
+dist.init_process_group('gloo')
+rank, world, folder = dist.get_rank(), dist.get_world_size(), sys.argv[1]
+trainer = SimpleNamespace(args=SimpleNamespace(process_index=rank, world_size=world),
+                          shapes={'train': {(8, 16 * (rank + 1)): 3}, 'eval': {(4, 16): 1}},
+                          accelerator=SimpleNamespace(wait_for_everyone=dist.barrier), is_world_process_zero=lambda: rank == 0)
+got = train._gather_shapes(trainer)   # each node has its own folder: nothing shared on disk
+if rank == 0: open(os.path.join(folder, 'gathered.json'), 'w').write(json.dumps(got))
+dist.destroy_process_group()
+'''
+
+
+def test_shapes_are_gathered_across_nodes(tmp_path):
+    "Two nodes (two torchrun launchers on loopback, one worker each), each with its own output folder, as on SageMaker."
+    import os, subprocess, sys
+    from local_services import free_port
+    script = tmp_path/'gather.py'; script.write_text(GATHER)
+    port, procs = free_port(), []
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    for node in (0, 1):
+        (tmp_path/f'node{node}').mkdir()
+        procs.append(subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--nnodes=2', '--nproc_per_node=1', f'--node_rank={node}',
+                                       '--master_addr=127.0.0.1', f'--master_port={port}', str(script), str(tmp_path/f'node{node}')],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:]
+    got = json.loads((tmp_path/'node0'/'gathered.json').read_text())
+    assert got == {'input_shapes': [[8, 16], [8, 32]], 'shapes_per_worker': [1, 1], 'eval_shapes': [[4, 16]], 'train_rows_fed': 48}
+    assert not list(tmp_path.rglob('.shapes-*'))

@@ -22,8 +22,8 @@ from .core import (Limit, UsageError, check_folder, check_number, check_numbers,
 __all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'DataArguments', 'sample_data',
            'default_data', 'KnownData', 'load_raw', 'edit_distance', 'similar_labels', 'validate', 'label_maps',
            'known_defaults', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
-           'padding_share', 'plot_lengths', 'tokenize', 'tokenizer_fingerprint', 'prepare', 'load_prepared',
-           'row_lengths']
+           'padding_share', 'plot_lengths', 'tokenize', 'datasets3_form', 'tokenizer_fingerprint', 'prepare',
+           'load_prepared', 'row_lengths']
 
 # %% ../nbs/03_data.ipynb #650ef876
 MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
@@ -633,6 +633,35 @@ def tokenize(ds:DatasetDict, # validated data (`text`, `label`)
         warnings.filterwarnings('ignore', message='Specifying null_placement', category=FutureWarning)
         return DatasetDict({s: (d if s == 'train' else d.sort('length')).remove_columns('length') for s, d in out.items()})
 
+# %% ../nbs/03_data.ipynb #d3f0a1b2
+def _legacy(f):
+    "`f` (a feature's JSON) with datasets >= 4's `List` written as the `Sequence` datasets 3 reads (lists of dicts are left alone)."
+    if isinstance(f, list): return [_legacy(v) for v in f]
+    if not isinstance(f, dict): return f
+    f = {k: _legacy(v) for k, v in f.items()}
+    if f.get('_type') == 'List' and isinstance(f.get('feature'), dict) and '_type' in f['feature']:
+        f = {**f, '_type': 'Sequence', 'length': f.get('length', -1)}
+    return f
+
+def datasets3_form(folder:str|Path # a `save_to_disk` folder
+                  ) -> Path:
+    "Rewrite the feature types saved in `folder` (each split's `dataset_info.json` and arrow schema) in the form `datasets` 3 reads too."
+    import pyarrow as pa
+    folder = Path(folder)
+    for info in folder.rglob('dataset_info.json'):
+        d = json.loads(info.read_text())
+        info.write_text(json.dumps({**d, 'features': _legacy(d.get('features'))}, indent=2))
+    for f in folder.rglob('*.arrow'):
+        with pa.memory_map(str(f)) as m: t = pa.ipc.open_stream(m).read_all()
+        meta = dict(t.schema.metadata or {})
+        if b'huggingface' not in meta: continue
+        meta[b'huggingface'] = json.dumps(_legacy(json.loads(meta[b'huggingface']))).encode()
+        t = t.replace_schema_metadata(meta)
+        tmp = f.with_name(f.name + '.tmp')
+        with pa.OSFile(str(tmp), 'wb') as sink, pa.ipc.new_stream(sink, t.schema) as w: w.write_table(t)
+        tmp.replace(f)
+    return folder
+
 # %% ../nbs/03_data.ipynb #18f89653
 def _check_args(args:DataArguments):
     "Raise a `UsageError` for list options that name something twice (the numbers were checked when `args` was made)."
@@ -669,6 +698,7 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
     tmp = dest.with_name(f'.{dest.name}.tmp-{uuid.uuid4().hex[:8]}')
     try:
         tds.save_to_disk(str(tmp))
+        datasets3_form(tmp)   # the Neuron training image reads it with datasets 3.0.0
         (tmp/_MANIFEST).write_text(json.dumps(manifest, indent=2) + '\n')
         old = dest.with_name(f'.{dest.name}.old-{uuid.uuid4().hex[:8]}') if dest.exists() else None
         if old: dest.rename(old)

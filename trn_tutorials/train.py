@@ -874,7 +874,7 @@ def train(args:TrainArguments # the run's arguments
     scores = {}
     for split in [s for s in ('validation', 'test') if s in ds]: scores[split] = _scores(trainer.predict(ds[split]), names)
     trainer.save_model(args.output_dir)   # on every worker: a collective on XLA; only the first one writes
-    shapes = _gather_shapes(trainer, args.output_dir)
+    shapes = _gather_shapes(trainer)
     if not trainer.is_world_process_zero(): return {}
     final = 'test' if 'test' in scores else 'validation'
     baseline = majority_baseline(ds['train']['labels'], ds[final]['labels'], names)
@@ -902,16 +902,25 @@ def train(args:TrainArguments # the run's arguments
     return metrics
 
 # %% ../nbs/04_train.ipynb #5f52faa7
-def _gather_shapes(trainer, output_dir:str) -> dict|None:
-    "On the first worker: the input shapes every worker fed its model, in training and evaluation."
-    d, rank = Path(output_dir), trainer.args.process_index
-    d.mkdir(parents=True, exist_ok=True)
-    (d/f'.shapes-{rank}.json').write_text(json.dumps({k: [[*s, n] for s, n in v.items()] for k, v in trainer.shapes.items()}))
-    trainer.accelerator.wait_for_everyone()
-    if not trainer.is_world_process_zero(): return None
-    files = [d/f'.shapes-{r}.json' for r in range(trainer.args.world_size)]
-    per = [json.loads(f.read_text()) for f in files]
-    for f in files: f.unlink()
+def _gather_shapes(trainer) -> dict|None:
+    "On the first worker: the input shapes every worker fed its model, in training and evaluation, gathered from every node."
+    rank, world = trainer.args.process_index, trainer.args.world_size
+    mine = json.dumps({k: [[*s, n] for s, n in v.items()] for k, v in trainer.shapes.items()})
+    store = _host_store() if world > 1 else None
+    if world == 1: per = [mine]
+    elif store is not None:   # torchrun's agent store: one per job, on the first node, reached from every node
+        key = f"trn_tutorials/shapes/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        store.set(f'{key}/{rank}', mine)
+        if rank != 0: return None
+        keys = [f'{key}/{r}' for r in range(world)]
+        store.wait(keys, timedelta(seconds=SEAL_TIMEOUT_S))
+        per = [store.get(k).decode() for k in keys]
+    else:   # not under torchrun: torch.distributed's own collective (accelerate's gather_object refuses XLA)
+        import torch.distributed as dist
+        per = [None] * world
+        dist.all_gather_object(per, mine)
+    if rank != 0: return None
+    per = [json.loads(w) for w in per]
     union = lambda k: sorted({(r, l) for w in per for r, l, _ in w[k]})
     return {'input_shapes': [list(s) for s in union('train')], 'shapes_per_worker': [len(w['train']) for w in per],
             'eval_shapes': [list(s) for s in union('eval')], 'train_rows_fed': sum(r * n for w in per for r, _, n in w['train'])}

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_training_job.ipynb #3f60820d
 from __future__ import annotations
-import json, os, re, shutil, sys, tarfile, tempfile, time
+import json, os, re, shutil, sys, tarfile, tempfile, time, warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -17,10 +17,10 @@ from .train import PROGRESS_ENV, TrainArguments, check_args
 # %% auto #0
 __all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'DLC_ACCOUNTS', 'DLC_DOMAINS',
            'NEURON_TRAINING_REGIONS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS',
-           'LOG_GROUP', 'sm_instance', 'sm_cost', 'dlc_registry', 'training_image', 'JobArguments', 'check_job',
-           'check_role', 'job_hyperparameters', 'stage_source', 'export_model', 'job_main', 'run_prefix',
-           'default_bucket', 'upload_folder', 'model_trainer', 'submit', 'JobError', 'wait_job', 'job_results',
-           'sm_train', 'stop_job']
+           'IMAGE_DATASETS', 'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'dlc_registry',
+           'training_image', 'JobArguments', 'check_job', 'check_role', 'job_hyperparameters', 'stage_source',
+           'export_model', 'job_main', 'run_prefix', 'default_bucket', 'upload_folder', 'compile_cache_url',
+           'model_trainer', 'image_can_read', 'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
 
 # %% ../nbs/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -157,14 +157,23 @@ def _trusts_sagemaker(doc) -> bool:
 def check_role(role:str|None, # IAM role ARN or name
                region:str|None=None # AWS region; default: your AWS configuration
               ) -> str:
-    "The role's ARN if it exists and SageMaker may assume it, else a one-line `UsageError`."
+    "The role's ARN if it exists and SageMaker may assume it, else a one-line `UsageError`; a warning where the caller may not read it."
     import boto3
+    from botocore.exceptions import ClientError
     fix = "create one with the trust policy for sagemaker.amazonaws.com (IAM console: Roles > Create role > SageMaker)"
     if not role: raise UsageError(f"no role: pass --role with an IAM role the job (or endpoint) runs as; {fix}")
     name = role.rsplit('/', 1)[-1] if role.startswith('arn:') else role
     region = aws_region(region)
     try:
-        with aws_errors(region): r = boto3.client('iam', region_name=region).get_role(RoleName=name)['Role']
+        with aws_errors(region):
+            try: r = boto3.client('iam', region_name=region).get_role(RoleName=name)['Role']
+            except ClientError as e:
+                if e.response['Error']['Code'] not in ('AccessDenied', 'AccessDeniedException'): raise
+                arn = role if role.startswith('arn:') else \
+                    f"arn:{boto3.Session().get_partition_for_region(region)}:iam::{boto3.client('sts', region_name=region).get_caller_identity()['Account']}:role/{name}"
+                warnings.warn(f"cannot check IAM role {name!r} (AccessDenied on iam:GetRole): going on; creating the job needs only "
+                              f"iam:PassRole on it, and SageMaker refuses the job if the role does not trust sagemaker.amazonaws.com")
+                return arn
     except UsageError as e:
         if 'NoSuchEntity' in str(e) or 'cannot be found' in str(e): raise UsageError(f"IAM role {name!r} does not exist: {fix}, and pass its ARN with --role") from None
         raise
@@ -267,6 +276,12 @@ def _session(region:str, bucket:str|None, run_id:str, boto_session=None):
     return Session(boto_session=boto_session or boto3.Session(region_name=region), default_bucket=bucket,
                    default_bucket_prefix=run_prefix(run_id))
 
+def compile_cache_url(bucket:str # the job's S3 bucket
+                     ) -> str:
+    "The project's one Neuron compile cache in `bucket`: every job reads the graphs earlier jobs compiled, and adds its own."
+    from trn_tutorials.cleanup import COMPILE_CACHE_PREFIX   # here, not at the top: the job's workers import this module, not boto3
+    return f's3://{bucket}/{COMPILE_CACHE_PREFIX}'
+
 def model_trainer(args:TrainArguments, # the run's arguments, as for a local `launch`
                   job:JobArguments, # the job's options (checked, `run_id` and `bucket` set)
                   role_arn:str, # from `check_role`
@@ -277,7 +292,7 @@ def model_trainer(args:TrainArguments, # the run's arguments, as for a local `la
     try:
         from sagemaker.core.shapes import Tag
         from sagemaker.train import ModelTrainer
-        from sagemaker.train.configs import CheckpointConfig, Compute, OutputDataConfig, SourceCode, StoppingCondition
+        from sagemaker.core.training.configs import CheckpointConfig, Compute, OutputDataConfig, SourceCode, StoppingCondition
         from sagemaker.train.distributed import Torchrun
     except ImportError as e:
         raise UsageError(f"the SageMaker Python SDK 3 is not installed: pip install 'trn-tutorials[sagemaker]'") from e
@@ -296,7 +311,7 @@ def model_trainer(args:TrainArguments, # the run's arguments, as for a local `la
         checkpoint_config=CheckpointConfig(s3_uri=f'{s3}/checkpoints', local_path=CONTAINER['checkpoints']),
         output_data_config=OutputDataConfig(s3_output_path=f'{s3}/output'),
         hyperparameters=job_hyperparameters(args),
-        environment={PROGRESS_ENV: '1', **NEURON_ENV, 'NEURON_COMPILE_CACHE_URL': f'{s3}/neuron-cache'},
+        environment={PROGRESS_ENV: '1', **NEURON_ENV, 'NEURON_COMPILE_CACHE_URL': compile_cache_url(job.bucket)},
         tags=[Tag(key=k, value=v) for k, v in run_tags(job.run_id).items()])
 
 # %% ../nbs/09_training_job.ipynb #f6cff7e9
@@ -320,6 +335,37 @@ def _dry_run_hooks(session, seen:dict, bucket:str):
     session.events.register('before-parameter-build.sagemaker.CreateTrainingJob', capture)
     session.events.register('before-call', before_call)
 
+# %% ../nbs/09_training_job.ipynb #a1d2c3e2
+IMAGE_DATASETS = '3.0.0'   # the datasets the Neuron training image holds
+IMAGE_FEATURE_TYPES = frozenset({'Array2D', 'Array3D', 'Array4D', 'Array5D', 'Audio', 'ClassLabel', 'Image', 'LargeList', 'Sequence',
+                                 'Translation', 'TranslationVariableLanguages', 'Value'})   # the feature types datasets 3.0.0 reads
+
+def _saved_types(folder:Path) -> set[str]:
+    "Every feature `_type` `folder` names: in each split's `dataset_info.json` and its arrow files' schemas."
+    import pyarrow as pa
+    found = set()
+    def walk(d):
+        if isinstance(d, list):
+            for v in d: walk(v)
+        if isinstance(d, dict):
+            if isinstance(d.get('_type'), str): found.add(d['_type'])
+            for v in d.values(): walk(v)
+    for info in folder.rglob('dataset_info.json'): walk(json.loads(info.read_text()).get('features'))
+    for f in folder.rglob('*.arrow'):
+        with pa.memory_map(str(f)) as m: meta = pa.ipc.open_stream(m).schema.metadata or {}
+        if b'huggingface' in meta: walk(json.loads(meta[b'huggingface']))
+    return found
+
+def image_can_read(dataset_path:str # the folder `prepare` wrote
+                  ) -> str:
+    "`dataset_path` if the training image's `datasets` reads its feature types, else a one-line `UsageError` naming the fix."
+    bad = sorted(_saved_types(Path(dataset_path).expanduser()) - IMAGE_FEATURE_TYPES)
+    if bad:
+        raise UsageError(f"the training image's datasets {IMAGE_DATASETS} cannot read the feature type(s) {', '.join(bad)} saved in "
+                         f"{dataset_path} (written by datasets >= 4): run `trn-tutorials prep --dataset_path {dataset_path}` again "
+                         f"with this trn-tutorials, which saves a form both read")
+    return dataset_path
+
 # %% ../nbs/09_training_job.ipynb #c5a5a0dc
 def _running(sm, base:str) -> list[str]:
     jobs = sm.list_training_jobs(NameContains=base, StatusEquals='InProgress').get('TrainingJobSummaries', [])
@@ -333,7 +379,7 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
     check_job(job); check_args(args)
     if args.backend not in ('auto', 'neuron'):
         raise UsageError(f"--backend {args.backend} does not run on {job.instance_type}: use --backend auto (or neuron)")
-    load_prepared(args.dataset_path)
+    load_prepared(args.dataset_path); image_can_read(args.dataset_path)
     model = _model_of(args)
     if model and not Path(model).exists() and (model.startswith(('/', '.', '~')) or model.count('/') > 1):
         raise UsageError(f"model {model!r} is neither a folder here nor a Hub id: pass --model_id with a model folder "
@@ -365,7 +411,7 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
         data = f's3://{job.bucket}/{prefix}/data'
         channels = {'train': data}
         if model and Path(model).exists(): channels['model'] = f's3://{job.bucket}/{prefix}/model'
-        from sagemaker.train.configs import InputData
+        from sagemaker.core.training.configs import InputData
         inputs = [InputData(channel_name=k, data_source=v) for k, v in channels.items()]
         if job.dry_run:
             try: trainer.train(input_data_config=inputs, wait=False, logs=False)
