@@ -28,6 +28,14 @@ def _model_folder(model_dir) -> list[str]:
     try: return check_model_folder(model_dir)
     except ModelFolderError as e: raise UsageError(str(e)) from None
 
+def _Logits(model):
+    "`model` as a module that takes (input_ids, attention_mask) and returns the logits tensor: what torch_neuronx.trace compiles."
+    import torch
+    class Logits(torch.nn.Module):
+        def __init__(self, m): super().__init__(); self.m = m
+        def forward(self, input_ids, attention_mask): return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+    return Logits(model)
+
 def trace(model_dir:str, # a model folder (`train`'s output_dir)
           tolerance:float=1e-4, # largest difference in logits accepted between the traced and the eager model
           lengths:list[int]|None=None, # lengths to check; default: the recorded padded lengths, else 128
@@ -43,7 +51,7 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
         except ImportError: raise UsageError("neuron=True needs torch-neuronx: run this on a Trn1 or Inf2 instance in the Neuron DLAMI's PyTorch venv") from None
     d = Path(model_dir)
     for f in (TORCHSCRIPT, TRACE_INFO): (d/f).unlink(missing_ok=True)   # never leave an older trace behind
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, torchscript=neuron).eval()   # Neuron traces tuples
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     lengths = sorted(lengths or padded_lengths(model_dir) or [min(128, model.config.max_position_embeddings)])
     if neuron: lengths = lengths[-1:]   # one compiled graph: every batch is padded to the longest length
     g = torch.Generator().manual_seed(0)
@@ -57,9 +65,9 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
         # the comparison below is the check that matters
         warnings.simplefilter('ignore')
         if neuron:   # compiled for one shape; dynamic_batch lets it take any number of rows
-            traced = torch_neuronx.dynamic_batch(torch_neuronx.trace(model, example(1, lengths[-1])))
+            traced = torch_neuronx.dynamic_batch(torch_neuronx.trace(_Logits(model), example(1, lengths[-1])))
         else: traced = torch.jit.trace(model, example(2, lengths[-1]), strict=False)
-        logits = lambda out: out['logits'] if isinstance(out, dict) else out[0]
+        logits = lambda out: out['logits'] if isinstance(out, dict) else getattr(out, 'logits', out)
         diff, shapes = 0.0, []
         for n in lengths:
             for batch in (1, 3):

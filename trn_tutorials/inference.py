@@ -169,7 +169,7 @@ def predict_fn(data:list[str], # texts, from `input_fn`
         mask = torch.tensor([[1] * len(ids[i]) + [0] * (n - len(ids[i])) for i in rows], device=model.device)
         with torch.inference_mode():
             res = model.model(input_ids, mask) if model.traced else model.model(input_ids=input_ids, attention_mask=mask)
-        logits = res['logits'] if isinstance(res, dict) else res[0] if isinstance(res, (tuple, list)) else res.logits
+        logits = res['logits'] if isinstance(res, dict) else res[0] if isinstance(res, (tuple, list)) else getattr(res, 'logits', res)
         probs = torch.softmax(logits.float(), dim=-1)
         score, label = probs.max(dim=-1)
         for i, s, l in zip(rows, score.tolist(), label.tolist()): out[i] = {'label': model.labels[l], 'score': round(s, 4)}
