@@ -15,13 +15,12 @@ from botocore.exceptions import ClientError, WaiterError
 from .core import Limit, UsageError, check_number, short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, padded_lengths, texts_of
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
-from .training_job import check_role, default_bucket, run_prefix
+from .training_job import DLC_ACCOUNTS, check_role, default_bucket, dlc_registry, run_prefix
 
 # %% auto #0
-__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'DLC_ACCOUNTS', 'REQUIREMENTS',
-           'INSTANCES', 'trace', 'check_instance_type', 'image_kind', 'inference_image', 'requirements',
-           'neuron_compiler', 'package', 'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'deploy',
-           'predict', 'delete']
+__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'REQUIREMENTS', 'INSTANCES',
+           'trace', 'check_instance_type', 'image_kind', 'inference_image', 'requirements', 'neuron_compiler',
+           'package', 'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'deploy', 'predict', 'delete']
 
 # %% ../nbs/12_endpoint.ipynb #fa859dd1
 def _model_folder(model_dir) -> list[str]:
@@ -102,7 +101,7 @@ def check_instance_type(instance_type:str # a SageMaker hosting instance type, e
     raise UsageError(f"{instance_type!r} is not an instance type SageMaker endpoints run on: {hint}")
 
 # %% ../nbs/12_endpoint.ipynb #94e96ff3
-IMAGES_CHECKED = '2026-11-23'  # when the tags and accounts below were read from aws/deep-learning-containers
+IMAGES_CHECKED = '2026-11-23'  # when the tags below were read from aws/deep-learning-containers
 IMAGES = {   # kind -> (ECR repository, tag)
     'cpu':    ('pytorch-inference', '2.6.0-cpu-py312-ubuntu22.04-sagemaker'),
     'gpu':    ('pytorch-inference', '2.6.0-gpu-py312-cu124-ubuntu22.04-sagemaker'),
@@ -121,16 +120,6 @@ IMAGE_REGIONS = {   # kind -> regions the image is published in: the SDK's own i
     'neuron': frozenset('ap-northeast-1 ap-south-1 ap-south-2 ap-southeast-1 ap-southeast-2 ap-southeast-4 ap-southeast-5 ap-southeast-7 '
                         'ca-west-1 cn-north-1 cn-northwest-1 eu-central-1 eu-central-2 eu-south-2 eu-west-1 eu-west-3 il-central-1 '
                         'mx-central-1 sa-east-1 us-east-1 us-east-2 us-gov-east-1 us-gov-west-1 us-west-2'.split())}
-DLC_ACCOUNTS = {   # region -> the AWS account serving the Deep Learning Containers there (region_availability.md)
-    **dict.fromkeys(['us-east-1', 'us-east-2', 'us-west-1', 'us-west-2', 'ap-south-1', 'ap-northeast-2', 'ap-southeast-1',
-                     'ap-southeast-2', 'ap-northeast-1', 'ca-central-1', 'eu-central-1', 'eu-west-1', 'eu-west-2', 'eu-west-3',
-                     'eu-north-1', 'sa-east-1'], '763104351884'),
-    'af-south-1': '626614931356', 'ap-east-1': '871362719292', 'ap-south-2': '772153158452', 'ap-southeast-3': '907027046896',
-    'ap-southeast-5': '550225433462', 'ap-southeast-4': '457447274322', 'ap-southeast-6': '633930458069',
-    'ap-northeast-3': '364406365360', 'ap-east-2': '975050140332', 'ap-southeast-7': '590183813437', 'ca-west-1': '204538143572',
-    'eu-south-1': '692866216735', 'eu-south-2': '503227376785', 'eu-central-2': '380420809688', 'il-central-1': '780543022126',
-    'mx-central-1': '637423239942', 'me-south-1': '217643126080', 'me-central-1': '914824155844',
-    'cn-north-1': '727897471807', 'cn-northwest-1': '727897471807'}
 
 def image_kind(instance_type:str # a SageMaker hosting instance type
               ) -> str:
@@ -154,9 +143,7 @@ def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosti
     if region not in IMAGE_REGIONS[kind]:
         raise UsageError(f"{repo}:{tag} is not published in {region}: deploy in a region that has it, e.g. us-east-1 "
                          f"(IMAGE_REGIONS[{kind!r}], read {IMAGES_CHECKED})")
-    if region not in DLC_ACCOUNTS:
-        raise UsageError(f"no PyTorch inference image is listed for region {region!r}: use a region such as us-east-1 (see DLC_ACCOUNTS)")
-    return f"{DLC_ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com{'.cn' if region.startswith('cn-') else ''}/{repo}:{tag}"
+    return f"{dlc_registry(region)}/{repo}:{tag}"   # the one registry table: training_job.DLC_ACCOUNTS
 
 # %% ../nbs/12_endpoint.ipynb #ad755a9e
 _LEFT_OUT = ('*.png', '*.log', 'training_args.bin', '.*', '*.tar.gz')   # training leftovers the endpoint does not need
