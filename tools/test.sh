@@ -309,7 +309,9 @@ PY
   TRN_TUTORIALS_STANDIN=$t TRN_TUTORIALS_CONTAINER="$ROOT/$v" TRN_TUTORIALS_LOG_DIR="$tmp/logs-$t" \
     "$BIN/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${files[@]}"
   count $(pytest_counts "$tmp/$t.xml")
-  for f in "$tmp/logs-$t"/*; do [ -f "$f" ] && { echo "--- $t log ${f##*/} (last 40 lines):"; tail -40 "$f"; }; done
+  for f in "$tmp/logs-$t"/*; do   # the logs the tests kept (the job's, the model server's): their ends
+    [ -f "$f" ] && { echo "--- $t log ${f##*/} (last 12 lines, cut at 200 characters):"; tail -12 "$f" | cut -c1-200; }
+  done
 }
 for st in sm-training sm-pytorch-inference sm-hf-inference; do
   if want $st; then
