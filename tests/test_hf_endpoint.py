@@ -88,8 +88,7 @@ def test_deploy_predict_delete(moto_server, folder, capsys):
     arn = role()
     ep = hf_deploy(str(folder), role=arn, run_id='run-a')
     assert (ep.name, ep.status, ep.image) == ('trn-tutorials-run-a', 'InService', hf_image('ml.m5.large', REGION))
-    assert "endpoint trn-tutorials-run-a is starting (ml.m5.large, billed until deleted: delete('trn-tutorials-run-a', region='us-east-1'))" \
-        in capsys.readouterr().out
+    assert "endpoint trn-tutorials-run-a: creating (run run-a); waiting until it is in service" in capsys.readouterr().out
     sm, s3 = boto3.client('sagemaker', region_name=REGION), boto3.client('s3', region_name=REGION)
     m = sm.describe_model(ModelName=ep.name)
     assert m['PrimaryContainer']['Image'] == ep.image and m['PrimaryContainer']['Environment'] == {'HF_TASK': HF_TASK}

@@ -20,7 +20,8 @@ from .training_job import DLC_ACCOUNTS, check_role, default_bucket, dlc_registry
 # %% auto #0
 __all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'REQUIREMENTS', 'INSTANCES',
            'trace', 'check_instance_type', 'image_kind', 'inference_image', 'requirements', 'neuron_compiler',
-           'package', 'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'deploy', 'predict', 'delete']
+           'package', 'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'create_endpoint', 'deploy',
+           'predict', 'delete']
 
 # %% ../nbs/12_endpoint.ipynb #fa859dd1
 def _model_folder(model_dir) -> list[str]:
@@ -284,31 +285,23 @@ def _undo(sm, s3, made:list[str], name:str, model_data:str|None):
         bucket, key = model_data[len('s3://'):].split('/', 1)
         _delete_quietly(s3.delete_object, Bucket=bucket, Key=key)
 
-def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
-           role:str|None=None, # IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com
-           endpoint_name:str|None=None, # default: trn-tutorials-<run id>
-           instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosting instance type
-           instance_count:int=1, # instances behind the endpoint
-           run_id:str|None=None, # the run it belongs to (tags, S3 prefix); default: a new one
-           bucket:str|None=None, # S3 bucket for model.tar.gz; default: SageMaker's default bucket
-           region:str|None=None, # AWS region; default: your AWS configuration
-           wait:bool=True # wait until the endpoint is in service
-          ) -> Endpoint:
-    "Package `model_dir`, upload it and create a tagged model, endpoint configuration and endpoint; wait until it serves."
-    check_number('instance_count', instance_count, int, INSTANCES)
+def create_endpoint(archive:str|Path, # model.tar.gz to serve (from `package`, or `hf_package` for the Hugging Face image)
+                    requests, # `model_data -> dict`: the three create requests for the uploaded archive (`endpoint_requests`)
+                    name:str, # the endpoint's name (checked), also its model's and its configuration's
+                    run_id:str, # the run it belongs to: S3 prefix and tags
+                    instance_type:str, # the hosting instance type the requests name
+                    image:str, # the serving image the requests name
+                    bucket:str|None=None, # S3 bucket for the archive; default: SageMaker's default bucket
+                    region:str|None=None, # AWS region; default: your AWS configuration
+                    wait:bool=True # wait until the endpoint is in service
+                   ) -> Endpoint:
+    "Upload `archive`, create the model, configuration and endpoint (all undone if one fails), say its name, wait until it serves."
     region = aws_region(region)
-    _model_folder(model_dir)
-    check_instance_type(instance_type)
-    image = inference_image(instance_type, region)
-    _ships_trace(model_dir, instance_type, True) if image_kind(instance_type) == 'neuron' else None   # Neuron: a compiled model, or one line
-    run_id = check_run_id(run_id) if run_id else new_run_id()
-    name = check_endpoint_name(endpoint_name or re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}'), region)
-    role_arn = check_role(role, region)
     sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
     made, model_data = [], None
     try:
-        with tempfile.TemporaryDirectory() as tmp: model_data = upload(package(model_dir, Path(tmp)/'model.tar.gz', instance_type), run_id, bucket, region)
-        req = endpoint_requests(name, model_data, role_arn, instance_type, instance_count, run_id, region)
+        model_data = upload(archive, run_id, bucket, region)
+        req = requests(model_data)
         with aws_errors(region):
             sm.create_model(**req['create_model']); made.append('model')
             sm.create_endpoint_config(**req['create_endpoint_config']); made.append('config')
@@ -334,6 +327,31 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
                          f"it was deleted with its configuration and model; its log: CloudWatch /aws/sagemaker/Endpoints/{name}") from None
     ep.status = 'InService'
     return ep
+def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
+           role:str|None=None, # IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com
+           endpoint_name:str|None=None, # default: trn-tutorials-<run id>
+           instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosting instance type
+           instance_count:int=1, # instances behind the endpoint
+           run_id:str|None=None, # the run it belongs to (tags, S3 prefix); default: a new one
+           bucket:str|None=None, # S3 bucket for model.tar.gz; default: SageMaker's default bucket
+           region:str|None=None, # AWS region; default: your AWS configuration
+           wait:bool=True # wait until the endpoint is in service
+          ) -> Endpoint:
+    "Package `model_dir`, upload it and create a tagged model, endpoint configuration and endpoint; wait until it serves."
+    check_number('instance_count', instance_count, int, INSTANCES)
+    region = aws_region(region)
+    _model_folder(model_dir)
+    check_instance_type(instance_type)
+    image = inference_image(instance_type, region)
+    _ships_trace(model_dir, instance_type, True) if image_kind(instance_type) == 'neuron' else None   # Neuron: a compiled model, or one line
+    run_id = check_run_id(run_id) if run_id else new_run_id()
+    name = check_endpoint_name(endpoint_name or re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}'), region)
+    role_arn = check_role(role, region)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = package(model_dir, Path(tmp)/'model.tar.gz', instance_type)
+        return create_endpoint(archive, lambda data: endpoint_requests(name, data, role_arn, instance_type, instance_count, run_id, region),
+                               name, run_id, instance_type, image, bucket, region, wait)
+
 
 # %% ../nbs/12_endpoint.ipynb #a3c16514
 def predict(endpoint_name:str, # the endpoint

@@ -7,14 +7,11 @@ from __future__ import annotations
 import re, tarfile, tempfile
 from pathlib import Path
 
-import boto3
-from botocore.exceptions import ClientError, WaiterError
-
 from .core import UsageError, check_number
-from .endpoint import (INSTANCES, Endpoint, check_endpoint_name, check_instance_type, delete, endpoint_requests, image_kind,
-                                    predict, upload)
+from .endpoint import (INSTANCES, Endpoint, check_endpoint_name, check_instance_type, create_endpoint, delete,
+                                    endpoint_requests, image_kind, predict)
 from .inference import ModelFolderError, check_model_folder
-from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id
+from .instance import PROJECT, aws_region, check_run_id, new_run_id
 from .training_job import DLC_ACCOUNTS, check_role, dlc_registry
 
 # %% auto #0
@@ -86,18 +83,6 @@ def hf_requests(name:str, # the endpoint's name; its model and endpoint configur
     return req
 
 # %% ../nbs/13_hf_endpoint.ipynb #22ddc50c
-def _undo(sm, s3, made:list[str], name:str, model_data:str|None):
-    "Delete what `hf_deploy` made so far, newest first, and the uploaded archive."
-    for what, fn, key in (('endpoint', sm.delete_endpoint, 'EndpointName'), ('config', sm.delete_endpoint_config, 'EndpointConfigName'),
-                          ('model', sm.delete_model, 'ModelName')):
-        if what in made:
-            try: fn(**{key: name})
-            except ClientError: pass
-    if model_data:
-        bucket, key = model_data[len('s3://'):].split('/', 1)
-        try: s3.delete_object(Bucket=bucket, Key=key)
-        except ClientError: pass
-
 def hf_deploy(model_dir:str, # a model folder (`train`'s output_dir)
               role:str|None=None, # IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com
               endpoint_name:str|None=None, # default: trn-tutorials-<run id>
@@ -114,35 +99,10 @@ def hf_deploy(model_dir:str, # a model folder (`train`'s output_dir)
     check_instance_type(instance_type)
     image = hf_image(instance_type, region)
     run_id = check_run_id(run_id) if run_id else new_run_id()
-    sm, s3 = boto3.client('sagemaker', region_name=region), boto3.client('s3', region_name=region)
     with tempfile.TemporaryDirectory() as tmp:
         archive = hf_package(model_dir, Path(tmp)/'model.tar.gz')   # the folder is checked here, before any AWS call
         name = check_endpoint_name(endpoint_name or re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}'), region)
         role_arn = check_role(role, region)
-        made, model_data = [], None
-        try:
-            model_data = upload(archive, run_id, bucket, region)
-            req = hf_requests(name, model_data, role_arn, instance_type, instance_count, run_id, region)
-            with aws_errors(region):
-                sm.create_model(**req['create_model']); made.append('model')
-                sm.create_endpoint_config(**req['create_endpoint_config']); made.append('config')
-                sm.create_endpoint(**req['create_endpoint']); made.append('endpoint')
-        except BaseException:
-            _undo(sm, s3, made, name, model_data); raise
-    ep = Endpoint(name, region, instance_type, image, model_data, run_id, 'Creating')
-    if not wait: return ep
-    print(f"endpoint {name} is starting ({instance_type}, billed until deleted: delete({name!r}, region={region!r}))")
-    try: sm.get_waiter('endpoint_in_service').wait(EndpointName=name, WaiterConfig={'Delay': 30, 'MaxAttempts': 90})
-    except KeyboardInterrupt:
-        print(f"interrupted: endpoint {name} is still starting and billed; remove it with delete({name!r}, region={region!r})")
-        raise
-    except WaiterError:
-        d = sm.describe_endpoint(EndpointName=name)
-        if d['EndpointStatus'] in ('Creating', 'Updating'):
-            raise UsageError(f"endpoint {name} is still {d['EndpointStatus']} after 45 minutes: check it in the SageMaker console, "
-                             f"or remove it with delete({name!r})") from None
-        _undo(sm, s3, made, name, model_data)
-        raise UsageError(f"endpoint {name} did not start ({d['EndpointStatus']}: {d.get('FailureReason', 'no reason given')}); "
-                         f"it was deleted with its configuration and model; its log: CloudWatch /aws/sagemaker/Endpoints/{name}") from None
-    ep.status = 'InService'
-    return ep
+        return create_endpoint(archive, lambda data: hf_requests(name, data, role_arn, instance_type, instance_count, run_id, region),
+                               name, run_id, instance_type, image, bucket, region, wait)
+
