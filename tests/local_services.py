@@ -428,6 +428,118 @@ class SageMakerStandIn:
         self.output = lines
         return p.returncode
 
+    def run_container(self, name: str, python: str, timeout: float = 900) -> int:
+        """Run training job `name` as its image starts it, one launcher per host on 127.0.0.1, with `python` (a venv holding
+        the image's versions) as the image's Python. For each host `algo-N` of the job's `InstanceCount`:
+
+        - `<root>/<host>/opt/ml` stands in for the host's `/opt/ml`: the job's channels (data, model, code, and the
+          `sm_drivers` channel as `ModelTrainer` built and uploaded it) downloaded from moto's S3 into `input/data/<channel>`,
+          the checkpoints into the checkpoint folder, and `input/config/` written as SageMaker writes it for that host
+          (`resourceconfig.json`: `current_host`, `hosts`, instance type and group, network interface `lo`;
+          `inputdataconfig.json`; `hyperparameters.json`);
+        - the container runs the job's own `ContainerEntrypoint` + `ContainerArguments` (`bash -c "chmod +x .../sm_train.sh
+          && .../sm_train.sh"`): `environment.py`, `source sm_training.env`, `cd` to the code, the SDK's
+          `install_requirements.py` (a plain `pip install -r requirements.txt` into `python`'s venv), then SageMaker's
+          torchrun driver, which starts `torchrun --nnodes=N --node_rank=R --master_addr=... --master_port=...`.
+
+        Stood in for, and only these: the text `/opt/ml` in the downloaded driver files and the hyperparameters points
+        into `<root>/<host>/opt/ml`; `environment.py`'s fixed master `algo-1:7777` becomes `127.0.0.1:<free port>` (no
+        name `algo-1` resolves here, and a fixed port could be taken); the hosts start one after the other once the
+        first has installed the requirements (they share `python`'s venv, where each real host has its own copy of the
+        image: the second `pip install -r` then finds everything installed); the job's environment, which moto does
+        not return, is set as `training_job.model_trainer` gives it. Then, as SageMaker does: each host's log goes to
+        its CloudWatch stream `<job>/algo-N-...`, the first host's checkpoints to the checkpoint S3 URI and its
+        `/opt/ml/model` to `model.tar.gz`. `self.output`: every host's lines, prefixed with the host. Returns the first
+        non-zero exit status, else 0."""
+        import boto3, tarfile, threading
+        from trn_tutorials.launch import NEURON_ENV
+        from trn_tutorials.train import PROGRESS_ENV
+        from trn_tutorials.training_job import compile_cache_url
+        sm, s3, logs = boto3.client('sagemaker'), boto3.client('s3'), boto3.client('logs')
+        d = sm.describe_training_job(TrainingJobName=name)
+        rc_ = d['ResourceConfig']
+        hosts = [f'algo-{i + 1}' for i in range(rc_['InstanceCount'])]
+        port, bucket = free_port(), d['OutputDataConfig']['S3OutputPath'][len('s3://'):].split('/', 1)[0]
+        ck = d.get('CheckpointConfig')
+        spec = d['AlgorithmSpecification']
+        venv_bin = str(Path(python).parent)
+        roots, procs, out = {}, {}, {h: [] for h in hosts}
+        for h in hosts:
+            ml = self.dir/name/h/'opt/ml'
+            roots[h] = ml
+            for ch in d['InputDataConfig']: self._download(s3, ch['DataSource']['S3DataSource']['S3Uri'], ml/'input/data'/ch['ChannelName'])
+            if ck: self._download(s3, ck['S3Uri'], ml/ck['LocalPath'][len('/opt/ml/'):])
+            for sub in ('model', 'output/data', 'input/config', 'code'): (ml/sub).mkdir(parents=True, exist_ok=True)
+            local = lambda v: v.replace('/opt/ml', str(ml)) if isinstance(v, str) else v
+            group = {'instance_group_name': 'homogeneousCluster', 'instance_type': rc_['InstanceType'], 'hosts': hosts}
+            (ml/'input/config/resourceconfig.json').write_text(json.dumps(
+                {'current_host': h, 'current_instance_type': rc_['InstanceType'], 'current_group_name': 'homogeneousCluster',
+                 'hosts': hosts, 'instance_groups': [group], 'network_interface_name': 'lo'}))
+            (ml/'input/config/inputdataconfig.json').write_text(json.dumps(
+                {c['ChannelName']: {'TrainingInputMode': 'File', 'S3DistributionType': 'FullyReplicated', 'RecordWrapperType': 'None'}
+                 for c in d['InputDataConfig']}))
+            (ml/'input/config/hyperparameters.json').write_text(json.dumps({k: local(v) for k, v in d['HyperParameters'].items()}))
+            for f in (ml/'input/data/sm_drivers').rglob('*'):
+                if f.is_file() and f.suffix in ('.py', '.sh', '.json'):
+                    t = f.read_text().replace('/opt/ml', str(ml))
+                    if f.name == 'environment.py':
+                        t = t.replace('SM_MASTER_ADDR = "algo-1"', 'SM_MASTER_ADDR = "127.0.0.1"').replace('SM_MASTER_PORT = 7777', f'SM_MASTER_PORT = {port}')
+                    f.write_text(t)
+        env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'PYTHONSAFEPATH')}
+        env.update({PROGRESS_ENV: '1', **NEURON_ENV, 'NEURON_COMPILE_CACHE_URL': compile_cache_url(bucket), 'TRAINING_JOB_NAME': name,
+                    'PATH': f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}", 'TOKENIZERS_PARALLELISM': 'false',
+                    'OMP_NUM_THREADS': '1', 'HF_HUB_OFFLINE': '1', 'PIP_DISABLE_PIP_VERSION_CHECK': '1'})
+        started = threading.Event()
+        def pump(h, p):
+            for line in p.stdout:
+                out[h].append(line.rstrip('\n').replace(str(roots[h]), '/opt/ml'))
+                if h == hosts[0] and 'Running Torchrun Driver' in line: started.set()
+            started.set()
+        threads = []
+        t0 = time.monotonic()
+        for i, h in enumerate(hosts):
+            if i: started.wait(timeout)   # the first host has installed the requirements into the shared venv
+            args = [a.replace('/opt/ml', str(roots[h])) for a in spec['ContainerEntrypoint'] + spec.get('ContainerArguments', [])]
+            procs[h] = subprocess.Popen(args, env=env, cwd=str(roots[h]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
+            threads.append(threading.Thread(target=pump, args=(h, procs[h]), daemon=True)); threads[-1].start()
+        codes = []
+        for h in hosts:
+            try: codes.append(procs[h].wait(timeout=max(1, timeout - (time.monotonic() - t0))))
+            except subprocess.TimeoutExpired:
+                for p in procs.values():
+                    try: os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError: pass
+                codes.append(-9)
+        for t in threads: t.join(timeout=10)
+        group_name = '/aws/sagemaker/TrainingJobs'
+        try: logs.create_log_group(logGroupName=group_name)
+        except logs.exceptions.ResourceAlreadyExistsException: pass
+        t_ms = int(time.time() * 1000)
+        for h in hosts:
+            stream = f'{name}/{h}-{int(time.time())}'
+            logs.create_log_stream(logGroupName=group_name, logStreamName=stream)
+            lines = out[h]
+            for i in range(0, len(lines), 500):
+                logs.put_log_events(logGroupName=group_name, logStreamName=stream,
+                                    logEvents=[{'timestamp': t_ms + i + j, 'message': l or ' '} for j, l in enumerate(lines[i:i + 500])])
+        first = roots[hosts[0]]
+        if ck:
+            b, prefix = ck['S3Uri'][len('s3://'):].split('/', 1)
+            local_ck = first/ck['LocalPath'][len('/opt/ml/'):]
+            for f in sorted(local_ck.rglob('*')):
+                if f.is_file(): s3.upload_file(str(f), b, f"{prefix.rstrip('/')}/{f.relative_to(local_ck).as_posix()}")
+        code = next((c for c in codes if c != 0), 0)
+        if code == 0:
+            tgz = self.dir/name/'model.tar.gz'
+            with tarfile.open(tgz, 'w:gz') as t:
+                for f in sorted((first/'model').iterdir()): t.add(f, arcname=f.name)
+            b, key = d['ModelArtifacts']['S3ModelArtifacts'][len('s3://'):].split('/', 1)
+            s3.upload_file(str(tgz), b, key)
+        self.output = [f'{h}: {l}' for h in hosts for l in out[h]]
+        self.seconds = time.monotonic() - t0
+        return code
+
     def stop(self):
         if self._old is None: os.environ.pop('SAGEMAKER_VALIDATE_ROLE', None)
         else: os.environ['SAGEMAKER_VALIDATE_ROLE'] = self._old

@@ -212,7 +212,11 @@ def test_stage_source_is_this_package(tmp_path):
     pkg = Path(trn_tutorials.__file__).parent
     assert digests(src/'trn_tutorials') == {k: v for k, v in digests(pkg).items() if '__pycache__' not in k}
     assert 'job_main()' in (src/'sm_train.py').read_text()
-    assert 'transformers==4.57.*' in (src/'requirements.txt').read_text().split()
+    req = (src/'requirements.txt').read_text().split()
+    import configparser
+    extra = configparser.ConfigParser(); extra.read(Path(__file__).parent.parent/'settings.ini')
+    assert set(extra['DEFAULT']['trn1_requirements'].split()) <= set(req)   # transformers 4.57: what the package needs on Neuron
+    assert 'numpy<2' in req and not any(r.startswith(('torch', 'numpy=', 'numpy>')) for r in req)   # the image's torch and numpy stay
 
 
 def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
@@ -315,7 +319,7 @@ def test_an_image_that_is_not_in_the_regions_registry_is_refused():
     assert training_image('us-west-2', ok) == ok
     assert training_image('us-west-2', '111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:1') == '111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:1'
     for region, uri, msg in [
-        ('eu-west-1', ok, "is in us-west-2's registry, the job runs in eu-west-1"),   # ECR pulls from the job's region
+        ('eu-west-1', ok, "is in us-west-2's registry and the job runs in eu-west-1"),   # ECR pulls from the job's region
         ('eu-central-2', f'763104351884.dkr.ecr.eu-central-2.amazonaws.com/{img}', "the Deep Learning Containers in eu-central-2 are in account 380420809688"),
         ('af-south-1', None, 'no Neuron training image is listed for af-south-1'),
     ]:

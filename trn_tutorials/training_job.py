@@ -83,8 +83,10 @@ def training_image(region:str, # the job's AWS region
     if image_uri:
         m = re.fullmatch(r'(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.[a-z0-9.-]+/.+', image_uri)
         if m and m[2] != region:
-            raise UsageError(f"image {image_uri} is in {m[2]}'s registry, the job runs in {region}: SageMaker pulls from the job's "
-                             f"region; use {dlc_registry(region) if region in DLC_ACCOUNTS else 'the image'} in {region}'s registry, or --region {m[2]}")
+            dlc = m[1] in DLC_ACCOUNTS.values() and region in DLC_ACCOUNTS
+            raise UsageError(f"image {image_uri} is in {m[2]}'s registry and the job runs in {region}: SageMaker pulls only from the job's "
+                             f"region; use {dlc_registry(region) + '/' + image_uri.split('/', 1)[1] if dlc else f'a copy in {region} (ECR replication)'}, "
+                             f"or --region {m[2]}")
         if m and m[1] in DLC_ACCOUNTS.values() and m[1] != DLC_ACCOUNTS.get(region):
             raise UsageError(f"the Deep Learning Containers in {region} are in account {DLC_ACCOUNTS[region]}, not {m[1]}: "
                              f"use {dlc_registry(region)}/{image_uri.split('/', 1)[1]}")
@@ -201,7 +203,9 @@ def job_hyperparameters(args:TrainArguments # the run's arguments, as for a loca
 
 # %% ../nbs/09_training_job.ipynb #e5153f76
 ENTRY_SCRIPT = 'sm_train.py'
-JOB_REQUIREMENTS = ['transformers==4.57.*', 'datasets>=3.0', 'accelerate>=1.0', 'scikit-learn>=1.3', 'matplotlib>=3.7']
+JOB_REQUIREMENTS = ['transformers>=4.57,<4.58', 'accelerate>=1.9,<2',   # the trn1 extra: what this package needs on Neuron
+                    'numpy<2',   # keeps the image's numpy 1.26.4 (its Neuron packages are built against numpy 1)
+                    'datasets>=3.0', 'scikit-learn>=1.3', 'matplotlib>=3.7', 'boto3>=1.34']   # met by the image's datasets 3.0.0; boto3: imported by this package
 
 def stage_source(dest:str|Path # an empty or new folder
                 ) -> Path:
