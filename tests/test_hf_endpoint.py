@@ -123,3 +123,16 @@ def test_bad_input_creates_nothing(moto_server, folder, tmp_path):
         with pytest.raises(UsageError) as e: hf_deploy(**kw)
         assert says in str(e.value) and '\n' not in str(e.value), (kw, str(e.value))
         assert everything() == NOTHING, kw
+
+
+def test_the_cli_deploys_to_the_hf_image(moto_server, folder, capsys):
+    "`trn-tutorials sm-deploy --container huggingface`: the same command, the Hugging Face image, HF_TASK only; a typo is one line."
+    from trn_tutorials.cli import run
+    run(['sm-deploy', '--container', 'huggingface', '--model_dir', str(folder), '--role', role(), '--run_id', 'cli-hf', '--region', REGION])
+    m = boto3.client('sagemaker', region_name=REGION).describe_model(ModelName='trn-tutorials-cli-hf')['PrimaryContainer']
+    assert m['Image'] == hf_image('ml.m5.large', REGION) and m['Environment'] == {'HF_TASK': HF_TASK}
+    assert 'next: trn-tutorials sm-predict --endpoint_name trn-tutorials-cli-hf' in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        run(['sm-deploy', '--container', 'hugginface', '--model_dir', str(folder), '--region', REGION])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'hugginface'" in err and 'huggingface' in err

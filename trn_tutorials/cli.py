@@ -6,6 +6,7 @@
 from __future__ import annotations
 import json, sys, time
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 import datasets
 from .core import CATALOG, Limit, UsageError, check_backend, check_numbers, default_model, detect, folder_lock, given_options
@@ -19,6 +20,7 @@ from .ssh import NEURON_VENV, TunnelArguments, open_jupyter, ssh_command
 from .cleanup import CleanupArguments, cleanup
 from .training_job import JobArguments, sm_train
 from .endpoint import DEFAULT_INSTANCE_TYPE, deploy, predict
+from .hf_endpoint import hf_deploy
 
 # %% auto #0
 __all__ = ['OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'LaunchArguments', 'detect_cmd', 'prep_cmd', 'precompile_cmd', 'train_cmd',
@@ -111,7 +113,10 @@ def stop_cmd(s:StopArguments) -> list:
 # %% ../nbs/07_cli.ipynb #1a309f19
 @dataclass
 class DeployArguments:
-    "Options of `trn-tutorials sm-deploy`: the arguments of `endpoint.deploy`."
+    "Options of `trn-tutorials sm-deploy`: the arguments of `endpoint.deploy` (or `hf_endpoint.hf_deploy`)."
+    container: Literal['pytorch', 'huggingface'] = field(default='pytorch', metadata={'help':
+        "pytorch: SageMaker's PyTorch image with this package's handler (batches padded to the trained lengths); "
+        "huggingface: the Hugging Face inference image and its pipeline, no code of ours (the original tutorial's)"})
     model_dir: str = field(default='runs/emotion-model', metadata={'help': "the fine-tuned model folder (train's --output_dir, or a job's download)"})
     role: str|None = field(default=None, metadata={'help': 'IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com'})
     endpoint_name: str|None = field(default=None, metadata={'help': 'the endpoint (default: trn-tutorials-<run id>)'})
@@ -138,7 +143,8 @@ def sm_train_cmd(train:TrainArguments, job:JobArguments) -> dict:
 
 def sm_deploy_cmd(d:DeployArguments) -> dict:
     "Deploy a fine-tuned model to a real-time endpoint (see the endpoint chapter)."
-    ep = deploy(**asdict(d)); print(ep)
+    kw = asdict(d)
+    ep = (hf_deploy if kw.pop('container') == 'huggingface' else deploy)(**kw); print(ep)
     print(f'next: trn-tutorials sm-predict --endpoint_name {ep.name} --text "i feel great"')
     return asdict(ep)
 
