@@ -23,7 +23,7 @@ __all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DA
            'default_data', 'KnownData', 'load_raw', 'edit_distance', 'similar_labels', 'validate', 'label_maps',
            'known_defaults', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
            'padding_share', 'plot_lengths', 'tokenize', 'datasets3_form', 'tokenizer_fingerprint', 'prepare',
-           'load_prepared', 'row_lengths']
+           'prep_command', 'data_fingerprint', 'load_prepared', 'row_lengths']
 
 # %% ../nbs/03_data.ipynb #650ef876
 MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
@@ -715,6 +715,14 @@ def _label_line(counts:dict, most:int=12) -> str:
     items = [f"{l} {n:,}" for l, n in counts.items()]
     return ', '.join(items[:most]) + (f", and {len(items) - most} more (label_rows in {_MANIFEST})" if len(items) > most else '')
 
+def _content_sha256(ds:DatasetDict) -> str:
+    "A short hash of the validated rows (text and label of every split): data re-prepared from other rows gets another."
+    import hashlib
+    h = hashlib.sha256()
+    for s, d in ds.items():
+        h.update(json.dumps([s, _col(d, 'text'), _col(d, 'label'), d.features['label'].names]).encode())
+    return h.hexdigest()[:16]
+
 def _prepare(args:DataArguments, dest:Path) -> dict:
     "`prepare`'s work, once the folder is checked and locked."
     data, model_id = args.data, args.model_id or default_model()
@@ -729,15 +737,19 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     length = args.max_length or choose_length(lengths['train'], args.percentile, args.pad_multiple, limit)[0]
     bl = choose_buckets(lengths['train'], args.buckets, length, args.pad_multiple)
     if Path(model_id).expanduser().exists(): model_id = str(Path(model_id).expanduser().resolve())
+    local = data and Path(data).expanduser().exists()
+    options = {**{k: getattr(args, k) for k in _REDO}, 'data': str(Path(data).expanduser().resolve()) if local else data,
+               'model_id': model_id, 'dataset_path': os.path.abspath(dest)}
     names = ds['train'].features['label'].names
     per_label = collections.Counter(ds['train']['label'])
-    manifest = {'model_id': model_id, 'tokenizer': tokenizer_fingerprint(tok), 'max_length': length,
+    manifest = {'kind': 'prepared data', 'model_id': model_id, 'tokenizer': tokenizer_fingerprint(tok), 'max_length': length,
                 'percentile': None if args.max_length else args.percentile, 'bucket_lengths': bl, 'label_names': names,
                 'label_rows': {n: per_label[i] for i, n in enumerate(names)}, 'rows': {s: len(d) for s, d in ds.items()}, 'left_out': gone,
                 'bucket_rows': {s: [int((padded_lengths(l, bl) == b).sum()) for b in bl] for s, l in lengths.items()},
                 'padding_share': {s: round(padding_share(l, bl), 4) for s, l in lengths.items()},
                 'truncated': {s: int((l > length).sum()) for s, l in lengths.items()}, 'length_stats': length_stats(lengths['train']),
-                'data': data, 'text_column': args.text_column, 'label_column': args.label_column, 'trn_tutorials_version': __version__}
+                'data': data, 'text_column': args.text_column, 'label_column': args.label_column, 'trn_tutorials_version': __version__,
+                'options': options, 'content_sha256': _content_sha256(ds)}
     _save(tokenize(ds, tok, length, bl), manifest, dest)
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(lengths['train']), args.percentile)}"
     joined = f"\n  text: {' + '.join(args.text_column)}, joined as sentences" if len(args.text_column) > 1 else ''
@@ -771,8 +783,61 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
             try: p.rmdir()
             except OSError: break
 
+# %% ../nbs/03_data.ipynb #a1b2c3d1
+_REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'label_column', 'column_names', 'label_names', 'accept_labels',
+         'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'eval_fraction', 'split_seed')   # a record's options
+
+def _record_options(manifest:dict) -> dict:
+    "The `prep` options a manifest records; an older manifest without `options` gives what it has (data, model, columns, length)."
+    o = manifest.get('options')
+    if isinstance(o, dict): return {k: o.get(k) for k in _REDO}
+    fixed = manifest.get('percentile') is None
+    return {'data': manifest.get('data'), 'model_id': manifest.get('model_id'), 'text_column': manifest.get('text_column'),
+            'label_column': manifest.get('label_column'), 'max_length': manifest.get('max_length') if fixed else None,
+            'percentile': manifest.get('percentile') if not fixed else None}
+
+def prep_command(manifest:dict, # a prepared folder's record (`prepare`'s return, `load_prepared(...)[1]`)
+                 **changes # options to change, e.g. `model_id=...`; `None` leaves one out
+                ) -> str:
+    "The complete `trn-tutorials prep` command that prepares the folder of `manifest` again (with `changes`), quoted for a shell."
+    import shlex
+    given = {**_record_options(manifest), **changes}
+    o = {k: given[k] for k in sorted(given, key=lambda k: _REDO.index(k) if k in _REDO else len(_REDO)) if given[k] is not None}
+    base = DataArguments()
+    if o.get('data'):   # what the data's known dataset fills in by itself need not be said
+        try: base = known_defaults(DataArguments(data=o['data'], preset=o.get('preset')))
+        except UsageError: pass
+    argv = ['trn-tutorials', 'prep']
+    for k, v in o.items():
+        if k not in ('data', 'model_id', 'dataset_path') and v == getattr(base, k, None): continue
+        if k == 'percentile' and o.get('max_length') is not None: continue   # a fixed length: the percentile plays no part
+        argv += [f'--{k}', *(map(str, v) if isinstance(v, (list, tuple)) else [str(v)])]
+    return shlex.join(argv)
+
+def data_fingerprint(manifest:dict # a prepared folder's record
+                    ) -> dict:
+    "What a model trained on the folder depends on: labels, rows per split, tokenizer, lengths, the data and its columns; and `sha256`, a short hash of them."
+    import hashlib
+    o = _record_options(manifest)
+    fp = {'label_names': manifest.get('label_names'), 'rows': manifest.get('rows'), 'tokenizer': manifest.get('tokenizer'),
+          'max_length': manifest.get('max_length'), 'bucket_lengths': manifest.get('bucket_lengths') or [manifest.get('max_length')],
+          'data': o.get('data'), 'text_column': o.get('text_column'), 'label_column': o.get('label_column'),
+          'column_names': o.get('column_names'), 'content_sha256': manifest.get('content_sha256')}
+    return {**fp, 'sha256': hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()[:16]}
+
+
 # %% ../nbs/03_data.ipynb #102aff4f
 _NEEDED = {'model_id': str, 'max_length': int, 'label_names': list, 'rows': dict}   # what training reads from the manifest
+
+def _again(p:Path) -> str:
+    "What to run to prepare the folder `p` again: the complete command from its record; else what to pass, without guessing the data."
+    import shlex
+    try: m = json.loads((p/_MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, ValueError): m = None
+    if isinstance(m, dict) and (isinstance(m.get('options'), dict) or isinstance(m.get('data'), str)):
+        return f"run `{prep_command(m, dataset_path=os.path.abspath(p))}` again"
+    return (f"prepare it again: trn-tutorials prep --dataset_path {shlex.quote(os.path.abspath(p))} with the --data (and options) "
+            f"it was prepared from")
 
 def _read_manifest(p:Path, again:str) -> dict:
     "The manifest in the prepared folder `p`, checked for what training needs; else a one-line `UsageError` ending in `again`."
@@ -794,7 +859,7 @@ def load_prepared(dataset_path:str # folder written by `prepare`
     "The tokenized splits saved by `prepare`, and its manifest; a one-line `UsageError` naming the fix for anything else."
     if dataset_path is None or not str(dataset_path).strip():
         raise UsageError("--dataset_path is empty: pass the folder `trn-tutorials prep` wrote, e.g. --dataset_path runs/emotion-data")
-    p, again = Path(dataset_path).expanduser(), f"run `trn-tutorials prep --dataset_path {dataset_path}` again"
+    p = Path(dataset_path).expanduser()
     up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
     if p.exists() and not p.is_dir():
         raise UsageError(f"no prepared data at {dataset_path}: it is a file; pass the folder `trn-tutorials prep` wrote, or prepare it with "
@@ -804,6 +869,7 @@ def load_prepared(dataset_path:str # folder written by `prepare`
     if not p.is_dir(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
     if not (p/_MANIFEST).exists():
         raise UsageError(f"{dataset_path} has no {_MANIFEST}, so it was not made by prepare: run `trn-tutorials prep --dataset_path {dataset_path}` first")
+    again = _again(p)
     m = _read_manifest(p, again)
     try:
         with _datasets_quiet(): ds = load_from_disk(str(p))
