@@ -10,12 +10,13 @@ from dataclasses import dataclass, asdict, field, fields
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError', 'parse_args',
-           'given_options', 'Limit', 'check_number', 'check_numbers', 'check_folder', 'lock_path', 'lock_holder',
-           'folder_lock', 'die_with_parent', 'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'neuron_lnc',
-           'visible_neuron_cores', 'Accelerator', 'neuron_stack', 'machine_instance_type', 'detect', 'Stack',
-           'instance_family', 'backend_env', 'set_backend_env', 'check_stack', 'check_backend', 'InstanceType',
-           'instance_type', 'run_cost', 'hub_reachable', 'local_model', 'default_model', 'short_path', 'tiny_bert']
+__all__ = ['RECORD', 'KINDS', 'BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError',
+           'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'check_folder', 'lock_path',
+           'lock_holder', 'folder_lock', 'die_with_parent', 'folder_record', 'write_record', 'check_owner',
+           'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator',
+           'neuron_stack', 'machine_instance_type', 'detect', 'Stack', 'instance_family', 'backend_env',
+           'set_backend_env', 'check_stack', 'check_backend', 'InstanceType', 'instance_type', 'run_cost',
+           'hub_reachable', 'local_model', 'default_model', 'short_path', 'tiny_bert']
 
 # %% ../nbs/00_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -102,17 +103,47 @@ def check_number(name:str, # the option's name, e.g. 'learning_rate'
         raise UsageError(f"--{name} {value} is out of range: use {limit.describe()}{e}")
     return value
 
+def _text_kind(hint) -> str|None:
+    "'str' or 'list' if the type hint `hint` is `str` or `list[str]` (optionally `|None`), 'bool' for `bool`, else `None`."
+    import types, typing
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kinds = [a for a in args if a is not type(None)]
+    if len(kinds) != 1: return None
+    k = kinds[0]
+    return 'str' if k is str else 'bool' if k is bool else 'list' if typing.get_origin(k) is list and typing.get_args(k) == (str,) else None
+
+def _a(word:str) -> str: return 'an' if word[:1].lower() in 'aeio' else 'a'   # an int, a str; an --output_dir, a --dataset_path
+
+def _check_text(obj, name:str, kind:str, optional:bool):
+    "Check (and normalise) the `str`, `list[str]` or `bool` field `name` of `obj`: a path-like becomes a str, a leading `~` is expanded."
+    v, put = getattr(obj, name), lambda x: object.__setattr__(obj, name, x)
+    if v is None and optional: return
+    if kind == 'bool':
+        if not isinstance(v, bool): raise UsageError(f"--{name} {v!r} is {_a(type(v).__name__) + ' ' + type(v).__name__ if v is not None else 'missing'}, not true or false: pass True or False")
+        return
+    if kind == 'list' and isinstance(v, (str, os.PathLike)): v = [v]   # from Python, a single name may come as a str
+    items = list(v) if kind == 'list' and isinstance(v, (list, tuple)) else [v] if kind == 'str' else None
+    bad = next((x for x in items if not isinstance(x, (str, os.PathLike))), None) if items is not None else v
+    if items is None or bad is not None or (v is None and not optional):
+        want = 'text' if kind == 'str' else 'a list of names'
+        raise UsageError(f"--{name} {bad!r} is {_a(type(bad).__name__) + ' ' + type(bad).__name__ if bad is not None else 'missing'}, not {want}: pass {want}")
+    items = [os.fspath(x) for x in items]
+    if kind == 'str': put(os.path.expanduser(items[0]) if items[0].startswith('~') else items[0])   # `'~/runs'` quoted in a shell
+    else: put(items)
+
 def check_numbers(obj, # a dataclass instance, e.g. `TrainArguments(...)`
                   limits:dict[str, Limit] # field name -> what it may hold; fields typed int or float and not named here: any finite number
                  ):
-    "Check every `int`/`float` field of `obj` with `check_number`; return `obj`. Call it from `__post_init__`."
+    "Check every field of `obj`: numbers with `check_number`, text, lists of text and bools by type (`~` expanded); return `obj`. Call it from `__post_init__`."
     import typing
     hints = typing.get_type_hints(type(obj))
     for f in fields(obj):
+        optional = type(None) in typing.get_args(hints.get(f.name))
+        if (text := _text_kind(hints.get(f.name))): _check_text(obj, f.name, text, optional); continue
         kind = _number_kind(hints.get(f.name))
         if kind is None: continue
         v = getattr(obj, f.name)
-        check_number(f.name, v, kind, limits.get(f.name), optional=type(None) in typing.get_args(hints[f.name]))
+        check_number(f.name, v, kind, limits.get(f.name), optional=optional)
         if kind is float and isinstance(v, int): object.__setattr__(obj, f.name, float(v))   # 3 for an epoch count: the float 3.0
     return obj
 
@@ -214,6 +245,62 @@ def die_with_parent(sig:int=15 # the signal to receive: SIGTERM
                    ) -> bool:
     "Have Linux send this process `sig` when its parent dies (`prctl(PR_SET_PDEATHSIG)`); `False` where it cannot."
     return _PRCTL is not None and _PRCTL(1, sig, 0, 0, 0) == 0
+
+# %% ../nbs/00_core.ipynb #a7e0c002
+RECORD = 'trn_tutorials.json'   # the record of a folder the package wrote: its kind, options and data
+KINDS = {'prepared data': ('prepared data', 'trn-tutorials prep'), 'model': ('a model folder', 'trn-tutorials train')}
+
+def folder_record(folder # a folder, e.g. 'runs/emotion-data'
+                 ) -> dict|None:
+    "The record of `folder` (`kind`: 'prepared data' or 'model'); `None` if it has none; a damaged one as `{'kind': None, 'damaged': why}`."
+    p = Path(folder).expanduser()
+    try: rec = json.loads((p/RECORD).read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        try: old = json.loads((p/'metrics.json').read_text())   # a model folder written before records: its metrics.json says so
+        except (OSError, ValueError): return None
+        return {'kind': 'model', 'options': old.get('args')} if isinstance(old, dict) and {'args', 'label_names', 'backend'} <= set(old) else None
+    except (OSError, UnicodeDecodeError, ValueError) as e: return {'kind': None, 'damaged': (str(e).splitlines() or [type(e).__name__])[0]}
+    if not isinstance(rec, dict): return {'kind': None, 'damaged': f"it holds a {type(rec).__name__}"}
+    if 'kind' not in rec and 'label_names' in rec: rec = {**rec, 'kind': 'prepared data'}   # a manifest written before records had a kind
+    return rec
+
+def _what(rec:dict) -> str:
+    if rec.get('kind') in KINDS: what, cmd = KINDS[rec['kind']]; return f"{what} (written by `{cmd}`)"
+    return f"a folder whose {RECORD} is damaged ({rec.get('damaged', 'unknown kind')})"
+
+def _visible(p:Path) -> list[Path]: return sorted(x for x in p.iterdir() if not x.name.startswith('.'))   # `.ipynb_checkpoints`, `.DS_Store`
+
+def write_record(folder, # the folder the record describes (made if missing)
+                 record:dict # what to record: `kind` and whatever a later run checks
+                ) -> Path:
+    "Write `folder`'s record atomically: a reader sees the old record or the new one, never half of one."
+    p = Path(folder).expanduser(); p.mkdir(parents=True, exist_ok=True)
+    tmp = p/f'.{RECORD}.tmp-{os.getpid()}'
+    tmp.write_text(json.dumps(record, indent=2, default=str) + '\n'); os.replace(tmp, p/RECORD)
+    return p/RECORD
+
+# %% ../nbs/00_core.ipynb #a7e0c003
+def check_owner(folder, # the folder a run will write, e.g. `args.output_dir`
+                kind:str, # what the run writes there: 'prepared data' or 'model'
+                option:str # the option that named it, e.g. 'output_dir'
+               ) -> Path:
+    "`folder` as a `Path` if a run writing `kind` may write it: new, empty, or recorded as `kind`; else a one-line `UsageError`."
+    p = check_folder(folder, option)
+    given, an = Path(folder).expanduser().parents, _a(option)
+    for k, up in enumerate(Path(os.path.abspath(p)).parents):   # nested inside another recorded folder
+        if (rec := folder_record(up)) is not None:
+            shown = given[k] if k < len(given) - 1 else up   # as the user named it, where they did
+            raise UsageError(f"--{option} {folder} lies inside {shown}, {_what(rec)}: pass {an} --{option} outside it")
+    if not p.is_dir() or not _visible(p): return p
+    rec = folder_record(p)
+    if rec is None:
+        inner = next((q.parent for pat in ('*/', '*/*/') for q in sorted(p.glob(pat + RECORD))), None)
+        if inner: raise UsageError(f"--{option} {folder} holds {inner}, {_what(folder_record(inner))}: pass {an} --{option} of its own (a new or empty folder)")
+        names = [x.name for x in _visible(p)]
+        raise UsageError(f"--{option} {folder} holds files trn-tutorials did not write ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
+                         f"pass another --{option} (a new or empty folder)")
+    if rec.get('kind') != kind: raise UsageError(f"--{option} {folder} is {_what(rec)}, not {KINDS[kind][0]}: pass another --{option}")
+    return p
 
 # %% ../nbs/00_core.ipynb #00d5c226
 def _devices(ls) -> list:
