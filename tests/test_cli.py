@@ -172,3 +172,59 @@ def test_up_status_down_against_moto(moto_server, tmp_path):
     assert r.returncode == 0 and 'running' not in r.stdout
     r = aws('up', '--instance_type', 'trn1.4xlarge', '--my_ip', '203.0.113.7')
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and 'use one of' in r.stderr
+
+
+# issue 23: what the terminal says is true to the state, and no traceback
+
+METRICS = {'final_split': 'validation', 'validation': {'f1': 0.5651, 'accuracy': 0.6913, 'mcc': 0.0},
+           'train': {'samples_per_second': 10.0, 'runtime_s': 1.0}, 'world_size': 1, 'backend': 'cpu', 'args': {'output_dir': 'model'},
+           'beats_baseline': False, 'warnings': ['warning: no better than always predicting the majority label: --learning_rate 5 is far '
+                                                 'above its usual range (1e-5 to 1e-4): lower it, e.g. --learning_rate 5e-05']}
+
+
+def test_train_says_mcc_and_the_warnings_on_stderr(monkeypatch, capsys):
+    import trn_tutorials.cli as C
+    from trn_tutorials.launch import Results
+    from trn_tutorials.train import TrainArguments
+    monkeypatch.setattr(C, 'launch', lambda *a, **k: Results.from_metrics(METRICS, 3.0))
+    C.train_cmd(TrainArguments(), C.LaunchArguments())
+    said = capsys.readouterr()
+    assert 'validation weighted F1 0.5651, accuracy 0.6913, Matthews correlation 0.0000' in said.out, said.out
+    assert said.err.strip() == 'warning: ' + METRICS['warnings'][0][len('warning: '):], said.err
+
+
+def run_cli(monkeypatch, capsys, argv, **patches):
+    "`cli.run(argv)` with `patches` on the cli module; its exit status and stderr lines."
+    import trn_tutorials.cli as C
+    for k, v in patches.items(): monkeypatch.setattr(C, k, v)
+    with pytest.raises(SystemExit) as e: C.run(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return e.value.code, err
+
+
+def test_ctrl_c_and_a_full_disk_are_one_line(monkeypatch, capsys, tmp_path):
+    import errno
+    def ctrl_c(*a, **k): raise KeyboardInterrupt()
+    def full(*a, **k): raise OSError(errno.ENOSPC, 'No space left on device', str(tmp_path/'data'/'.tmp'/'x.arrow'))
+    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], prepare=ctrl_c)
+    assert code == 130 and len(err) == 1 and 'nothing was written' in err[0] and str(tmp_path/'data') in err[0], err
+    code, err = run_cli(monkeypatch, capsys, ['train', '--output_dir', str(tmp_path/'model')], launch=ctrl_c)
+    assert code == 130 and len(err) == 1 and 'no checkpoint' in err[0] and 'run the same command again' in err[0], err
+    assert f'`trn-tutorials train --output_dir {tmp_path}/model`' in err[0], err
+    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], prepare=full)
+    assert code == 1 and len(err) == 1 and 'disk' in err[0] and 'full' in err[0] and str(tmp_path/'data') in err[0], err
+
+
+def test_a_log_on_a_full_disk_ends_the_run_in_one_line(tmp_path):
+    "The disk fills while the launcher writes train.log (here: /dev/full): one line naming the folder, status 1, no run left."
+    from trn_tutorials.train import TrainArguments, claim_output_dir
+    from trn_tutorials.data import DataArguments, load_prepared, prepare
+    words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
+    tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)
+    prepare(DataArguments(data=sample_data(), model_id=str(tmp_path/'tiny-bert'), dataset_path=str(tmp_path/'data')))
+    args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'))
+    claim_output_dir(args, load_prepared(args.dataset_path)[1])
+    (tmp_path/'model'/'train.log').symlink_to('/dev/full')
+    r = cli('train', '--dataset_path', 'data', '--output_dir', 'model', '--max_steps', '2', cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and 'Traceback' not in r.stderr and 'full' in lines[-1] and str(tmp_path/'model') in lines[-1], r.stderr

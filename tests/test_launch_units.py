@@ -147,7 +147,7 @@ def test_worker_error():
     eq(worker_error(['all fine', 'Error rate: 3%']), None)
     eq(str(LaunchError(1, ['a', 'b'])), 'torchrun exited with status 1: last lines:\na\nb')
     eq(str(LaunchError(1, ['torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15'])),
-       'torchrun exited with status 1: stopped by signal 15 (SIGTERM); launch again with the same arguments to continue from its newest checkpoint')
+       'torchrun exited with status 1: stopped by signal 15 (SIGTERM); launch again with the same arguments to continue from its newest checkpoint, if it wrote one')
 
 
 def test_compile_cache_and_status(tmp_path):
@@ -306,3 +306,76 @@ def test_stop(tmp_path, capsys):
     for q in (kid, p.pid): os.kill(q, signal.SIGKILL)
     p.wait()
     fails(lambda: stop(folder, timeout=float('nan')), contains='--timeout nan is not a finite number')
+
+
+# issue 23: nothing lost, messages true to the state
+
+def test_log_is_written_line_by_line(tmp_path):
+    "`tail -f train.log` shows a live run as it goes: each line is in the file before the next one is printed."
+    import threading
+    log = tmp_path/'train.log'
+    cmd = [sys.executable, '-c', 'import sys, time; print("first", flush=True); time.sleep(4); print("second")']
+    t = threading.Thread(target=stream, args=(cmd,), kwargs={'log': log, 'echo': False}); t.start()
+    deadline, seen = time.time() + 3, ''
+    while time.time() < deadline and 'first' not in seen:
+        seen = log.read_text() if log.exists() else ''; time.sleep(0.1)
+    t.join()
+    assert 'first' in seen and 'second' not in seen, seen
+
+
+def test_stop_message_names_the_checkpoint_there_is(tmp_path):
+    from trn_tutorials.train import seal_checkpoint
+    out = tmp_path/'out'; out.mkdir()
+    sig = ['torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15']
+    msg = str(LaunchError(1, sig, str(out/'train.log')))
+    assert 'no checkpoint was written' in msg and 'starts over' in msg and 'newest checkpoint' not in msg, msg
+    (out/'checkpoint-4').mkdir(); (out/'checkpoint-4'/'model.safetensors').write_bytes(b'w'); seal_checkpoint(out/'checkpoint-4')
+    (out/'checkpoint-6').mkdir(); (out/'checkpoint-6'/'model.safetensors').write_bytes(b'w')   # cut off: no record
+    msg = str(LaunchError(1, sig, str(out/'train.log')))
+    assert 'continue from checkpoint-4' in msg and 'checkpoint-6' not in msg, msg
+
+
+def test_a_full_disk_in_a_worker_is_said_as_such(tmp_path):
+    out = tmp_path/'out'; out.mkdir()
+    (out/'train.log').write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                                 f"OSError: [Errno 28] No space left on device: '{out}/checkpoint-2/model.safetensors'\n"
+                                 "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    msg = str(LaunchError(1, ['x'], str(out/'train.log')))
+    assert 'disk' in msg and 'is full' in msg and str(out) in msg and 'free space' in msg, msg
+
+
+def test_results_show_mcc_and_the_run_s_warnings():
+    m = {'final_split': 'validation', 'validation': {'f1': 0.5651, 'accuracy': 0.6913, 'mcc': 0.0},
+         'train': {'samples_per_second': 10.0, 'runtime_s': 1.0}, 'world_size': 1, 'backend': 'cpu', 'args': {'output_dir': 'model'},
+         'beats_baseline': False,
+         'warnings': ['warning: no better than always predicting the majority label: --learning_rate 5 is far above its usual range '
+                      '(1e-5 to 1e-4): lower it, e.g. --learning_rate 5e-05']}
+    r = Results.from_metrics(m, 1.0)
+    rows = dict(r.rows())
+    eq(r.mcc, 0.0)
+    eq(rows['Matthews correlation (validation)'], '0.000')
+    md = r._repr_markdown_()
+    assert '--learning_rate 5 is far above' in md and '| warning | warning:' not in md, md
+    eq(md.count('majority'), 1)   # the run's own warning, not a second, vaguer one
+    old = Results.from_metrics({**m, 'validation': {'f1': 0.5, 'accuracy': 0.5}, 'warnings': []}, 1.0)   # metrics of an older version
+    assert old.mcc is None and 'majority' in old._repr_markdown_()
+
+
+def fake_run(monkeypatch, code:str):
+    "`launch` runs `code` in place of torchrun: a run that fails, or one that ends without writing metrics.json."
+    import trn_tutorials.launch as L
+    monkeypatch.setattr(L, 'torchrun_command', lambda args, n, *a, **k: [sys.executable, '-c', code])
+
+
+def test_a_failed_retrain_keeps_the_previous_metrics(prepared, tmp_path, monkeypatch):
+    from trn_tutorials.train import claim_output_dir
+    args = TrainArguments(dataset_path=str(prepared/'data'), output_dir=str(tmp_path/'model'), max_steps=1)
+    claim_output_dir(args, load_prepared(args.dataset_path)[1])
+    old = '{"final_split": "validation"}'
+    (tmp_path/'model'/'metrics.json').write_text(old)
+    fake_run(monkeypatch, 'import sys; print("RuntimeError: boom"); sys.exit(1)')
+    with pytest.raises(LaunchError, match='RuntimeError: boom'): launch(args, nproc_per_node=1, echo=False)
+    eq((tmp_path/'model'/'metrics.json').read_text(), old)
+    fake_run(monkeypatch, 'print("done")')   # status 0, yet no new metrics.json: the old one is not reported as this run's
+    with pytest.raises(LaunchError, match='metrics.json'): launch(args, nproc_per_node=1, echo=False)
+    eq((tmp_path/'model'/'metrics.json').read_text(), old)

@@ -4,17 +4,19 @@
 
 # %% ../nbs/07_cli.ipynb #85ac7e4b
 from __future__ import annotations
-import json, sys, time
+import errno, json, os, shlex, sys, time
+from contextlib import contextmanager
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import datasets
 from .core import CATALOG, Limit, UsageError, check_backend, check_numbers, default_model, detect, folder_lock, given_options
-from .core import check_folder, hub_reachable
+from .core import check_folder, check_owner, folder_record, hub_reachable
 from .core import instance_type, parse_args, short_path
 from .data import DataArguments, default_data, prepare
 from .launch import NPROC_LIMIT, LaunchError, launch, precompile, stop, workers
-from .train import TrainArguments, check_args, check_output_dir, resume_from
+from .train import TrainArguments, check_args, check_output_dir, newest_complete, resume_from
 from .instance import InstanceArguments, StatusArguments, dlami_for, find_instance, find_instances, launch_instance
 from .ssh import NEURON_VENV, TunnelArguments, open_jupyter, ssh_command
 from .cleanup import CleanupArguments, cleanup
@@ -23,10 +25,10 @@ from .endpoint import DEFAULT_INSTANCE_TYPE, deploy, predict
 from .hf_endpoint import hf_deploy
 
 # %% auto #0
-__all__ = ['OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'LaunchArguments', 'detect_cmd', 'prep_cmd', 'precompile_cmd', 'train_cmd',
-           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'StopArguments', 'stop_cmd', 'DeployArguments',
-           'PredictArguments', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'quickstart', 'run',
-           'main']
+__all__ = ['OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'LaunchArguments', 'detect_cmd', 'interrupted', 'prep_kept', 'train_kept',
+           'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'StopArguments',
+           'stop_cmd', 'DeployArguments', 'PredictArguments', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd',
+           'sm_down_cmd', 'keep_user_data', 'quickstart', 'disk_full', 'run', 'main']
 
 # %% ../nbs/07_cli.ipynb #ed494db8
 @dataclass
@@ -45,9 +47,35 @@ def detect_cmd() -> dict:
         print(f"  {t.name:15} {t.neuron_cores:2} NeuronCores  {t.accel_memory_gb:3} GB  " + (f"${t.usd_per_hour:.2f}/h" if t.usd_per_hour else 'no price found') + f"  ({t.price_date})")
     return asdict(acc)
 
+@contextmanager
+def interrupted(say # called on Ctrl-C: the line that says what was kept and how to go on
+               ):
+    "Turn Ctrl-C (`KeyboardInterrupt`) into one that carries the line `say()` returns."
+    try: yield
+    except KeyboardInterrupt as e:
+        if e.args: raise   # an inner step has said it already
+        raise KeyboardInterrupt(say()) from None
+
+def prep_kept(dataset_path:str, # the prep's folder
+              before:dict|None # its record before the prep began (`folder_record`)
+             ) -> str:
+    "What a prep stopped by Ctrl-C left in `dataset_path`: `prepare` swaps the new data in whole, or not at all."
+    now, p = folder_record(dataset_path), os.path.abspath(dataset_path)
+    if now is None and before is None: return f"nothing was written to {p}: run the same command again"
+    if now == before: return f"{p} holds the data prepared before, as it was (nothing half-written): run the same command again"
+    return f"{p} holds the newly prepared data, complete"
+
+def train_kept(args:TrainArguments) -> str:
+    "What a training run stopped by Ctrl-C left in its output folder, and how to continue it."
+    last, p = newest_complete(args.output_dir)[0], os.path.abspath(args.output_dir)
+    if last is None: return f"no checkpoint was written to {p}: run the same command again to start over"
+    return (f"{p} keeps {last.name}, its newest complete checkpoint: " +
+            ("run the same command again to continue from it" if args.resume else "add --resume true to continue from it"))
+
 def prep_cmd(data:DataArguments) -> dict:
     "Prepare the data (see the data chapter)."
-    return prepare(data)
+    before = folder_record(data.dataset_path)
+    with interrupted(lambda: prep_kept(data.dataset_path, before)): return prepare(data)
 
 def precompile_cmd(train:TrainArguments, how:LaunchArguments) -> dict|None:
     "On Neuron, compile the graphs of this training run into the compile cache (see the launch chapter)."
@@ -55,13 +83,15 @@ def precompile_cmd(train:TrainArguments, how:LaunchArguments) -> dict|None:
 
 def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
     "Launch training with torchrun (see the launch chapter)."
-    res = launch(train, how.nproc_per_node, how.instance_type)
-    print(f"\n{res.split} weighted F1 {res.f1:.4f}, accuracy {res.accuracy:.4f}, {res.samples_per_second:.1f} samples/s, "
+    with interrupted(lambda: train_kept(train)): res = launch(train, how.nproc_per_node, how.instance_type)
+    mcc = f", Matthews correlation {res.mcc:.4f}" if res.mcc is not None else ''
+    print(f"\n{res.split} weighted F1 {res.f1:.4f}, accuracy {res.accuracy:.4f}{mcc}, {res.samples_per_second:.1f} samples/s, "
           f"wall {res.wall_s:.0f} s" + (f", ${res.cost_usd:.2f} on {how.instance_type}" if res.cost_usd is not None else '')
           + (f", graphs compiled: {res.compiled_graphs['train']} training + {res.compiled_graphs['eval']} evaluation "
              f"({res.compile_s:.0f} s)" if res.compiled_graphs else '')
           + (f", {res.from_cache} of them loaded from the Neuron cache" if res.from_cache is not None else ''))
-    for w in res.warnings: print(f"warning: {w}")
+    for k, v in res.rows():   # e.g. no better than the majority label: the cause and the fix, where a terminal shows it
+        if k == 'warning': print(f"warning: {v}", file=sys.stderr)
     return {k: v for k, v in asdict(res).items() if k != 'metrics'}
 
 # %% ../nbs/07_cli.ipynb #4fb7cf2d
@@ -164,6 +194,28 @@ def sm_down_cmd(c:CleanupArguments) -> dict:
 # %% ../nbs/07_cli.ipynb #86fbfb87
 OFFLINE_SAMPLE_DEFAULTS = {'learning_rate': 1e-4}
 
+def _held_data(rec:dict) -> str|None:
+    "What the prepared data in a folder was prepared from, as its record says (an older record: its `data`)."
+    o = rec.get('options') if isinstance(rec.get('options'), dict) else rec
+    return o.get('data') if isinstance(o.get('data'), str) else None
+
+def _same(a:str, b:str) -> bool:
+    "Whether two `--data` values name the same data: the same Hub id, or the same file or folder."
+    return a == b or (os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b))
+
+def keep_user_data(data:DataArguments # quickstart's data options, `data` resolved
+                  ):
+    "Refuse in one line to prepare quickstart's data over a folder that holds data prepared from other data."
+    rec = folder_record(data.dataset_path)
+    if rec is None or rec.get('kind', 'prepared data') != 'prepared data': return   # none, or `check_owner` refuses it
+    held = _held_data(rec)
+    if held and _same(os.path.expanduser(held), os.path.expanduser(data.data)): return
+    p = Path(os.path.abspath(data.dataset_path))
+    free = next(q for i in range(1, 1000) if not (q := p.parent/('quickstart-data' + (f'-{i}' if i > 1 else ''))).exists())
+    what = f"data prepared from {held}" if held else "prepared data whose source it does not record (an older trn-tutorials)"
+    raise UsageError(f"--dataset_path {p} holds {what}, which quickstart would replace with {data.data}: "
+                     f"pass --dataset_path {shlex.quote(str(free))} to keep it")
+
 def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
                given:set[str]=frozenset() # fields whose options the user gave (`given_options`): the offline defaults leave them alone
               ) -> dict:
@@ -178,7 +230,7 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
             if k not in given: setattr(train, k, v)
     train.model_id = data.model_id
     check_args(train)   # everything that can be wrong with the options, before the data is prepared
-    check_folder(data.dataset_path, 'dataset_path'); check_output_dir(train)
+    check_owner(data.dataset_path, 'prepared data', 'dataset_path'); keep_user_data(data); check_output_dir(train)
     with folder_lock(train.output_dir, 'output_dir'): pass   # a run into it now: refused before the data is prepared
     if how.instance_type: instance_type(how.instance_type)
     backend = check_backend(train.backend, acc, how.instance_type)
@@ -186,7 +238,7 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
     resume_from(train)
     print(f"accelerator: {backend} ({acc.detail if backend == acc.backend else 'PJRT on the CPU: the Neuron code path, rehearsed'})\ndata:  {short_path(data.data)}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
           + f"\nmodel: {short_path(data.model_id)}\n", flush=True)
-    prepare(data)
+    prep_cmd(data)
     out = train_cmd(train, how)
     print(f"quickstart finished in {time.time() - t0:.0f} s; model and metrics.json in {short_path(train.output_dir)}")
     return out
@@ -213,6 +265,21 @@ def _usage() -> str:
     return 'usage: trn-tutorials COMMAND [--help] [options]\n\ncommands:\n' + '\n'.join(
         f'  {k:11} {v[2]}' for k, v in COMMANDS.items())
 
+def _device(p) -> int:
+    "The filesystem holding `p` (its nearest existing folder)."
+    p = Path(os.path.abspath(p))
+    while not p.exists(): p = p.parent
+    return p.stat().st_dev
+
+def disk_full(e:OSError, # the error: errno ENOSPC, or a library's 'No space left on device'
+              parsed:tuple # the command's parsed arguments, which name its folders
+             ) -> str:
+    "One line for a full disk: the command's folder on it, and what to do."
+    mine = [os.path.abspath(v) for a in parsed for k in ('output_dir', 'dataset_path') if isinstance(v := getattr(a, k, None), str)]
+    if e.filename: mine = [m for m in mine if _device(m) == _device(e.filename)] or [os.path.dirname(os.path.abspath(e.filename))]
+    return (f"the disk holding {' and '.join(mine) or os.getcwd()} is full (No space left on device): free space on it (old runs, "
+            "checkpoints, caches) or choose folders on a disk with room, then run the same command again")
+
 def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
        ):
     "Run one `trn-tutorials` command; return what its function returns."
@@ -230,6 +297,13 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(2)
     except LaunchError as e:   # the run failed or was stopped: the reason, not a traceback of the launcher
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(1)
+    except KeyboardInterrupt as e:   # Ctrl-C: what was kept, and the command that goes on
+        said = e.args[0] if e.args else 'stopped'
+        if 'the same command again' in said: said += f": `{shlex.join(['trn-tutorials', *argv])}`"
+        print(f"trn-tutorials {name}: interrupted: {said}", file=sys.stderr); sys.exit(130)
+    except OSError as e:   # a full disk, however the library that wrote reports it
+        if e.errno != errno.ENOSPC and 'No space left on device' not in str(e): raise
+        print(f"trn-tutorials {name}: error: {disk_full(e, parsed)}", file=sys.stderr); sys.exit(1)
 
 def main():
     "The `trn-tutorials` console script (its exit status is 0 on success, 2 on bad input)."

@@ -13,14 +13,14 @@ from .core import (Accelerator, Limit, UsageError, check_backend, check_folder, 
                                 folder_lock, lock_holder, lock_path, run_cost, set_backend_env, instance_type as _instance_type)
 from .data import load_prepared, row_lengths
 from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args,
-                                 check_batch, check_model, check_output_dir, check_workers, read_progress, resume_from)
+                                 check_batch, check_model, check_output_dir, check_workers, newest_complete, read_progress, resume_from)
 
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env',
-           'train_argv', 'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'LaunchError',
-           'in_notebook', 'Progress', 'Results', 'graphs_from_cache', 'launch', 'stop', 'compile_cache', 'cache_status',
-           'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes', 'PrecompileError',
-           'precompile', 'compile_report']
+           'train_argv', 'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'relaunch_note',
+           'LaunchError', 'in_notebook', 'Progress', 'Results', 'graphs_from_cache', 'launch', 'stop', 'compile_cache',
+           'cache_status', 'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes',
+           'PrecompileError', 'precompile', 'compile_report']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -150,7 +150,8 @@ def stream(cmd:list[str], # the command
           ) -> tuple[int, list[str]]:
     "Run `cmd`, streaming its output; return the exit status and the last `keep` lines."
     tail = deque(maxlen=keep)
-    logf = open(log, 'a') if log else None   # appended: a relaunch keeps the log of the run it resumes
+    # appended: a relaunch keeps the log of the run it resumes; line-buffered: `tail -f` shows each line as it comes
+    logf = open(log, 'a', buffering=1) if log else None
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                          start_new_session=True, preexec_fn=preexec_fn)
     try:
@@ -177,17 +178,29 @@ def worker_error(lines:list[str] # a run's output, e.g. its `train.log`
     found = [m for l in lines if (m := _EXC.match(l.strip())) and m.group(1) != 'ChildFailedError']
     return None if not found else f"{found[-1].group(1)}: {found[-1].group(2) or ''}".rstrip(': ')
 
+def relaunch_note(output_dir # the run's folder
+                 ) -> str:
+    "What launching again does: continue from the newest complete checkpoint in `output_dir`, or start over if there is none."
+    if output_dir is None: return "launch again with the same arguments to continue from its newest checkpoint, if it wrote one"
+    last = newest_complete(output_dir)[0]
+    return (f"launch again with the same arguments to continue from {last.name}, its newest complete checkpoint" if last else
+            "no checkpoint was written, so launching again with the same arguments starts over")
+
+def _disk_full(text:str|None) -> bool: return bool(text) and ('[Errno 28]' in text or 'No space left on device' in text)
+
 class LaunchError(RuntimeError):
     "torchrun exited with an error; the message names the worker's exception, else ends with the last lines of output."
     def __init__(self, status:int, tail:list[str], log:str|None=None):
         self.status, self.tail, self.log = status, tail, log
         lines = Path(log).read_text(errors='replace').splitlines() if log and Path(log).is_file() else tail
-        self.cause = worker_error(lines)
+        self.cause, out = worker_error(lines), os.path.abspath(Path(log).parent) if log else None
         where = f" (full log: {log})" if log else ''
         sig = re.search(r'SignalException: Process \d+ got signal: (\d+)', '\n'.join(tail))   # stopped, not failed
         super().__init__(f"torchrun exited with status {status}{where}: " + (
-            f"stopped by signal {sig[1]} ({signal.Signals(int(sig[1])).name}); launch again with the same arguments to "
-            "continue from its newest checkpoint" if sig else
+            f"stopped by signal {sig[1]} ({signal.Signals(int(sig[1])).name}); {relaunch_note(out)}" if sig else
+            f"the disk is full (a worker failed with {self.cause}): free space on the disk holding {out or 'the run'} (remove old "
+            f"runs or checkpoints) or pass an --output_dir on a disk with room, then {relaunch_note(out)}" if _disk_full(self.cause) else
+            f"the run ended without writing metrics.json: {os.path.join(out, 'metrics.json')} is from an earlier run" if status == 0 and out else
             f"a worker failed with {self.cause}" if self.cause else "last lines:\n" + '\n'.join(tail[-20:])))
 
 def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchError):
@@ -278,7 +291,8 @@ class Results:
     compiled_graphs: dict|None = None  # on XLA: graphs compiled in training and in evaluation
     compile_s: float|None = None       # on XLA: seconds spent compiling them
     from_cache: int|None = None        # on Neuron: how many of those graphs were loaded from the compile cache, not compiled
-    warnings: list = field(default_factory=list)  # what the run warned about, e.g. too few optimizer steps
+    warnings: list = field(default_factory=list)  # what the run warned about, e.g. too few optimizer steps, no better than the majority
+    mcc: float|None = None  # Matthews correlation on the final split: 0 for a model that always says the same label
     metrics: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -291,13 +305,14 @@ class Results:
                    cost_usd=run_cost(instance_type, wall_s) if instance_type else None,
                    compiled_graphs={'train': g['train'], 'eval': g['eval']} if g else None,
                    compile_s=round(sum(metrics['compile_s'].values()), 1) if g else None, from_cache=from_cache,
-                   warnings=list(metrics.get('warnings', [])), metrics=metrics)
+                   warnings=[w.removeprefix('warning: ') for w in metrics.get('warnings', [])], mcc=s.get('mcc'), metrics=metrics)
 
     def rows(self) -> list[tuple[str, str]]:
         "What a reader wants to see, rounded for reading."
-        rows = [(f'F1 ({self.split})', f'{self.f1:.3f}'), (f'accuracy ({self.split})', f'{self.accuracy:.3f}'),
-                ('training', f'{self.samples_per_second:.1f} samples/s, {self.train_runtime_s:.1f} s without evaluation'),
-                ('wall time', f'{self.wall_s:.1f} s'), ('workers', f'{self.workers} ({self.backend})')]
+        rows = [(f'F1 ({self.split})', f'{self.f1:.3f}'), (f'accuracy ({self.split})', f'{self.accuracy:.3f}')]
+        if self.mcc is not None: rows.append((f'Matthews correlation ({self.split})', f'{self.mcc:.3f}'))
+        rows += [('training', f'{self.samples_per_second:.1f} samples/s, {self.train_runtime_s:.1f} s without evaluation'),
+                 ('wall time', f'{self.wall_s:.1f} s'), ('workers', f'{self.workers} ({self.backend})')]
         if self.cost_usd is not None: rows.append(('cost', f'${self.cost_usd:.4f}' if self.cost_usd < 1 else f'${self.cost_usd:.2f}'))
         if self.compiled_graphs:
             g = self.compiled_graphs
@@ -307,7 +322,7 @@ class Results:
                 rows.append(('graphs', f"{g['train']} in training, {g['eval']} in evaluation: {g['train'] + g['eval'] - self.from_cache} "
                                        f"compiled, {self.from_cache} loaded from the Neuron cache ({self.compile_s:.1f} s)"))
         rows.append(('output_dir', self.output_dir))
-        if self.metrics and not self.metrics.get('beats_baseline', True):
+        if self.metrics and not self.metrics.get('beats_baseline', True) and not any('majority' in w for w in self.warnings):
             rows.append(('warning', 'no better than always predicting the majority label: see the summary in train.log'))
         rows += [('warning', w) for w in self.warnings]
         return rows
@@ -364,6 +379,11 @@ def _end_stale(stale:dict|None, folder):
     if root and stale.get('host') == socket.gethostname() and _alive(root) and 'torch.distributed.run' in _cmdline(root):
         end_tree(root, 10)
 
+def _stamp(p:Path) -> tuple|None:
+    "What tells a file apart from the one there before: inode, time and size (`None`: no file)."
+    try: st = p.stat(); return st.st_ino, st.st_mtime_ns, st.st_size
+    except FileNotFoundError: return None
+
 def launch(args:TrainArguments, # the run's arguments, as the script parses them
            nproc_per_node:int|None=None, # workers; default one per NeuronCore/GPU, 1 on a CPU
            instance_type:str|None=None, # e.g. 'trn1.2xlarge', to price the run
@@ -387,7 +407,7 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
         _end_stale(lock['stale'], args.output_dir)
         resume_from(args, n, fill_last=backend in XLA_BACKENDS)
         out.mkdir(parents=True, exist_ok=True)
-        (out/'metrics.json').unlink(missing_ok=True)
+        old = _stamp(out/'metrics.json')   # kept until this run writes its own: a failed run leaves the last one's
         log = str(out/'train.log')
         env = {**launch_env(backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
         cache = compile_cache(env) if backend == 'neuron' else None
@@ -399,6 +419,7 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
             if progress: progress.close()
         wall = time.time() - t0
         if status != 0: _raise_failure(status, tail, log)
+        if _stamp(out/'metrics.json') in (None, old): raise LaunchError(0, tail, log)   # never the last run's, as this one's
         metrics = json.loads((out/'metrics.json').read_text())
         loaded = graphs_from_cache(metrics.get('compiled_graphs'), before, cache_status(cache) if cache is not None else None)
         return Results.from_metrics(metrics, wall, instance_type, loaded)
