@@ -1,0 +1,251 @@
+"""The harness of the second ring of careless input (issue 23): cases grouped by class, each one run the way a user meets it,
+then its suggested fix followed.
+
+A `Case` builds its own folder (the working folder of the command) and returns the argv of `trn-tutorials` (or
+`['-m', 'trn_tutorials.train', ...]`, as torchrun starts it), or a no-argument callable for the Python API. The harness:
+1. runs it offline and checks: the exit status (2, or 130 for Ctrl-C), one stderr line (the last, for a run that was
+   interrupted), no traceback, the case's words; for a refusal, that no file changed (byte for byte);
+2. follows the suggested fix, as a user copies it: the first backticked `trn-tutorials ...` command in the message, else the
+   concrete `--option value` pairs after use/pass/add (applied to the original argv), else `pass another --X` (a new folder);
+   or, where the fix is an action (save the file as UTF-8), the case's `fix(d)`. Then the command must succeed (status 0)
+   and every file the user had (outside the package's recorded folders) must still be there, byte for byte.
+
+Each test file: `CASES = [...]`, then `test_careless = make_test(CASES)`. The cases of one file run concurrently, once.
+"""
+from __future__ import annotations
+import atexit, hashlib, os, re, shlex, shutil, signal, subprocess, sys, tempfile, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from trn_tutorials.core import RECORD, UsageError, tiny_bert
+
+CLASSES = ('owned folders', 'safe fixes', 'resume', 'looks valid', 'no traceback', 'files as people have them')
+TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
+ENV = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', TOKENIZERS_PARALLELISM='false', PYTHONUNBUFFERED='1')
+FAST = ['--epochs', '1', '--per_device_train_batch_size', '8', '--per_device_eval_batch_size', '16', '--logging_steps', '2',
+        '--save_steps', '3', '--backend', 'cpu']   # a training run of the tiny fixtures: seconds
+
+
+@dataclass
+class Case:
+    cls: str            # one of `CLASSES`
+    id: str
+    setup: Callable     # (case folder) -> argv list, or a no-argument callable (the Python API: it must raise `UsageError`)
+    words: list[str]    # all in the message
+    follow: bool|Callable = True   # True: follow the message's suggestion; False: none to follow; a callable (d): do the fix, re-run argv
+    status: int = 2     # 130: the case interrupts the run (Ctrl-C); 0: the input must now work (`words` in its output, `check` passes)
+    interrupt: str|None = None   # send SIGINT (as Ctrl-C does) when the output matches this regex
+    timeout: float = 240
+    env: dict = field(default_factory=dict)   # more environment, e.g. {'HOME': '{d}/home'} (`{d}`: the case folder)
+    check: Callable|None = None   # (d, completed process) -> None, asserting what a run that works must have done
+
+    def __post_init__(self): assert self.cls in CLASSES, self.cls
+
+
+# ------------------------------------------------------------------------------------------------------------ fixtures
+WORDS = ('i feel so happy today what a lovely sunny day so sad and lonely tonight i miss you '
+         'i am angry about this unfair mess the news made me furious').split()
+
+def tiny_csv(d:Path, name:str='tweets.csv', n:int=48, labels=('joy', 'sadness', 'anger')) -> str:
+    "A small csv (`text,label`) of `n` rows over `labels`, in `d/name`; returns its path."
+    texts = {'joy': 'i feel so happy today', 'sadness': 'so sad and lonely tonight', 'anger': 'the news made me furious'}
+    rows = [f"{texts.get(l, 'what a lovely sunny day')} {WORDS[i % len(WORDS)]},{l}" for i in range(n) for l in [labels[i % len(labels)]]]
+    p = Path(d)/name; p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text('text,label\n' + '\n'.join(rows) + '\n')
+    return str(p)
+
+def tiny_model(d:Path, name:str='tiny-model') -> str:
+    "A tiny random BERT whose vocabulary covers `tiny_csv`'s words, in `d/name`."
+    return tiny_bert(Path(d)/name, WORDS)
+
+def tiny_prepared(d:Path, data:str|None=None, model:str|None=None, dataset_path:str='data', **kw) -> str:
+    "`data` (default: a `tiny_csv`) prepared with `model` (default: a `tiny_model`) into `d/dataset_path`; returns its path."
+    from trn_tutorials.data import DataArguments, prepare
+    from contextlib import redirect_stdout
+    import io
+    data, model = data or tiny_csv(d), model or tiny_model(d)
+    with redirect_stdout(io.StringIO()): prepare(DataArguments(data=data, model_id=model, dataset_path=str(Path(d)/dataset_path), **kw))
+    return str(Path(d)/dataset_path)
+
+
+# ---------------------------------------------------------------------------------------------------- files and state
+def files(d:Path) -> dict[str, str]:
+    "Every file under `d` -> its sha256 (lock files, caches and the package's temp folders aside)."
+    out = {}
+    for p in Path(d).rglob('*'):
+        rel = p.relative_to(d)
+        if p.is_file() and not p.is_symlink() and '__pycache__' not in rel.parts and not p.name.endswith('.lock'):
+            out[str(rel)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+def recorded(d:Path) -> list[str]:
+    "The folders under `d` that carry the package's record (prepared data, model folders)."
+    return [str(p.parent.relative_to(d)) for p in Path(d).rglob(RECORD)]
+
+def users(d:Path, snap:dict[str, str]) -> dict[str, str]:
+    "The part of `snap` that is the user's: files outside every recorded folder."
+    owned = [Path(r) for r in recorded(d)]
+    return {k: v for k, v in snap.items() if not any(Path(k).is_relative_to(o) for o in owned)}
+
+
+# --------------------------------------------------------------------------------------------------------- the fix
+_CMD = re.compile(r"`((?:trn-tutorials|python -m trn_tutorials\.train|torchrun)\s[^`]+)`")
+_STOP = {'or', 'to', 'and', 'if', 'for', 'so', 'instead', 'outside', 'of', 'with', 'the', 'a', 'an', 'that', 'which', 'then',
+         'again', 'first', 'less', 'more', 'e.g.', 'is', 'as'}
+_VERB = re.compile(r"(?:\b(?:use|pass|add|with|rerun with|relaunch with)|\be\.g\.)\s+(--\w)")
+_ANOTHER = re.compile(r"\bpass (?:another|a new) --(\w+)")
+
+def suggested_options(msg:str) -> list[str]|None:
+    "The first concrete `--option value...` group after use/pass/add/e.g. in `msg`, e.g. ['--resume', 'true']; alternatives after it are not taken."
+    m = _VERB.search(msg)
+    if not m: return None
+    group = []
+    for raw in msg[m.start(1):].split():
+        t = raw if re.fullmatch(r'[-+]?\d*\.?\d+(e[-+]?\d+)?', raw) else raw.rstrip(',;:)`.')
+        if not t.startswith('--') and (not group or t.lower() in _STOP or t.startswith(('(', '`', '"'))): break
+        group.append(t)
+        if raw != t and raw[len(t):][:1] in ',;:)`.': break   # the clause ends here
+    return group or None
+
+def apply_options(argv:list[str], g:list[str]) -> list[str]:
+    "`argv` with each option of the group `g` set to its values (replacing the values it had)."
+    argv = list(argv)
+    if True:
+        opts, i = [], 0
+        while i < len(g):   # split a group into (option, values)
+            vals = []
+            j = i + 1
+            while j < len(g) and not g[j].startswith('--'): vals.append(g[j]); j += 1
+            opts.append((g[i], vals)); i = j
+        for opt, vals in opts:
+            if opt in argv:
+                k = argv.index(opt); e = k + 1
+                while e < len(argv) and not argv[e].startswith('--'): e += 1
+                argv[k:e] = [opt, *vals]
+            else: argv += [opt, *vals]
+    return argv
+
+def follow_argv(msg:str, argv:list[str], d:Path) -> list[str]|None:
+    "The argv a user runs after reading `msg` (refusing `argv`), or `None` if it suggests nothing concrete."
+    if (m := _CMD.search(msg)):
+        cmd = shlex.split(m.group(1))
+        if cmd[0] == 'trn-tutorials': return cmd[1:]
+        if cmd[:3] == ['python', '-m', 'trn_tutorials.train']: return ['-m', 'trn_tutorials.train', *cmd[3:]]
+        return None
+    if (group := suggested_options(msg)): return apply_options(argv, group)
+    if (m := _ANOTHER.search(msg)): return apply_options(argv, [f'--{m[1]}', str(d/f'another-{m[1]}')])
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------- running
+def command(argv:list[str]) -> list[str]:
+    return [sys.executable, *argv] if argv[:1] == ['-m'] else [TRN, *argv]
+
+def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:dict|None=None) -> subprocess.CompletedProcess:
+    "Run `argv` in `d`, offline; with `interrupt`, send SIGINT to its process group when the output matches it."
+    env = {**ENV, **{k: v.replace('{d}', str(d)) for k, v in (env or {}).items()}}
+    p = subprocess.Popen(command(argv), cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    out, err, seen = [], [], threading.Event()
+    def pump(stream, acc):
+        for line in stream:
+            acc.append(line)
+            if interrupt and not seen.is_set() and re.search(interrupt, line):
+                seen.set()
+                try: os.killpg(p.pid, signal.SIGINT)   # what a terminal's Ctrl-C does: every process of the foreground group
+                except ProcessLookupError: pass
+    ts = [threading.Thread(target=pump, args=a, daemon=True) for a in ((p.stdout, out), (p.stderr, err))]
+    for t in ts: t.start()
+    try: rc = p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL); rc = p.wait()
+        err.append(f'\n[harness] timed out after {timeout} s\n')
+    for t in ts: t.join(5)
+    if interrupt and not seen.is_set(): err.append(f'\n[harness] the output never matched {interrupt!r}: nothing was interrupted\n')
+    return subprocess.CompletedProcess(argv, rc, ''.join(out), ''.join(err))
+
+def _lines(text:str) -> list[str]:
+    return [l for l in re.split(r'[\r\n]', text) if l.strip()]
+
+def _check(case:Case, d:Path) -> dict:
+    "Run `case` in `d`: the problems found, the message, and what following its fix did."
+    argv = case.setup(d)
+    problems, res = [], {'dir': d}
+    before = files(d)
+    if callable(argv):   # the Python API
+        try: argv(); problems.append('no UsageError raised'); msg = ''
+        except UsageError as e: msg = str(e)
+        except Exception as e: problems.append(f'{type(e).__name__} instead of UsageError: {e}'); msg = ''
+        if '\n' in msg.strip(): problems.append('a message of several lines')
+        res.update(msg=msg, problems=problems + [f'changed: {k}' for k in _changed(before, files(d))])
+        return res
+    t0 = time.time()
+    r = run(argv, d, case.timeout, case.interrupt, case.env)
+    res['s'] = time.time() - t0
+    if case.status == 0:   # an input that must now work: status 0, no traceback, what `check` asserts
+        problems += [f'status {r.returncode}, not 0'] * (r.returncode != 0) + ['a traceback'] * ('Traceback' in r.stderr + r.stdout)
+        try:
+            if case.check: case.check(d, r)
+        except AssertionError as e: problems.append(f'check failed: {e}')
+        res.update(msg=r.stdout + r.stderr, problems=problems, stderr=r.stderr[-3000:], stdout=r.stdout[-2000:])
+        return res
+    errs = _lines(r.stderr)
+    msg = errs[-1] if errs else ''
+    if r.returncode != case.status: problems.append(f'status {r.returncode}, not {case.status}')
+    if 'Traceback' in r.stderr + r.stdout: problems.append('a traceback')
+    if case.status == 2 and len(errs) != 1: problems.append(f'{len(errs)} stderr lines, not 1')
+    if case.status == 2: problems += [f'changed: {k}' for k in _changed(before, files(d))]
+    else: problems += [f"the user's file changed: {k}" for k in _changed(users(d, before), files(d))]
+    res.update(msg=msg, problems=problems, stderr=r.stderr[-3000:], stdout=r.stdout[-2000:])
+    if case.follow is False or problems: return res
+    mine = users(d, files(d))
+    if callable(case.follow): case.follow(d); again = argv; mine = users(d, files(d))
+    else: again = follow_argv(re.sub(r'^\S+(?: \S+)?: error: ', '', msg), argv, d)
+    if again is None: res['problems'].append(f'no fix to follow in: {msg}'); return res
+    if again == argv and not callable(case.follow): res['problems'].append(f'the suggested fix is the command that failed: {msg}'); return res
+    r2 = run(again, d, case.timeout, env=case.env)
+    res['followed'] = ' '.join(shlex.quote(a) for a in again)
+    if r2.returncode != 0:
+        res['problems'].append(f"the suggested fix `{res['followed']}` failed with status {r2.returncode}: {(_lines(r2.stderr) or [''])[-1]}")
+    res['problems'] += [f"the fix lost or changed the user's {k}" for k in _changed(mine, files(d))]
+    return res
+
+def _changed(before:dict, after:dict) -> list[str]:
+    return sorted(k for k, v in before.items() if after.get(k) != v)
+
+
+_RESULTS: dict[int, dict] = {}
+_LOCK = threading.Lock()
+
+def _run_all(cases:list[Case]) -> dict:
+    "Run every case of one file concurrently, once: id -> result."
+    key = id(cases)
+    with _LOCK:
+        if key not in _RESULTS:
+            root = Path(tempfile.mkdtemp(prefix='careless-')); atexit.register(shutil.rmtree, root, True)
+            dirs = {c.id: root/re.sub(r'\W+', '-', c.id) for c in cases}
+            for p in dirs.values(): p.mkdir()
+            def one(c):
+                try: return _check(c, dirs[c.id])
+                except Exception as e: return {'problems': [f'the case itself failed: {type(e).__name__}: {e}'], 'msg': ''}
+            with ThreadPoolExecutor(max_workers=max(2, min(4, (os.cpu_count() or 1) + 1))) as ex:
+                _RESULTS[key] = dict(zip([c.id for c in cases], ex.map(one, cases)))
+        return _RESULTS[key]
+
+def make_test(cases:list[Case]):
+    "A parametrized test over `cases` (ids `class: id`); the cases run concurrently the first time one is asked for."
+    ids = [f'{c.cls}: {c.id}' for c in cases]
+    assert len(set(ids)) == len(ids), 'case ids repeat'
+    @pytest.mark.parametrize('case', cases, ids=ids)
+    def test_careless(case):
+        res = _run_all(cases)[case.id]
+        for w in case.words:
+            if w not in res['msg']: res['problems'].append(f'{w!r} not in the message')
+        assert not res['problems'], '; '.join(res['problems']) + f"\n--- message: {res['msg']}" + \
+            (f"\n--- followed: {res['followed']}" if res.get('followed') else '') + \
+            f"\n--- stderr:\n{res.get('stderr', '')}\n--- stdout:\n{res.get('stdout', '')}"
+    return test_careless
