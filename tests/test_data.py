@@ -335,7 +335,7 @@ def test_prepare_rerun_buckets_and_load_prepared(ds, lengths, length, tmp_path, 
     (tmp_path/'bad').mkdir(); (tmp_path/'bad'/'train.txt').write_text('i feel happy;joy\n')
     for kw, words in [(dict(percentile=150), "--percentile 150"), (dict(buckets=0), "--buckets 0 is out of range: use 1 to 8"),
                       (dict(max_length=4), "--max_length 4 is out of range: use 8 or more"), (dict(max_length=1024), "longer than the 512 positions"),
-                      (dict(eval_fraction=1.0), "--eval_fraction"), (dict(dataset_path='bad'), "is not empty and holds no prepared data"),
+                      (dict(eval_fraction=1.0), "--eval_fraction"), (dict(dataset_path='bad'), "holds files trn-tutorials did not write"),
                       (dict(model_id=str(tmp_path/'no-such-model')), "no such model folder")]:
         with pytest.raises(UsageError, match=words.replace('(', r'\(')): prepare(args(**kw))
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')

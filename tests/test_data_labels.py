@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, HfArgumentParser
 from local_services import freeze, unfreeze
 from trn_tutorials.core import UsageError, local_model, lock_holder, lock_path, parse_args
 from trn_tutorials.data import (DATA_LIMITS, EMOTION_LABELS, KNOWN_DATA, MAX_BUCKETS, DataArguments, choose_buckets, choose_length,
-                                edit_distance, length_stats, load_prepared, load_raw, prepare, sample_data, similar_labels,
+                                edit_distance, length_stats, load_prepared, load_raw, prep_command, prepare, sample_data, similar_labels,
                                 tokenizer_fingerprint, validate)
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
@@ -372,7 +372,13 @@ def test_load_prepared_refuses_what_training_cannot_trust(copy, how, words):
     damage(copy, how)
     with pytest.raises(UsageError) as e: load_prepared(str(copy))
     msg = one_line(e)
-    assert words in msg and msg.endswith(f'run `trn-tutorials prep --dataset_path {copy}` ' + ('first' if how == 'no manifest' else 'again')), msg
+    assert words in msg, msg
+    if how == 'no manifest': assert msg.endswith(f'run `trn-tutorials prep --dataset_path {copy}` first'), msg
+    elif how in ('not JSON', 'a list'):   # no record to read the data from: what to pass, no guessed --data
+        assert msg.endswith(f"prepare it again: trn-tutorials prep --dataset_path {copy} with the --data (and options) it was prepared from"), msg
+    else:   # the complete command from the record, its --data included
+        redo = prep_command(json.loads((copy/'trn_tutorials.json').read_text()), dataset_path=str(copy))
+        assert msg.endswith(f"run `{redo}` again") and ' --data ' in redo, msg
 
 
 def test_load_prepared_paths(tmp_path, copy):

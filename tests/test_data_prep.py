@@ -1,6 +1,6 @@
 "Checks of `prepare`'s record and the fixes it suggests: `prep_command`, `data_fingerprint`, owned folders, looks-valid inputs."
 from __future__ import annotations
-import json, os, shlex, subprocess, sys
+import json, os, re, shlex, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +79,34 @@ def test_load_prepared_suggests_the_complete_command(csv_prepared, tmp_path):
     (tmp_path/'copy'/'trn_tutorials.json').write_text('{oops')
     with pytest.raises(UsageError) as e: load_prepared(str(tmp_path/'copy'))
     assert '`' not in str(e.value).split(':')[-1] and 'with the --data (and options) it was prepared from' in str(e.value)
+
+
+def test_prepare_writes_only_where_it_owns(tmp_path, csv_prepared):
+    d, m = csv_prepared
+    (tmp_path/'mine').mkdir(); (tmp_path/'mine'/'notes.txt').write_text('mine')
+    model = Path(tiny_bert(tmp_path/'model', ['i', 'feel']))
+    (tmp_path/'outer').mkdir(); (tmp_path/'outer'/'inner').mkdir()
+    prepare(_args(tmp_path, dataset_path=str(tmp_path/'outer'/'inner'/'prep')))
+    for path, words in [(tmp_path/'mine', 'holds files trn-tutorials did not write (notes.txt)'),
+                        (model, 'holds files trn-tutorials did not write'),
+                        (model/'sub', 'lies inside'), (d/'prep'/'more', 'lies inside'),
+                        (tmp_path/'outer', 'holds')]:
+        before = sorted(str(p) for p in tmp_path.rglob('*'))
+        with pytest.raises(UsageError, match=re.escape(words)): prepare(_args(tmp_path, dataset_path=str(path)))
+        assert sorted(str(p) for p in tmp_path.rglob('*')) == before
+
+
+def test_default_data_does_not_replace_other_data(csv_prepared, tmp_path):
+    import shutil
+    d, m = csv_prepared
+    shutil.copytree(d/'prep', tmp_path/'prep')
+    before = (tmp_path/'prep'/'trn_tutorials.json').read_text()
+    with pytest.raises(UsageError) as e: prepare(DataArguments(model_id=local_model(), dataset_path=str(tmp_path/'prep'), buckets=3))
+    msg = str(e.value)
+    assert f"holds data prepared from {m['options']['data']}" in msg and 'pass --data' in msg
+    redo = shlex.split(msg.split('`')[1])
+    assert redo[redo.index('--data') + 1] == m['options']['data'] and redo[redo.index('--buckets') + 1] == '3'   # the options given now
+    assert (tmp_path/'prep'/'trn_tutorials.json').read_text() == before
+    m2 = prepare(DataArguments(data=sample_data(), model_id=local_model(), dataset_path=str(tmp_path/'prep')))   # an explicit --data replaces it
+    assert m2['options']['data'] == str(Path(sample_data()).resolve())
+    prepare(DataArguments(model_id=local_model(), dataset_path=str(tmp_path/'prep')))   # the default again over the default: fine

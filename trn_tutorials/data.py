@@ -15,15 +15,15 @@ from datasets.utils import logging as datasets_logging
 
 import trn_tutorials
 from . import __version__
-from .core import (Limit, UsageError, check_folder, check_number, check_numbers, default_model, folder_lock, hub_reachable,
-                                local_model, short_path)
+from .core import (Limit, UsageError, check_folder, check_number, check_numbers, check_owner, default_model, folder_lock,
+                                folder_record, hub_reachable, local_model, short_path)
 
 # %% auto #0
 __all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'DataArguments', 'sample_data',
-           'default_data', 'KnownData', 'load_raw', 'edit_distance', 'similar_labels', 'validate', 'label_maps',
-           'known_defaults', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
-           'padding_share', 'plot_lengths', 'tokenize', 'datasets3_form', 'tokenizer_fingerprint', 'prepare',
-           'prep_command', 'data_fingerprint', 'load_prepared', 'row_lengths']
+           'default_data', 'KnownData', 'data_files', 'load_raw', 'edit_distance', 'similar_labels', 'validate',
+           'label_maps', 'known_defaults', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets',
+           'padded_lengths', 'padding_share', 'plot_lengths', 'tokenize', 'datasets3_form', 'tokenizer_fingerprint',
+           'prepare', 'prep_command', 'data_fingerprint', 'load_prepared', 'row_lengths']
 
 # %% ../nbs/03_data.ipynb #650ef876
 MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
@@ -112,17 +112,18 @@ def _known_name(data:str|None) -> str|None:
 
 # %% ../nbs/03_data.ipynb #a213165d
 _FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.tsv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
-_SPLITS = {'train': 'train', 'validation': 'validation', 'valid': 'validation', 'dev': 'validation', 'test': 'test'}
+_SPLITS = {'train': 'train', 'validation': 'validation', 'valid': 'validation', 'val': 'validation', 'dev': 'validation', 'test': 'test'}
 _HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')  # `name` or `owner/name`
 _KINDS = ".txt (`text;label` lines), .csv, .tsv, .jsonl/.json or .parquet"
 _MANIFEST = 'trn_tutorials.json'  # written by `prepare` next to the data it saved
+_TEXT_NAMES = ('text', 'sentence', 'content', 'review', 'tweet', 'document', 'comment', 'body', 'utterance', 'message', 'post')  # what files call their text
 
 _NA = dict(keep_default_na=False, na_values=[''])  # only an empty field is missing: a tweet saying `null` or `NA` is text
 _NUMBER = re.compile(r'[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?')
 
-def _txt_options(text_column:str, label_column:str) -> dict:
-    "`load_dataset('csv', ...)` options that read `text;label` lines, splitting each at its last `;`."
-    return dict(sep=r';(?=[^;]*$)', engine='python', column_names=[text_column, label_column], quoting=3,  # csv.QUOTE_NONE
+def _txt_options(text_column:str, label_column:str, header:bool=False) -> dict:
+    "`load_dataset('csv', ...)` options that read `text;label` lines, splitting each at its last `;` (a first line `text;label` skipped if `header`)."
+    return dict(sep=r';(?=[^;]*$)', engine='python', column_names=[text_column, label_column], quoting=3, skiprows=int(header),  # csv.QUOTE_NONE
                 features=Features({text_column: Value('string'), label_column: Value('string')}), **_NA)
 
 def _first_row(f:Path) -> list[str]:
@@ -146,10 +147,10 @@ def _table_options(f:Path, column_names:list[str]|None) -> dict:
     if not column_names:
         known = next((k for k, v in KNOWN_DATA.items() if v.column_names and len(v.column_names) == len(first)
                       and first[v.column_names.index('label')].strip() in ('0', '1')), None)
-        raise UsageError(f"the first line of {f.name} is a row of data, not column names ({shown}): pass --column_names with a name "
+        raise UsageError(f"the first line of {f} is a row of data, not column names ({shown}): pass --column_names with a name "
                          f"for each of its {len(first)} columns" + (f", or --preset {known} if it is a {known} file" if known else ''))
     if len(first) != len(column_names):
-        raise UsageError(f"{f.name} has {len(first)} columns ({shown}) but --column_names names {len(column_names)} "
+        raise UsageError(f"{f} has {len(first)} columns ({shown}) but --column_names names {len(column_names)} "
                          f"({', '.join(column_names)}): pass one name per column")
     return {**opts, 'column_names': list(column_names)}
 
@@ -158,6 +159,84 @@ def _root_cause(e:BaseException) -> str:
     while e.__cause__ or e.__context__: e = e.__cause__ or e.__context__
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
+# %% ../nbs/03_data.ipynb #df01b0a2
+def _utf8_lines(f:Path):
+    "The lines of the text file `f`, decoded as UTF-8 (a leading BOM dropped); a one-line `UsageError` naming the encoding where one is not."
+    with open(f, 'rb') as fh:
+        if fh.read(2) in (b'\xff\xfe', b'\xfe\xff'):
+            raise UsageError(f"{f} is UTF-16 (it starts with a UTF-16 byte-order mark, as Excel's \"Unicode Text\" writes): save it as UTF-8")
+        fh.seek(0)
+        for n, line in enumerate(fh, 1):
+            if n == 1 and line.startswith(b'\xef\xbb\xbf'): line = line[3:]
+            if b'\0' in line: raise UsageError(f"{f} holds NUL bytes (line {n}: UTF-16 without a byte-order mark, or not text): save it as UTF-8 text")
+            try: yield line.decode('utf-8')
+            except UnicodeDecodeError as e:
+                try: line.decode('cp1252'); like = '; it looks like Latin-1/cp1252'
+                except UnicodeDecodeError: like = ''
+                raise UsageError(f"{f} is not UTF-8 (byte 0x{line[e.start]:02x} at line {n}{like}): save it as UTF-8") from None
+
+_SEP = {'.csv': ',', '.tsv': '\t', '.txt': ';'}
+_SEP_NAME = {',': 'commas', '\t': 'tabs', ';': 'semicolons', '|': '`|`'}
+
+def _check_separator(f:Path, lines:list[str]):
+    "Refuse the .csv/.tsv/.txt file `f` whose first non-blank `lines` are split by another separator than its extension's, naming it and the fix."
+    import csv
+    kind = f.suffix.lower()
+    want = _SEP[kind]
+    if sum(want in l for l in lines) * 2 > len(lines) if kind == '.txt' else want in lines[0]: return
+    try: got = csv.Sniffer().sniff(''.join(lines), delimiters=''.join(c for c in ',;\t|' if c != want)).delimiter
+    except csv.Error: return   # no other separator either: the reader's own message follows
+    if got not in lines[0]: return
+    other = {'\t': '.tsv', ',': '.csv'}.get(got)
+    shown = lines[0].rstrip('\r\n')
+    fields = shown.split(got)
+    bare = f" and pass --column_names with a name for each of its {len(fields)} columns" if kind == '.txt' and _looks_like_data(fields) else ''
+    fix = (f"rename it to {f.with_suffix(other)}{bare}"
+           if other else "save it as `text;label` lines" if kind == '.txt' else
+           f"save it with {_SEP_NAME[want]} between fields" + (" (quoting texts that hold commas), or with tabs as a .tsv" if want == ',' else ''))
+    shown = shown.replace('\t', '\\t')
+    raise UsageError(f"{f} separates its fields with {_SEP_NAME[got]}, not {_SEP_NAME[want]} as a {kind} file does "
+                     f"(its first line: {shown if len(shown) <= 40 else shown[:39] + '…'}): {fix}")
+
+def _check_rows(f:Path, lines, header:bool, width:int, named:str):
+    "Refuse the .csv/.tsv file `f` (its `lines`) if a row has more fields than its `width` columns, or if it has a `header` and no rows."
+    import csv
+    tsv = f.suffix.lower() == '.tsv'
+    rows = csv.reader(lines, delimiter='\t', quoting=csv.QUOTE_NONE) if tsv else csv.reader(lines)
+    n, wide = -int(header), []
+    for r in rows:
+        if not r: continue   # the loader skips blank lines too
+        n += 1
+        if len(r) > width: wide.append((rows.line_num, len(r), not any(x.strip() for x in r[width:])))
+    if header and n == 0: raise UsageError(f"{f} has column names but no rows: add rows")
+    if not wide: return
+    line, k, empty = wide[0]
+    fix = ("remove the separator after its last field" if empty else "remove the tabs from its texts (a .tsv field cannot hold one)" if tsv
+           else "quote texts holding commas (\"a, b\") or save it as .tsv")
+    raise UsageError(f"line {line} of {f} ({len(wide):,} of its {n:,} rows) has {k} fields but {named} {width}: {fix}")
+
+def _file_options(f:Path, text_column:str, label_column:str, column_names:list[str]|None) -> dict:
+    "The `load_dataset` options that read the data file `f`, once its encoding, separator and rows are checked."
+    import itertools
+    kind, lines = f.suffix.lower(), _utf8_lines(f)
+    if kind in ('.json', '.jsonl'): collections.deque(lines, maxlen=0)   # read through: the encoding is checked here
+    if kind not in _SEP: return {}
+    head = list(itertools.islice(lines, 20))
+    if not any(l.strip() for l in head) and not any(l.strip() for l in lines):
+        raise UsageError(f"{f} holds only blank lines: add rows or remove the file")
+    _check_separator(f, [l for l in head if l.strip()])
+    if kind == '.txt':   # a first line naming the columns, `text;label`, is a header
+        header = [x.strip().lower() for x in head[0].rsplit(';', 1)] == [text_column.lower(), label_column.lower()]
+        if header and not any(l.strip() for l in itertools.chain(head[1:], lines)): raise UsageError(f"{f} has column names but no rows: add rows")
+        collections.deque(lines, maxlen=0)
+        return _txt_options(text_column, label_column, header)
+    opts = _table_options(f, column_names)
+    given = 'column_names' in opts
+    _check_rows(f, itertools.chain(head, lines), not given, len(opts['column_names'] if given else _first_row(f)),
+                '--column_names names' if given else 'its header names')
+    return opts
+
+# %% ../nbs/03_data.ipynb #df01b0a3
 def _split_of(f:Path) -> str|None:
     "The split a file holds, by its name: `dev.csv`; for a data file also `in_domain_train.tsv` or `train-00000-of-00002.parquet`."
     stem = f.stem.lower()
@@ -166,19 +245,26 @@ def _split_of(f:Path) -> str|None:
     shard = re.fullmatch(r'([a-z]+)-\d+-of-\d+', stem)   # the Hub's parquet layout: train-00000-of-00002
     return _SPLITS.get(shard[1] if shard else re.split(r'[-_.\s]+', stem)[-1])   # in_domain_train, out_of_domain_dev
 
-def _split_files(folder:Path) -> dict:
-    "Map split name -> its data files in `folder`, by file name (valid/dev count as validation)."
-    files = {}
+def data_files(folder:str|Path # a folder of split files
+              ) -> tuple[dict, list]:
+    "The files `load_raw` reads from `folder` (split -> files), and every other entry of it as `(name, why it is left out)`."
+    folder, files, other, left = Path(folder).expanduser(), {}, {}, []
     for f in sorted(folder.iterdir()):
         split = _split_of(f) if f.is_file() else None
-        if split is None: continue
-        if f.suffix.lower() not in _FILE_TYPES: raise UsageError(f"unknown file type {f.suffix!r} ({f}): use {_KINDS}")
-        bare = [g for g in files.get(split, []) + [f] if g.stem.lower() in _SPLITS]   # `train.csv`: the whole split in one file
-        if bare and split in files:
-            raise UsageError(f"two files for split {split!r} in {folder}: {files[split][0].name} and {f.name}; keep one")
-        files.setdefault(split, []).append(f)
-    if 'train' not in files: raise UsageError(f"no train.* file in {folder}: name the files train.*, validation.* (or valid.*, dev.*) and test.*")
-    return files
+        if split is None:
+            left.append((f.name, 'a folder' if f.is_dir() else 'not a data file' if f.suffix.lower() not in _FILE_TYPES else
+                         'its name names no split (train, validation/valid/val/dev, test)'))
+        elif f.suffix.lower() not in _FILE_TYPES: other.setdefault(split, []).append(f)
+        else:
+            bare = [g for g in files.get(split, []) + [f] if g.stem.lower() in _SPLITS]   # `train.csv`: the whole split in one file
+            if bare and split in files:
+                raise UsageError(f"two files for split {split!r} in {folder}: {files[split][0].name} and {f.name}; keep one")
+            files.setdefault(split, []).append(f)
+    for split, fs in other.items():
+        if split not in files: raise UsageError(f"unknown file type {fs[0].suffix!r} ({fs[0]}): save it as one of {_KINDS}")
+        left += [(f.name, f"unknown type {f.suffix} ({', '.join(g.name for g in files[split])} read instead)") for f in fs]
+    if 'train' not in files: raise UsageError(f"no train.* file in {folder}: name the files train.*, validation.* (or valid.*, val.*, dev.*) and test.*")
+    return files, sorted(left)
 
 @contextmanager
 def _datasets_quiet():
@@ -191,11 +277,12 @@ def _datasets_quiet():
 def _load_file(f:Path, split:str, text_column:str, label_column:str, column_names:list[str]|None=None) -> Dataset:
     "Split `split` read from the data file `f`."
     if f.stat().st_size == 0: raise UsageError(f"split {split!r} is empty ({f}): add rows or remove the file")
-    kind = f.suffix.lower()
-    opts = _txt_options(text_column, label_column) if kind == '.txt' else _table_options(f, column_names) if kind in ('.csv', '.tsv') else {}
+    kind, opts = f.suffix.lower(), _file_options(f, text_column, label_column, column_names)
     try:
         with _datasets_quiet(): return load_dataset(_FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
-    except Exception as e: raise UsageError(f"could not read {f} ({_root_cause(e)}): check that it is a valid {kind} file") from None
+    except Exception as e:
+        if 'corresponds to no data' in str(e): raise UsageError(f"{f} holds no rows: add rows or remove the file") from None
+        raise UsageError(f"could not read {f} ({_root_cause(e)}): check that it is a valid {kind} file") from None
 
 def _concat(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
     "The rows of `parts`, read from `files`, as one split; the files must have the same columns."
@@ -203,42 +290,67 @@ def _concat(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
     cols = parts[0].column_names
     for d, f in zip(parts[1:], files[1:]):
         if d.column_names != cols:
-            raise UsageError(f"{f.name} has columns {', '.join(d.column_names)} but {files[0].name} has {', '.join(cols)}: "
+            raise UsageError(f"{f} has columns {', '.join(d.column_names)} but {files[0].name} has {', '.join(cols)}: "
                              f"give the files of split {split!r} the same columns")
     feats = Features({c: next((d.features[c] for d in parts if d.features[c] != Value('null')), parts[0].features[c]) for c in cols})
     try: return concatenate_datasets([d if d.features == feats else d.cast(feats) for d in parts])
     except Exception as e:
         raise UsageError(f"the files of split {split!r} hold different types ({_root_cause(e)}): give the columns of "
-                         f"{', '.join(f.name for f in files)} the same types") from None
+                         f"{', '.join(map(str, files))} the same types") from None
 
 # %% ../nbs/03_data.ipynb #dfc38dd7
+def _text_named(d:Dataset) -> list[str]:
+    "The columns of `d` named as text columns usually are (`_TEXT_NAMES`, any case)."
+    return [c for c in d.column_names if c.lower() in _TEXT_NAMES]
+
+def _find_text(ds:DatasetDict, texts:list[str], label_column:str, data:str) -> DatasetDict:
+    "`ds`, where the default text column `text` is missing, with a copy named `text` of a split's one usual text column; `ds.text_from` maps split -> that column."
+    labelled = [s for s, d in ds.items() if label_column in d.column_names]   # an unlabelled test split is left out later
+    if texts == ['text']:
+        found = {s: _text_named(ds[s]) for s in labelled if 'text' not in ds[s].column_names}
+        if all(len(n) == 1 for n in found.values()):   # the original column stays: `validate` may be given its name
+            out = DatasetDict({s: concatenate_datasets([d, d.select_columns(found[s]).rename_column(found[s][0], 'text')], axis=1)
+                               if s in found else d for s, d in ds.items()})
+            out.text_from = {s: n[0] for s, n in found.items()}
+            return out
+        name = texts[0]
+    else: name = texts[0] if len(texts) == 1 else None
+    missing = [s for s in labelled if name is not None and name not in ds[s].column_names]
+    if missing and len({tuple(ds[s].column_names) for s in labelled}) > 1:   # the splits differ: say what each has
+        has = lambda d: (name if name in d.column_names else ' and '.join(_text_named(d)) or f"none of the usual text columns (columns: {', '.join(d.column_names)})")
+        raise UsageError(f"the splits of {data} name their text column differently: {'; '.join(f'{s} has {has(ds[s])}' for s in labelled)}: "
+                         f"give the text column one name in every file (e.g. text)" + ('' if texts == ['text'] else ", and pass it as --text_column"))
+    ds.text_from = {}
+    return ds   # the same columns everywhere: `validate` names them
+
 def load_raw(data:str, # Hub dataset id or known name, data file, folder of split files, or `save_to_disk` folder
              text_column:str|list[str]='text', # column(s) holding the text (one names the first field of `.txt` lines)
              label_column:str='label', # column holding the label (names the second field of `.txt` lines)
              column_names:list[str]|None=None # names of the columns of .csv/.tsv files that have no header line
             ) -> DatasetDict:
-    "Load `data` as a `DatasetDict` of its splits, unchecked."
+    "Load `data` as a `DatasetDict` of its splits, unchecked; with the default `text_column`, a split's one usual text column (`sentence`, ...) becomes `text` (`.text_from` says which)."
     p = Path(data).expanduser()
+    texts = [text_column] if isinstance(text_column, str) else list(text_column)
     if not p.exists():
         if p.suffix.lower() in _FILE_TYPES or not _HUB_ID.match(data): raise UsageError(f"no such file or folder: {data} (check the path)")
         if not hub_reachable():
             raise UsageError(f"{data!r} is not a local path and the Hub is unreachable: pass a local path, "
                              f"e.g. the bundled sample {sample_data()}, or set up network access")
         known = KNOWN_DATA.get(_known_name(data))
-        try: return load_dataset(known.hub_id, known.config) if known else load_dataset(data)
+        try: return _find_text(load_dataset(known.hub_id, known.config) if known else load_dataset(data), texts, label_column, data)
+        except UsageError: raise
         except Exception as e: raise UsageError(f"could not load {data!r} from the Hub: {_root_cause(e)}") from None
     if p.is_dir():
         if (p/_MANIFEST).exists(): raise UsageError(f"{data} holds prepared (tokenized) data: open it with load_prepared, or pass the raw data")
         if (p/'dataset_dict.json').exists() or (p/'state.json').exists():
             ds = load_from_disk(str(p))
-            return ds if isinstance(ds, DatasetDict) else DatasetDict(train=ds)
-        files = _split_files(p)
+            return _find_text(ds if isinstance(ds, DatasetDict) else DatasetDict(train=ds), texts, label_column, data)
+        files = data_files(p)[0]
     elif p.suffix.lower() in _FILE_TYPES: files = {'train': [p]}
     else: raise UsageError(f"unknown file type {p.suffix!r} ({data}): use {_KINDS}, or a folder of them")
-    texts = [text_column] if isinstance(text_column, str) else list(text_column)
     txt = texts[0] if len(texts) == 1 else 'text'   # a `.txt` line has one text field
-    return DatasetDict({s: _concat([_load_file(f, s, txt, label_column, column_names) for f in files[s]], files[s], s)
-                        for s in ('train', 'validation', 'test') if s in files})
+    return _find_text(DatasetDict({s: _concat([_load_file(f, s, txt, label_column, column_names) for f in files[s]], files[s], s)
+                                   for s in ('train', 'validation', 'test') if s in files}), texts, label_column, data)
 
 # %% ../nbs/03_data.ipynb #b261368b
 def _col(d:Dataset, col:str) -> list:
@@ -765,18 +877,37 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
           f"  truncated rows: {', '.join(f'{s} {n}' for s, n in manifest['truncated'].items())}")
     return manifest
 
+def _not_in_a_model(dest:Path, option:str='dataset_path'):
+    "Refuse a folder inside a Hugging Face model folder (config.json and weights), recorded or not: data and models never nest."
+    for up in Path(os.path.abspath(dest)).parents:
+        if (up/'config.json').is_file() and any((up/w).exists() for w in ('model.safetensors', 'pytorch_model.bin', 'model.safetensors.index.json')):
+            raise UsageError(f"--{option} {dest} lies inside the model folder {up}: pass a --{option} outside it")
+
+def _keep_other_data(given:DataArguments, data:str, dest:Path):
+    "Refuse to replace the data prepared in `dest` by the default `data` when no --data was given: only an explicit --data replaces it."
+    rec = folder_record(dest) if given.data is None else None
+    held = _record_options(rec).get('data') if rec and rec.get('kind') == 'prepared data' else None
+    if not held or held in (data, str(Path(data).expanduser().resolve())): return
+    defaults = DataArguments()
+    changes = {k: getattr(given, k) for k in _REDO if k != 'data' and getattr(given, k) != getattr(defaults, k)}
+    redo = prep_command(rec, **{**changes, 'dataset_path': os.path.abspath(dest)})
+    raise UsageError(f"{given.dataset_path} holds data prepared from {held}, and no --data was given (the default, {data}, would replace it): "
+                     f"to prepare its own data again, run `{redo}`; to replace it, pass --data")
+
 def prepare(args:DataArguments # what to prepare; see `DataArguments`
            ) -> dict:
     "Load, validate, choose the length, tokenize and save `args.data` to `args.dataset_path`; return the manifest."
-    dest = check_folder(args.dataset_path, 'dataset_path')   # before anything is read, loaded or written
+    dest = check_owner(args.dataset_path, 'prepared data', 'dataset_path')   # before anything is read, loaded or written
+    _not_in_a_model(dest)
     _check_args(args)
+    given = args
     args = known_defaults(args)
     _check_text_not_label(args.text_column, args.label_column)
     made = [p for p in Path(os.path.abspath(dest)).parents if not p.exists()]   # folders the lock file's creation adds
     try:
         with folder_lock(args.dataset_path, 'dataset_path'):   # one `prep` per folder: a second one is refused, naming this one
-            if dest.is_dir() and any(dest.iterdir()) and not (dest/_MANIFEST).exists():
-                raise UsageError(f"{args.dataset_path} is not empty and holds no prepared data: pass another --dataset_path, or empty it")
+            check_owner(args.dataset_path, 'prepared data', 'dataset_path')   # again, now that no other run can write it
+            _keep_other_data(given, args.data, dest)
             return _prepare(args, dest)
     finally:
         for p in made:   # deepest first: a refused run leaves no empty folders behind
