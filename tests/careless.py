@@ -171,9 +171,8 @@ def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:
 def _lines(text:str) -> list[str]:
     return [l for l in re.split(r'[\r\n]', text) if l.strip()]
 
-def _check(case:Case, d:Path) -> dict:
-    "Run `case` in `d`: the problems found, the message, and what following its fix did."
-    argv = case.setup(d)
+def _check(case:Case, d:Path, argv) -> dict:
+    "Run `case` (set up in `d`, `argv` what its setup returned): the problems found, the message, and what following its fix did."
     problems, res = [], {'dir': d}
     before = files(d)
     if callable(argv):   # the Python API
@@ -229,8 +228,14 @@ def _run_all(cases:list[Case]) -> dict:
             root = Path(tempfile.mkdtemp(prefix='careless-')); atexit.register(shutil.rmtree, root, True)
             dirs = {c.id: root/re.sub(r'\W+', '-', c.id) for c in cases}
             for p in dirs.values(): p.mkdir()
+            argvs = {}
+            for c in cases:   # set up one after another, here: transformers' lazy imports are not safe across threads
+                try: argvs[c.id] = c.setup(dirs[c.id])
+                except Exception as e: argvs[c.id] = e
             def one(c):
-                try: return _check(c, dirs[c.id])
+                if isinstance(argvs[c.id], Exception):
+                    e = argvs[c.id]; return {'problems': [f'the case setup failed: {type(e).__name__}: {e}'], 'msg': ''}
+                try: return _check(c, dirs[c.id], argvs[c.id])
                 except Exception as e: return {'problems': [f'the case itself failed: {type(e).__name__}: {e}'], 'msg': ''}
             with ThreadPoolExecutor(max_workers=max(2, min(4, (os.cpu_count() or 1) + 1))) as ex:
                 _RESULTS[key] = dict(zip([c.id for c in cases], ex.map(one, cases)))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['RECORD', 'KINDS', 'BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError',
-           'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'check_folder', 'lock_path',
-           'lock_holder', 'folder_lock', 'die_with_parent', 'folder_record', 'write_record', 'check_owner',
+           'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'check_type', 'check_folder',
+           'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'folder_record', 'write_record', 'check_owner',
            'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator',
            'neuron_stack', 'machine_instance_type', 'detect', 'Stack', 'instance_family', 'backend_env',
            'set_backend_env', 'check_stack', 'check_backend', 'InstanceType', 'instance_type', 'run_cost',
@@ -146,6 +146,17 @@ def check_numbers(obj, # a dataclass instance, e.g. `TrainArguments(...)`
         check_number(f.name, v, kind, limits.get(f.name), optional=optional)
         if kind is float and isinstance(v, int): object.__setattr__(obj, f.name, float(v))   # 3 for an epoch count: the float 3.0
     return obj
+
+# %% ../nbs/00_core.ipynb #a7e0c007
+def check_type(value, # what the caller passed
+               cls:type, # the dataclass expected, e.g. `TrainArguments`
+               fn:str, # the function called, e.g. 'train'
+               example:str="dataset_path='runs/emotion-data'" # arguments of `cls` to show in the fix
+              ):
+    "`value` if it is a `cls`; else a one-line `UsageError` showing the call to make."
+    if isinstance(value, cls): return value
+    raise UsageError(f"{fn}() takes {cls.__name__}(...), not {_a(type(value).__name__)} {type(value).__name__} ({str(value)[:40]!r}): "
+                     f"pass one, e.g. {fn}({cls.__name__}({example}))")
 
 # %% ../nbs/00_core.ipynb #e1ea4862
 def check_folder(path, # the folder given, e.g. `args.output_dir`
