@@ -69,7 +69,8 @@ def test_check_output_dir(tmp_path, monkeypatch):
     for out, words in (('data', 'is the prepared data folder data'), ('data/model', 'is inside the prepared data folder data'),
                        ('./data/../data/m', 'inside the prepared data folder'), ('', '--output_dir is empty')):
         with pytest.raises(UsageError, match=words): check_output_dir(TrainArguments(dataset_path='data', output_dir=out))
-    assert check_output_dir(TrainArguments(dataset_path='runs/data', output_dir='runs')) == Path('runs')   # the data inside the run: harmless
+    with pytest.raises(UsageError, match='holds the prepared data folder'):   # the data inside the model folder: they never nest
+        check_output_dir(TrainArguments(dataset_path='runs/data', output_dir='runs'))
     assert list(tmp_path.iterdir()) == [], 'the check wrote nothing'
 
 
@@ -111,7 +112,8 @@ def test_check_model(tiny):
     with pytest.raises(UsageError) as e: check_model(args(model_id=b), manifest)
     msg = str(e.value)
     assert 'was prepared with the tokenizer of' in msg and 'tiny-a' in msg and 'tiny-b' in msg and f'vocabulary {n} vs 45' in msg, msg
-    assert msg.endswith(f"run `trn-tutorials prep --model_id {b} --dataset_path {tmp/'data'}` again, or pass --allow_tokenizer_mismatch true")
+    assert msg.endswith(f"prepare it again for that model with `trn-tutorials prep --dataset_path {tmp/'data'} --data {sample_data()} "
+                        f"--model_id {b}`, or pass --allow_tokenizer_mismatch true"), msg
     # allowed deliberately: a tokenizer that differs only in its special ids trains; a vocabulary too small for the data never does
     with pytest.raises(UsageError, match=f'tiny-b has 45 token embeddings, fewer than the {n} token ids'):
         check_model(args(model_id=b, allow_tokenizer_mismatch=True), manifest)

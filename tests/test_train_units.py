@@ -114,7 +114,7 @@ def test_resume_from(tmp_path):
     # a checkpoint only continues the run that wrote it
     (run/'checkpoint-10'/RUN_ARGS).write_text(json.dumps(asdict(TrainArguments(output_dir=str(run), learning_rate=1e-4, seed=7))))
     fails(lambda: resume_from(TrainArguments(output_dir=str(run))),
-              contains="written by a run with --learning_rate 0.0001 --seed 7, not --learning_rate 5e-05 --seed 42: relaunch with that run's options")
+              contains="written by a run with --learning_rate 0.0001 --seed 7, not --learning_rate 5e-05 --seed 42: use --learning_rate 0.0001 --seed 7 to continue it")
     eq(resume_from(TrainArguments(output_dir=str(run), learning_rate=1e-4, seed=7, logging_steps=10)).name, 'checkpoint-10')
     eq(resume_from(TrainArguments(output_dir=str(run), learning_rate=1e-4, seed=7, save_steps=5)).name, 'checkpoint-10')
     fails(lambda: resume_from(TrainArguments(output_dir=str(run), learning_rate=1e-4, seed=7, bf16=True)), contains="--bf16 false, not --bf16 true")

@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_train.ipynb #60e0af2d
 from __future__ import annotations
-import contextlib, functools, hashlib, json, math, os, platform, re, shutil, sys, time
+import contextlib, errno, functools, hashlib, json, math, os, platform, re, shlex, shutil, sys, time
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
@@ -12,20 +12,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, check_numbers, die_with_parent, folder_lock,
-                                 parse_args, set_backend_env, short_path)
-from .data import load_prepared, row_lengths
+from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, check_numbers, check_owner, die_with_parent,
+                                 folder_lock, parse_args, set_backend_env, short_path, write_record)
+from .data import data_fingerprint, load_prepared, prep_command, row_lengths
 
 # %% auto #0
 __all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'MIN_OPTIMIZER_STEPS',
-           'REFERENCE_GLOBAL_BATCH', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'NEURON_BACKENDS', 'ERROR_PREFIX',
-           'LOCK_ENV', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
+           'REFERENCE_GLOBAL_BATCH', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'NEURON_BACKENDS', 'USUAL_LR',
+           'ERROR_PREFIX', 'LOCK_ENV', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
            'training_arguments', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows', 'diverged', 'trainer_class',
            'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete', 'checkpoints', 'newest_complete',
            'skipped_note', 'planned_steps', 'resume_from', 'CheckpointGuard', 'few_steps_warning', 'progress_line',
            'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'save_plots', 'check_output_dir',
-           'check_model', 'check_batch', 'torchrun_worker', 'check_torchrun', 'check_workers', 'train', 'summary',
-           'relaunch_command', 'main']
+           'claim_output_dir', 'check_space', 'check_model', 'check_batch', 'torchrun_worker', 'check_torchrun',
+           'check_workers', 'train', 'summary', 'collapse_warning', 'relaunch_command', 'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
 TRAIN_LIMITS = {   # the values each numeric option may take (`check_numbers`); `xla_loop` shares them
@@ -36,6 +36,11 @@ TRAIN_LIMITS = {   # the values each numeric option may take (`check_numbers`); 
     'warmup_ratio': Limit(0, 1, hi_open=True, example=0.1), 'weight_decay': Limit(0, 1, example=0.01),
     'logging_steps': Limit(1, example=50), 'seed': Limit(0, 2**32 - 1, example=42),
     'save_steps': Limit(1, special=((0, 'no checkpoints'),), example=500), 'save_total_limit': Limit(1, example=2)}
+
+class _BoolHelp(str):
+    "Help for a bool option defaulting to True: `HfArgumentParser` gives its `--no_<name>` a copy; argparse formats each with `%`."
+    def __new__(cls, yes:str, no:str): (s := super().__new__(cls, yes + ' (default: %(default)s)')).no = no; return s
+    def __mod__(self, params): return str(self) % params if params['const'] else self.no
 
 @dataclass
 class TrainArguments:
@@ -55,7 +60,8 @@ class TrainArguments:
     seed: int = field(default=42, metadata={'help': 'random seed (model head, dropout and the batch order)'})
     save_steps: int = field(default=500, metadata={'help': 'save a checkpoint every N optimizer steps (0: no checkpoints)'})
     save_total_limit: int = field(default=2, metadata={'help': 'keep only the newest N checkpoints'})
-    resume: bool = field(default=True, metadata={'help': 'continue from the newest complete checkpoint in output_dir, if any'})
+    resume: bool = field(default=True, metadata={'help': _BoolHelp('continue from the newest complete checkpoint in output_dir, if any',
+                                                                 'start from the beginning (--resume false): refused where output_dir holds checkpoints')})
     backend: str = field(default='auto', metadata={'help': 'auto (detect), neuron (Trn1: torch-neuronx), torchneuron (Trn2/Trn3), '
                          'xla (the Neuron code path on the CPU: a rehearsal, one worker), cuda or cpu'})
     allow_tokenizer_mismatch: bool = field(default=False, metadata={'help': "train although the model's tokenizer differs from the one "
@@ -75,13 +81,14 @@ def classification_metrics(labels, # true label ids
                            preds, # predicted label ids
                            label_names:list[str] # name of each label id
                           ) -> dict:
-    "Accuracy, weighted F1, a per-class report and the confusion matrix (rows: true labels)."
-    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
+    "Accuracy, weighted F1, Matthews correlation, a per-class report and the confusion matrix (rows: true labels)."
+    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score, matthews_corrcoef
     labels, preds = np.asarray(labels), np.asarray(preds)
     ids = list(range(len(label_names)))
     report = classification_report(labels, preds, labels=ids, target_names=label_names, output_dict=True, zero_division=0)
     return {'accuracy': round(float(accuracy_score(labels, preds)), 4),
             'f1': round(float(f1_score(labels, preds, labels=ids, average='weighted', zero_division=0)), 4),
+            'mcc': round(float(matthews_corrcoef(labels, preds)), 4),
             'per_class': {n: {k: round(float(report[n][k]), 4) for k in ('precision', 'recall', 'f1-score', 'support')} for n in label_names},
             'confusion': confusion_matrix(labels, preds, labels=ids).tolist()}
 
@@ -90,10 +97,10 @@ def majority_baseline(train_labels, # label ids of the training split
                       eval_labels, # label ids of the split to score
                       label_names:list[str] # name of each label id
                      ) -> dict:
-    "Accuracy and weighted F1 of always predicting the most frequent training label."
+    "Accuracy, weighted F1 and Matthews correlation (0) of always predicting the most frequent training label."
     majority = int(np.bincount(np.asarray(train_labels), minlength=len(label_names)).argmax())
     m = classification_metrics(eval_labels, np.full(len(eval_labels), majority), label_names)
-    return {'label': label_names[majority], 'accuracy': m['accuracy'], 'f1': m['f1']}
+    return {'label': label_names[majority], 'accuracy': m['accuracy'], 'f1': m['f1'], 'mcc': m['mcc']}
 
 # %% ../nbs/04_train.ipynb #817feccd
 XLA_BACKENDS = ('neuron', 'xla')  # the backends that run PyTorch/XLA: static shapes, compiled graphs
@@ -521,30 +528,54 @@ SAME_RUN = ('learning_rate', 'epochs', 'max_steps', 'per_device_train_batch_size
 
 def _opts(d:dict, names) -> str: return ' '.join(f"--{n} {str(d[n]).lower() if isinstance(d[n], bool) else d[n]}" for n in names)
 
-def _other_run(last:Path, args:TrainArguments) -> str|None:
-    "Why checkpoint `last` belongs to another run than `args` (the options of `SAME_RUN` that differ), or `None`."
+def _free(p:Path) -> Path:
+    "`p` if it is new or empty, else the first of `p-2`, `p-3`, ... that is: a folder to suggest."
+    return next(q for q in (p, *(p.with_name(f'{p.name}-{i}') for i in range(2, 1000))) if not q.exists() or (q.is_dir() and not any(q.iterdir())))
+
+_DATA_PARTS = {'label_names': 'labels', 'rows': 'rows', 'tokenizer': 'tokenizer', 'max_length': 'padded length',
+               'bucket_lengths': 'bucket lengths', 'content_sha256': 'texts'}   # what of the data's fingerprint a run depends on
+
+def _show(v) -> str:
+    if isinstance(v, dict): return ', '.join(f"{k} {x}" for k, x in v.items())
+    return ', '.join(map(str, v[:6])) + ', ...' * (len(v) > 6) if isinstance(v, list) else str(v)
+
+def _data_changed(was:dict, now:dict) -> str|None:
+    "What differs between two `data_fingerprint`s, e.g. 'labels were sadness, joy, ... now neg, pos'; `None` if nothing a run depends on."
+    out = []
+    for k, name in _DATA_PARTS.items():
+        a, b = was.get(k), now.get(k)
+        if a is None or b is None or a == b: continue
+        out.append(f"the tokenizer differs ({_differs(a, b)})" if k == 'tokenizer' else 'the texts differ' if k == 'content_sha256'
+                   else f"{name} were {_show(a)}; now {_show(b)}")
+    return '; '.join(out) or None
+
+def _other_run(last:Path, args:TrainArguments, data:dict|None=None) -> str|None:
+    "Why checkpoint `last` belongs to another run than `args` on data of fingerprint `data` (what differs), or `None`."
     try: was = json.loads((last/RUN_ARGS).read_text())
     except (OSError, ValueError): return None   # not written (older checkpoint, or cut off): the step count still decides
+    new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}"
+    if data and isinstance(was.get('data'), dict) and (what := _data_changed(was['data'], data)):
+        return f"{last} was trained on other data than {args.dataset_path} holds now ({what}): it cannot continue on it; {new} to start over"
     diff = [n for n in SAME_RUN if n in was and was[n] != getattr(args, n)]
-    return f"{last} was written by a run with {_opts(was, diff)}, not {_opts(asdict(args), diff)}" if diff else None
+    if diff: return f"{last} was written by a run with {_opts(was, diff)}, not {_opts(asdict(args), diff)}: use {_opts(was, diff)} to continue it, or {new}"
 
 def resume_from(args:TrainArguments, # the run's arguments
                 workers:int|None=None, # if given, the checkpoint must have been planned for as many steps as this run
                 fill_last:bool=False, # as in `planned_steps`
-                found:tuple|None=None # `newest_complete(args.output_dir)`, if already known (it reads every file)
+                found:tuple|None=None, # `newest_complete(args.output_dir)`, if already known (it reads every file)
+                data:dict|None=None # the data's `data_fingerprint`, compared with the checkpoint's
                ) -> Path|None:
     "The newest complete checkpoint a run of `args` continues from, or `None`; a one-line error if the run cannot continue it."
     last = (found or newest_complete(args.output_dir))[0]
     if last and not args.resume:
         raise UsageError(f"{args.output_dir} holds checkpoints (newest: {last.name}): pass --resume true to continue from it, or another --output_dir")
-    if last and (why := _other_run(last, args)):
-        raise UsageError(f"{why}: relaunch with that run's options to continue it, or pass another --output_dir")
+    if last and (why := _other_run(last, args, data)): raise UsageError(why)
     if last and workers:
         was = json.loads((last/'trainer_state.json').read_text()).get('max_steps')
         now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, fill_last)
         if was != now:
-            raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, "
-                             "batch size, --epochs and --max_steps, or pass another --output_dir")
+            raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, batch size, "
+                         f"--epochs and --max_steps, or pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}")
     return last
 
 # %% ../nbs/04_train.ipynb #e33e2e7f
@@ -674,7 +705,9 @@ def progress_callback(every:float=0.5 # seconds between two step lines, at least
         def emit(self, state, event, **values):
             if state.is_world_process_zero: print(progress_line(event, **values), flush=True)
         def on_train_begin(self, args, state, control, **kw):
-            self.emit(state, 'begin', step=state.global_step, max_steps=state.max_steps, epochs=args.num_train_epochs)
+            per = len(kw['train_dataloader']) // args.gradient_accumulation_steps if kw.get('train_dataloader') else 0
+            epochs = min(args.num_train_epochs, state.max_steps / per) if per else args.num_train_epochs   # --max_steps may end it sooner
+            self.emit(state, 'begin', step=state.global_step, max_steps=state.max_steps, epochs=round(epochs, 2))
         def on_step_end(self, args, state, control, **kw):
             if time.monotonic() - self.last >= every or state.global_step >= state.max_steps:
                 self.last = time.monotonic()
@@ -684,7 +717,7 @@ def progress_callback(every:float=0.5 # seconds between two step lines, at least
         def on_evaluate(self, args, state, control, metrics=None, **kw):
             m = metrics or {}
             self.emit(state, 'eval', step=state.global_step, epoch=round(state.epoch or 0, 3),
-                      **{k[5:]: m[k] for k in ('eval_loss', 'eval_f1', 'eval_accuracy') if k in m})
+                      **{k[5:]: m[k] for k in ('eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc') if k in m})
         def on_train_end(self, args, state, control, **kw): self.emit(state, 'end', step=state.global_step)
     return ProgressLines()
 
@@ -726,19 +759,57 @@ def save_plots(metrics:dict, # what `train` returns
               ) -> list[Path]:
     "Write `PLOTS` (the curves and the confusion matrix) into `output_dir`; return their paths."
     paths = [Path(output_dir)/n for n in PLOTS]
-    for p, fig in zip(paths, (plot_history(metrics), plot_confusion(metrics))): fig.savefig(p, dpi=96)
+    for p, fig in zip(paths, (plot_history(metrics), plot_confusion(metrics))): _atomic(p, lambda t: fig.savefig(t, dpi=96, format='png'))
     return paths
+
+def _atomic(p:Path, write):
+    "`write(tmp)` then rename over `p`: a reader sees the previous file or the new one; a failed run leaves the previous one."
+    tmp = p.with_name(f'.{p.name}.tmp-{os.getpid()}')
+    try: write(tmp); os.replace(tmp, p)
+    finally: tmp.unlink(missing_ok=True)
 
 # %% ../nbs/04_train.ipynb #4f5b9a53
 def check_output_dir(args:TrainArguments # the run's arguments
                     ) -> Path:
-    "The output folder as a `Path` if this process can write it and it is not the prepared data's; else a one-line `UsageError`."
+    "The output folder as a `Path` if this run may write it: new, empty or a model folder `train` wrote, apart from the data; else a one-line `UsageError`."
     out = check_folder(args.output_dir, 'output_dir')
     o, d = (Path(os.path.abspath(Path(p).expanduser())).resolve() for p in (out, args.dataset_path))
-    if o == d or d in o.parents:
-        raise UsageError(f"--output_dir {args.output_dir} is {'the' if o == d else 'inside the'} prepared data folder {args.dataset_path}, "
-                         "which `prep` replaces: pass an --output_dir outside it")
-    return out
+    if o == d or d in o.parents or o in d.parents:
+        where = 'is the' if o == d else 'is inside the' if d in o.parents else 'holds the'
+        raise UsageError(f"--output_dir {args.output_dir} {where} prepared data folder {args.dataset_path} (a model folder and the data never nest): "
+                         f"pass --output_dir {shlex.quote(str(_free(d.parent/f'{d.name}-model')))}")
+    return check_owner(args.output_dir, 'model', 'output_dir')   # not the user's files, nor another kind of folder
+
+def claim_output_dir(args:TrainArguments, # the run's arguments
+                     manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
+                    ) -> Path:
+    "Write `output_dir`'s record (kind 'model': the options and the data's fingerprint), before anything else goes into it."
+    full = lambda p: os.path.abspath(p) if p and os.path.exists(p) else p
+    options = asdict(args) | {k: full(getattr(args, k)) for k in ('dataset_path', 'output_dir', 'model_id')}
+    write_record(args.output_dir, {'kind': 'model', 'written_by': 'train', 'options': options,
+                                   'data': {'dataset_path': os.path.abspath(args.dataset_path), 'fingerprint': data_fingerprint(manifest)}})
+    return Path(args.output_dir)
+
+def _weights_size(model_id:str) -> int:
+    "Bytes of a local model folder's weight files (0 if none are found here)."
+    p = Path(model_id)
+    return sum(f.stat().st_size for pat in ('*.safetensors', '*.bin') for f in p.glob(pat)) if p.is_dir() else 0
+
+def check_space(args:TrainArguments, # the run's arguments
+                model_id:str|None=None # the model trained; default `args.model_id`
+               ) -> int|None:
+    "A one-line `UsageError` if the disk holding `output_dir` lacks room for the model and `save_total_limit` checkpoints; else the bytes free."
+    w = _weights_size(model_id or args.model_id or load_prepared(args.dataset_path)[1]['model_id'])
+    if not w: return None   # a Hub id: its size is not known here
+    need = lambda k: int(w * (1 + 3 * (k + 1) * bool(args.save_steps)) * 1.1)   # weights + k+1 checkpoints (weights, Adam's 2 states)
+    where = next(p for p in Path(os.path.abspath(args.output_dir)).parents if p.exists()) if not os.path.exists(args.output_dir) else args.output_dir
+    free = shutil.disk_usage(where).free
+    if free >= need(args.save_total_limit): return None
+    fix = ('use --save_total_limit 1' if args.save_total_limit > 1 and free >= need(1) else
+           'free space on it, or pass an --output_dir on a larger disk')
+    raise UsageError(f"the disk holding {os.path.abspath(args.output_dir)} has {_size(free)} free, and this run writes about "
+                     f"{_size(need(args.save_total_limit))} (the model and {(args.save_total_limit + 1) * bool(args.save_steps)} "
+                     f"checkpoint(s) with optimizer state): {fix}")
 
 def _differs(want:dict, have:dict) -> str:
     "What differs between two tokenizer fingerprints, e.g. 'vocabulary 30522 vs 596, pad id 0 vs 1'."
@@ -758,7 +829,8 @@ def check_model(args:TrainArguments, # the run's arguments
     if want is None and model_id != was:   # prepared before manifests recorded the tokenizer: ask the data's model, if it loads
         try: want = tokenizer_fingerprint(_load_tokenizer(was))
         except UsageError: pass
-    redo = f"run `trn-tutorials prep --model_id {short_path(model_id)} --dataset_path {args.dataset_path}` again"
+    full = os.path.abspath(model_id) if os.path.exists(model_id) else model_id
+    redo = f"prepare it again for that model with `{prep_command(manifest, model_id=full, dataset_path=os.path.abspath(args.dataset_path))}`"
     if want and have != want and not args.allow_tokenizer_mismatch:
         raise UsageError(f"{args.dataset_path} was prepared with the tokenizer of {short_path(was)}, and that of {short_path(model_id)} differs "
                          f"({_differs(want, have)}): {redo}, or pass --allow_tokenizer_mismatch true")
@@ -822,7 +894,7 @@ def _check_runtime(backend:str, world_size:int):
         raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
                          "run training in its own process (`torchrun --nproc_per_node 1 -m trn_tutorials.train ...`, or `launch`)")
 
-_HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy')   # kept from the Trainer's log
+_HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc')   # kept from the Trainer's log
 
 def _note(text:str):
     "A line for the reader: a progress line when a launcher reads them, else plain."
@@ -838,14 +910,17 @@ def train(args:TrainArguments # the run's arguments
     ds, manifest = load_prepared(args.dataset_path)
     world = int(os.environ.get('WORLD_SIZE', 1))
     check_model(args, manifest)
+    check_space(args, args.model_id or manifest['model_id'])
+    data = data_fingerprint(manifest)
     batch_note = check_batch(args, {s: len(d) for s, d in ds.items()}, world)
     few_steps = few_steps_warning(args, len(ds['train']), world)
     set_backend_env(backend)
     _check_runtime(backend, world)
     xla = backend in XLA_BACKENDS
     found = newest_complete(args.output_dir)
-    start = resume_from(args, world, fill_last=xla, found=found)
+    start = resume_from(args, world, fill_last=xla, found=found, data=data)
     if int(os.environ.get('RANK', 0)) == 0:
+        claim_output_dir(args, manifest)   # before anything is written into it (`launch` did it already; the same record again)
         if batch_note: _note(batch_note)
         if few_steps: _note(few_steps)
         for p, _ in found[1]: shutil.rmtree(p, ignore_errors=True)   # the resumed run writes them again
@@ -860,9 +935,9 @@ def train(args:TrainArguments # the run's arguments
         model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         ignore_mismatched_sizes=True, **({'attn_implementation': 'eager'} if xla else {}))
     targs = training_arguments(args, backend)
-    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=asdict(args),
+    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=asdict(args) | {'data': data},
                               processing_class=tokenizer,
-                              compute_metrics=lambda p: {k: v for k, v in _scores(p, names).items() if k in ('accuracy', 'f1')})
+                              compute_metrics=lambda p: {k: v for k, v in _scores(p, names).items() if k in ('accuracy', 'f1', 'mcc')})
     if os.environ.get(PROGRESS_ENV) == '1':
         from transformers import PrinterCallback
         trainer.remove_callback(PrinterCallback); trainer.add_callback(progress_callback())   # lines for the launcher, not dicts
@@ -896,8 +971,10 @@ def train(args:TrainArguments # the run's arguments
         'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'], 'warnings': [few_steps] if few_steps else [],
         'wall_s': time.time() - t0, 'versions': _versions(), 'args': asdict(args),
         'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
-    Path(args.output_dir, 'metrics.json').write_text(json.dumps(metrics, indent=2))
+    if (collapse := collapse_warning(metrics)): metrics['warnings'].insert(0, collapse)
     save_plots(metrics, args.output_dir)
+    _atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(json.dumps(metrics, indent=2)))   # last: the run is complete
+    if collapse: print(collapse, file=sys.stderr, flush=True)   # where a person looks, not only in train.log
     print(summary(metrics))
     return metrics
 
@@ -930,7 +1007,8 @@ def summary(metrics:dict # what `train` returns
            ) -> str:
     "A few lines a person reads at the end of a run."
     s, b, t = metrics[metrics['final_split']], metrics['baseline'], metrics['train']
-    lines = [f"{metrics['final_split']}: weighted F1 {s['f1']:.4f}, accuracy {s['accuracy']:.4f} "
+    mcc = f", Matthews correlation {s['mcc']:.4f}" if 'mcc' in s else ''
+    lines = [f"{metrics['final_split']}: weighted F1 {s['f1']:.4f}, accuracy {s['accuracy']:.4f}{mcc} "
              f"(always '{b['label']}': accuracy {b['accuracy']:.4f})",
              f"train: {t['samples_per_second']:.1f} samples/s, {t['runtime_s']:.1f} s without evaluation, "
              f"{t['steps']} steps on {metrics['world_size']} {metrics['backend']} worker(s), "
@@ -939,11 +1017,24 @@ def summary(metrics:dict # what `train` returns
         lines.append(f"graphs compiled: {g['train']} in training (per epoch: {', '.join(map(str, g['per_epoch']))}), "
                      f"{g['eval']} in evaluation (per evaluation: {', '.join(map(str, g['per_evaluation']))}); "
                      f"{sum(metrics['compile_s'].values()):.1f} s compiling")
-    if not metrics['beats_baseline']:
-        lines.append("warning: no better than always predicting the majority label. With --bf16 true, retry with "
-                     "--bf16 false (or NEURON_RT_STOCHASTIC_ROUNDING_EN=1); otherwise train longer or raise --learning_rate.")
-    lines += metrics.get('warnings', [])   # e.g. too few optimizer steps for the global batch
-    return '\n'.join(lines)
+    warnings = metrics.get('warnings', [])   # the collapse below, too few optimizer steps for the global batch
+    if (w := collapse_warning(metrics)) and w not in warnings: warnings = [w, *warnings]   # a metrics.json from before it was kept
+    return '\n'.join(lines + warnings)
+
+USUAL_LR = (1e-6, 1e-3)  # peak learning rates fine-tuning uses (around 2e-5 to 1e-4): far outside, a collapse is likely the rate's
+
+def collapse_warning(metrics:dict # what `train` returns
+                    ) -> str|None:
+    "One warning line when the final split's accuracy is no better than always predicting the majority label: the likely cause and fix."
+    if metrics['beats_baseline']: return None
+    a, split, b = metrics.get('args') or {}, metrics['final_split'], metrics['baseline']
+    lr = a.get('learning_rate', 5e-5)
+    if lr > USUAL_LR[1]: why = f"--learning_rate {lr:g} is far above fine-tuning's usual range (1e-05 to 1e-04): lower it (e.g. --learning_rate 5e-05)"
+    elif lr < USUAL_LR[0]: why = f"--learning_rate {lr:g} is far below fine-tuning's usual range (1e-05 to 1e-04): raise it (e.g. --learning_rate 5e-05)"
+    elif a.get('bf16'): why = "bfloat16 may have lost the small updates: retry with --bf16 false (or NEURON_RT_STOCHASTIC_ROUNDING_EN=1)"
+    else: why = "the run may be too short for this data: train longer (more --epochs), or check that the labels fit the texts"
+    return (f"warning: {split} accuracy {metrics[split]['accuracy']:.4f} is no better than always predicting the majority label "
+            f"'{b['label']}' ({b['accuracy']:.4f}): {why}")
 
 # %% ../nbs/04_train.ipynb #c330ab87
 ERROR_PREFIX = 'trn_tutorials.train: error: '  # how a worker's one-line error starts; the launcher looks for it
@@ -999,6 +1090,33 @@ def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
     except UsageError as e:
         print(f"{ERROR_PREFIX}{e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:   # Ctrl-C: what is kept, and the command that continues
+        if int(os.environ.get('RANK', 0)) == 0:
+            again = shlex.join([sys.executable, '-m', 'trn_tutorials.train', *_full_paths(argv)])
+            print(f"{ERROR_PREFIX}interrupted: {_kept(args.output_dir)}; run `{again}` to continue", file=sys.stderr, flush=True)
+        sys.exit(130)
+    except (OSError, RuntimeError) as e:   # a full disk, however the library that wrote reports it
+        if getattr(e, 'errno', None) != errno.ENOSPC and 'No space left on device' not in str(e): raise
+        print(f"{ERROR_PREFIX}the disk holding {os.path.abspath(args.output_dir)} is full (No space left on device): {_kept(args.output_dir)}; "
+              "free space on it and run the same command again", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+def _full_paths(argv:list[str]) -> list[str]:
+    "`argv` with the paths of `--dataset_path`, `--output_dir` and a local `--model_id` made absolute: a command to paste anywhere."
+    out, prev = [], ''
+    for a in argv:
+        name, eq, v = a.partition('=') if a.startswith('--') else ('', '', a)
+        opt, v = (name, v) if eq else (prev, a)
+        if opt in ('--dataset_path', '--output_dir', '--model_id') and v and not (opt == '--model_id' and not os.path.exists(v)):
+            a = f"{name}={os.path.abspath(v)}" if eq else os.path.abspath(v)
+        out.append(a); prev = a
+    return out
+
+def _kept(output_dir) -> str:
+    "What an interrupted run leaves to continue from: its newest complete checkpoint, or none."
+    try: last = newest_complete(output_dir)[0]
+    except OSError: last = None
+    return f"kept {Path(os.path.abspath(last))}, the newest complete checkpoint" if last else "no checkpoint was kept (none was complete yet)"
 
 # %% ../nbs/04_train.ipynb #c6b90374
 #| eval: false
