@@ -207,7 +207,7 @@ def test_validate_bad_data(tmp_path):
     with pytest.raises(UsageError, match="pass --label_column"): validate(reviews(), text_column='review')
     with pytest.raises(UsageError, match=r"holds Value\('int64'\), not text"): validate(reviews(), text_column='id', label_column='stars')
     bad = tmp_path/'bad'; bad.mkdir()
-    (bad/'train.txt').write_text('i feel happy;joy\ni feel low;sadness\n')
+    (bad/'train.txt').write_text('i feel happy;joy\ni feel glad;joy\ni feel low;sadness\ni feel blue;sadness\n')
     (bad/'test.txt').write_text('i feel grumpy;grumpy\n')
     with pytest.raises(UsageError, match=r"unknown label 'grumpy' in split 'test' \(1 row\): the train split has only 'joy', 'sadness'; .*"
                                          r"or pass --accept_labels grumpy to leave those rows out of split 'test'$"):

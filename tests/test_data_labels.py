@@ -205,8 +205,9 @@ TRAIN = ['joy'] * 4 + ['sadness'] * 4
      "'sadnes' (2 rows) and 'sadness' (4 rows) differ only by one letter; 'very good' (2 rows) and 'very_good' (3 rows) differ only in case, "
      "spaces, _ or -; fix the rows of the likely typos 'sadnes', 'very good', or pass --accept_labels sadnes 'very good' if they are meant"),
     ([('train', TRAIN + ['anger'])],
-     "label 'anger' (1 row) in split 'train' has fewer than --min_label_rows 2 (a label seen once is most often a typo; a stratified "
-     "validation split needs 2 of each): fix or add rows, or pass --accept_labels anger (or a lower --min_label_rows)"),
+     "label 'anger' (1 row) in split 'train' has fewer than --min_label_rows 2 (a label seen once is most often a typo): fix or add rows, "
+     "or pass --accept_labels anger to keep it (or --min_label_rows 1); with one row, a label stays in train only (the validation split "
+     "taken off train gets none)"),
     ([('train', TRAIN + ['anger']), ('validation', ['joy', 'sadness'])],
      "label 'anger' (1 row) in split 'train' has fewer than --min_label_rows 2 (a label seen once is most often a typo): fix"),
 ])

@@ -133,3 +133,52 @@ def test_tokenizer_that_maps_most_words_to_unk_refused(tmp_path):
     model = tiny_bert(tmp_path/'few-words', ['zebra', 'quartz'])   # tokenizer files, but not one word of the data
     with pytest.raises(UsageError, match=r"maps 100% of the train tokens to \[UNK\]") as e: prepare(_args(tmp_path, model_id=model))
     assert f"e.g. --model_id {local_model()}" in str(e.value) and not (tmp_path/'prep').exists()
+
+
+def _split(labels, **kw):
+    from datasets import Dataset, DatasetDict
+    from trn_tutorials.data import validate
+    return validate(DatasetDict(train=Dataset.from_dict({'text': [f'row {i}' for i in range(len(labels))], 'label': list(labels)})), **kw)
+
+
+@pytest.mark.parametrize('names', [[f'topic_{i:02d}' for i in range(1, 21)], [f'class_{c}' for c in 'abcdefghijklmnopqrstuvwxyz'],
+                                   [f'L{i}' for i in range(1, 13)], ['cat-3', 'cat-8'], ['typeA', 'typeB', 'typeC'],
+                                   ['size_S', 'size_M', 'size_XL'], ['grade a', 'grade b']])
+def test_systematic_labels_are_not_typos(names):
+    from trn_tutorials.data import similar_labels
+    assert similar_labels({n: 5 for n in names}) == []
+    assert _split([n for n in names for _ in range(10)])['train'].features['label'].names == sorted(names)
+
+
+def test_real_typos_still_found():
+    from trn_tutorials.data import similar_labels
+    assert [p[:2] for p in similar_labels({'positive': 9, 'positve': 2, 'class_a': 9, 'clas_a': 1})] == [('clas_a', 'class_a'), ('positve', 'positive')]
+
+
+def test_one_fix_names_every_suspect_label():
+    "Four typos and a rare label: the first refusal's --accept_labels names all of them, and passed as printed it works."
+    labels = ['good'] * 30 + ['bad'] * 30 + [x for w in ('goad', 'gond', 'gold', 'goot', 'bud', 'bid') for x in [w] * 2] + ['fine']
+    with pytest.raises(UsageError) as e: _split(labels)
+    fix = shlex.split(str(e.value).split('--accept_labels ')[1].split(' if they')[0])
+    assert set(fix) == {'goad', 'gond', 'gold', 'goot', 'fine'}, str(e.value)
+    assert 'fine' in _split(labels, accept_labels=fix)['train'].features['label'].names
+
+
+def test_one_row_label_accepted_stays_in_train():
+    labels = ['joy'] * 20 + ['sadness'] * 20 + ['anger']
+    with pytest.raises(UsageError) as e: _split(labels)
+    assert '--accept_labels anger to keep it (or --min_label_rows 1); with one row, a label stays in train only' in str(e.value)
+    for kw in (dict(accept_labels=['anger']), dict(min_label_rows=1)):
+        ds = _split(labels, **kw)
+        names = ds['train'].features['label'].names
+        assert ds['train']['label'].count(names.index('anger')) == 1 and names.index('anger') not in ds['validation']['label']
+        assert len(ds['train']) + len(ds['validation']) == len(labels)
+    same = [_split(['joy'] * 20 + ['sadness'] * 20)['validation']['text'] for _ in range(2)]   # no one-row label: the split as before
+    assert same[0] == same[1]
+
+
+def test_no_label_to_split_off_gets_no_accept_fix():
+    with pytest.raises(UsageError) as e: _split(['joy', 'sadness', 'anger'])
+    assert 'no validation split can be taken off it' in str(e.value) and '--accept_labels' not in str(e.value)
+    with pytest.raises(UsageError, match=r"pass --eval_fraction 0\.\d+, or add a validation file"):
+        _split(['a'] * 10 + ['b'] * 10 + ['c'] * 10 + ['d'] * 10 + ['e'] * 10 + ['f'] * 10, eval_fraction=0.05)

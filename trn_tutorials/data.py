@@ -459,11 +459,17 @@ def _numbered(sa:str, sb:str) -> bool:
     "Whether two squashed labels differ only in their numbers: `class_7` and `class_8`, `LABEL_1` and `LABEL_11` are meant to."
     return re.sub(r'\d+', '#', sa) == re.sub(r'\d+', '#', sb)
 
+def _series(a, b) -> bool:
+    "Whether `a` and `b` are members of a named series: the same words but one short one, `class_a`/`class_b`, `typeA`/`typeB`, `size_M`/`size_XL`."
+    ta, tb = (re.findall(r'[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+', str(x)) for x in (a, b))
+    diff = [(x, y) for x, y in zip(ta, tb) if x.casefold() != y.casefold()]
+    return len(ta) == len(tb) >= 2 and len(diff) == 1 and max(len(diff[0][0]), len(diff[0][1])) <= 2
+
 def _alike(a, b) -> str|None:
     "How the labels `a` and `b` look like one label spelt two ways ('case' or 'one letter'), or `None`."
     sa, sb = _squash(a), _squash(b)
     if sa == sb: return 'case'
-    ok = _typo_eligible(a, sa) and _typo_eligible(b, sb) and abs(len(sa) - len(sb)) <= 1 and not _numbered(sa, sb)
+    ok = _typo_eligible(a, sa) and _typo_eligible(b, sb) and abs(len(sa) - len(sb)) <= 1 and not _numbered(sa, sb) and not _series(a, b)
     return 'one letter' if ok and edit_distance(sa, sb) == 1 else None
 
 def similar_labels(counts:dict # label -> rows, e.g. `collections.Counter` of the train labels
@@ -481,7 +487,7 @@ def similar_labels(counts:dict # label -> rows, e.g. `collections.Counter` of th
     for ls in keys.values():
         for i, a in enumerate(ls):
             for b in ls[i + 1:]:
-                if edit_distance(sq[a], sq[b]) == 1 and not _numbered(sq[a], sq[b]): pairs.add((max(a, b, key=rank.get), min(a, b, key=rank.get), 'one letter'))
+                if edit_distance(sq[a], sq[b]) == 1 and not _numbered(sq[a], sq[b]) and not _series(a, b): pairs.add((max(a, b, key=rank.get), min(a, b, key=rank.get), 'one letter'))
     return sorted(pairs, key=lambda p: (rank[p[1]], rank[p[0]]))
 
 # %% ../nbs/03_data.ipynb #bdfa489a
@@ -509,30 +515,50 @@ def _check_labels(labels:dict, # split -> its labels, as names
     seen = set(names).union(*counts.values())
     stray = [a for a in accept if a not in seen]
     if stray: raise UsageError(f"--accept_labels {_as_option(stray)}: no such label in the data (train has {_listed(names)}): pass labels the data has")
-    out = {}
-    for s, c in counts.items():   # (a) a label that train lacks: the model cannot learn it
-        new = {l: n for l, n in c.items() if l not in train}
-        bad = [l for l in new if l not in accept]
-        if bad:
-            like = [f"{l!r} looks like {n!r}" for l in bad[:6] for n in names[:1000] if _alike(l, n)][:3]
-            raise UsageError(f"unknown label{'s' * (len(bad) > 1)} {_listed(bad)} in split {s!r} ({', '.join(_rows(new[l]) for l in bad[:6])}"
-                             f"{'; ' + ', '.join(like) if like else ''}): the train split has only {_listed(names, 10)}; fix those rows, "
-                             f"add rows of {'it' if len(bad) == 1 else 'them'} to train, or pass --accept_labels {_as_option(bad[:6])} to leave those rows out of split {s!r}")
-        if new: out[s] = new
+    out = {s: {l: n for l, n in c.items() if l not in train} for s, c in counts.items()}   # (a) labels that train lacks
+    bad = {s: [l for l in new if l not in accept] for s, new in out.items()}
     pairs = [(a, b, how) for a, b, how in similar_labels(train) if a not in accept and b not in accept]   # (b) one label spelt two ways
+    typos = list(dict.fromkeys(a for a, _, _ in pairs))
+    few = [l for l in names if train[l] < min_label_rows and l not in accept]   # (c) too few rows to learn
+    need = list(dict.fromkeys([*(l for ls in bad.values() for l in ls), *typos, *few]))   # every label the one fix must name
+    if split_off and not any(n >= 2 for n in train.values()):   # no label to take a validation row of: no --accept_labels can help
+        raise UsageError(f"no label of split 'train' has 2 rows or more ({_label_line(train, 6)}), so no validation split can be taken off it: "
+                         f"add rows (2 or more of each label), or add a validation file (validation.* beside train.*)")
+    also = lambda shown: (f" (the others: {_listed([l for l in need if l not in shown])}, suspect too)" if set(need) - set(shown) else '')
+    for s, ls in bad.items():
+        if not ls: continue
+        like = [f"{l!r} looks like {n!r}" for l in ls[:6] for n in names[:1000] if _alike(l, n)][:3]
+        raise UsageError(f"unknown label{'s' * (len(ls) > 1)} {_listed(ls)} in split {s!r} ({', '.join(_rows(out[s][l]) for l in ls[:6])}"
+                         f"{'; ' + ', '.join(like) if like else ''}): the train split has only {_listed(names, 10)}; fix those rows, "
+                         f"add rows of {'it' if len(ls) == 1 else 'them'} to train, or pass --accept_labels {_as_option(need)} to leave "
+                         + (f"those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
+                            f"the rows of labels train lacks out of their split{also(ls)}"))
     if pairs:
         said = '; '.join(f"{a!r} ({_rows(train[a])}) and {b!r} ({_rows(train[b])}) differ only "
                          f"{'in case, spaces, _ or -' if how == 'case' else 'by one letter'}" for a, b, how in pairs[:4])
-        typos = list(dict.fromkeys(a for a, _, _ in pairs))
         raise UsageError(f"labels that look like one label spelt two ways in split 'train': {said}{f' (and {len(pairs) - 4} more pairs)' if len(pairs) > 4 else ''}; "
-                         f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or pass --accept_labels {_as_option(typos[:6])} if they are meant")
-    few = [l for l in names if train[l] < min_label_rows and l not in accept]   # (c) too few rows to learn, or to split
+                         f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or pass --accept_labels {_as_option(need)} if they are meant{also(typos)}")
     if few:
-        why = f"; a stratified validation split needs 2 of each" if split_off and min_label_rows <= 2 else ''
+        kept = "; with one row, a label stays in train only (the validation split taken off train gets none)" if split_off and any(train[l] < 2 for l in few) else ''
+        lower = f" (or --min_label_rows {min(train[l] for l in few)})" if set(need) == set(few) else ''
         raise UsageError(f"label{'s' * (len(few) > 1)} {', '.join(f'{l!r} ({_rows(train[l])})' for l in few[:6])}{f' and {len(few) - 6} more' if len(few) > 6 else ''} "
-                         f"in split 'train' {'has' if len(few) == 1 else 'have'} fewer than --min_label_rows {min_label_rows} (a label seen once is most often a typo{why}): "
-                         f"fix or add rows, or pass --accept_labels {_as_option(few[:6])} (or a lower --min_label_rows)")
-    return out
+                         f"in split 'train' {'has' if len(few) == 1 else 'have'} fewer than --min_label_rows {min_label_rows} (a label seen once is most often a typo): "
+                         f"fix or add rows, or pass --accept_labels {_as_option(need)} to keep {'it' if len(need) == 1 else 'them'}{lower}{kept}")
+    return {s: new for s, new in out.items() if new}
+
+def _split_off(train:Dataset, eval_fraction:float, seed:int) -> tuple[Dataset, Dataset]:
+    "A stratified, seeded validation split taken off `train`; the rows of a label with one row (accepted) stay in train."
+    per = collections.Counter(_col(train, 'label'))
+    one = [i for i, l in enumerate(_col(train, 'label')) if per[l] < 2]
+    rest = train.select([i for i, l in enumerate(_col(train, 'label')) if per[l] >= 2]) if one else train
+    k, n = sum(1 for v in per.values() if v >= 2), len(rest)
+    if math.ceil(n * eval_fraction) < k or n - math.ceil(n * eval_fraction) < k:
+        need = math.ceil(k / n * 100) / 100
+        fix = f"pass --eval_fraction {need}" if need < 0.5 else "add rows to train"
+        raise UsageError(f"--eval_fraction {eval_fraction:g} of {_rows(n)} cannot give validation one row of each of the {k} labels: "
+                         f"{fix}, or add a validation file (validation.* beside train.*)")
+    tv = rest.train_test_split(test_size=eval_fraction, stratify_by_column='label', seed=seed)
+    return (concatenate_datasets([tv['train'], train.select(one)]) if one else tv['train']), tv['test']
 
 def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str='label', eval_fraction:float=0.1, seed:int=42,
               label_names:list[str]|None=None, min_label_rows:int=2, accept_labels:list[str]|None=None) -> tuple[DatasetDict, dict]:
@@ -560,11 +586,7 @@ def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str
                     [rename.get(v, v) for v in vals]
     left_out = _check_labels(labels, names, min_label_rows, list(accept_labels or []), 'validation' not in splits)
     out = {s: _encode(d, s, texts, labels[s], names) for s, d in splits.items()}
-    if 'validation' not in out:
-        try: tv = out['train'].train_test_split(test_size=eval_fraction, stratify_by_column='label', seed=seed)
-        except ValueError as e:
-            raise UsageError(f"cannot split a stratified validation set off train ({e}): add a validation file or change --eval_fraction") from None
-        out['train'], out['validation'] = tv['train'], tv['test']
+    if 'validation' not in out: out['train'], out['validation'] = _split_off(out['train'], eval_fraction, seed)
     return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out}), left_out
 
 def validate(ds:DatasetDict, # data as loaded by `load_raw`
