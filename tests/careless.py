@@ -95,7 +95,7 @@ def users(d:Path, snap:dict[str, str]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------------- the fix
 _CMD = re.compile(r"`((?:trn-tutorials|python -m trn_tutorials\.train|torchrun)\s[^`]+)`")
 _STOP = {'or', 'to', 'and', 'if', 'for', 'so', 'instead', 'outside', 'of', 'with', 'the', 'a', 'an', 'that', 'which', 'then',
-         'again', 'first', 'less', 'more', 'e.g.', 'is', 'as'}
+         'again', 'first', 'less', 'more', 'e.g.', 'is', 'as', 'on', 'in', 'at', 'from', 'by', 'when', 'where', 'after', 'before'}
 _VERB = re.compile(r"(?:\b(?:use|pass|add|with|rerun with|relaunch with)|\be\.g\.)\s+(--\w)")
 _ANOTHER = re.compile(r"\bpass (?:another|a new) --(\w+)")
 
@@ -109,6 +109,9 @@ def suggested_options(msg:str) -> list[str]|None:
         if not t.startswith('--') and (not group or t.lower() in _STOP or t.startswith(('(', '`', '"'))): break
         group.append(t)
         if raw != t and raw[len(t):][:1] in ',;:)`.': break   # the clause ends here
+    opts = [i for i, t in enumerate(group) if t.startswith('--')]
+    if any(i + 1 >= len(group) or group[i + 1].startswith('--') for i in opts): return None   # `pass --text_column` names no value: nothing to run
+    if any(len(t) > 1 and t.isalpha() and t.isupper() for t in group): return None   # `--run_id RUN`: a placeholder
     return group or None
 
 def apply_options(argv:list[str], g:list[str]) -> list[str]:
@@ -131,11 +134,11 @@ def apply_options(argv:list[str], g:list[str]) -> list[str]:
 
 def follow_argv(msg:str, argv:list[str], d:Path) -> list[str]|None:
     "The argv a user runs after reading `msg` (refusing `argv`), or `None` if it suggests nothing concrete."
-    if (m := _CMD.search(msg)):
+    for m in _CMD.finditer(msg):   # a command in backticks with options: `trn-tutorials status` alone only points at information
         cmd = shlex.split(m.group(1))
+        if not any(a.startswith('--') for a in cmd): continue
         if cmd[0] == 'trn-tutorials': return cmd[1:]
         if cmd[:3] == ['python', '-m', 'trn_tutorials.train']: return ['-m', 'trn_tutorials.train', *cmd[3:]]
-        return None
     if (group := suggested_options(msg)): return apply_options(argv, group)
     if (m := _ANOTHER.search(msg)): return apply_options(argv, [f'--{m[1]}', str(d/f'another-{m[1]}')])
     return None

@@ -23,7 +23,7 @@ from local_services import freeze, unfreeze
 from test_data_labels import damaged, hold_lock
 
 from trn_tutorials.cli import LaunchArguments
-from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost, tiny_bert
+from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost, tiny_bert, write_record
 from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
 from trn_tutorials.instance import InstanceArguments, ssh_cidr
 from trn_tutorials.launch import launch, precompile, workers
@@ -64,6 +64,7 @@ def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8, **run) -> str
     (c/'config.json').write_text('{}\n')
     from trn_tutorials.train import seal_checkpoint
     seal_checkpoint(c)   # complete: its record lists every file
+    write_record(d/out, {'kind': 'model', 'options': run})   # the folder's record, as the run that wrote it left it
     return str(d/out)
 
 def key_file(d:Path, mode:int) -> str:

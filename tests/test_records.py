@@ -49,3 +49,9 @@ def test_types_and_tilde():
     for bad, words in (({'output_dir': 3}, "--output_dir 3 is an int, not text"), ({'names': [1]}, '--names 1 is an int'),
                        ({'flag': 'false'}, "--flag 'false' is a str, not true or false"), ({'output_dir': None}, 'is missing')):
         with pytest.raises(UsageError, match=words): _A(**bad)
+
+def test_a_run_interrupted_before_records_is_recognised(tmp_path):
+    (tmp_path/'m'/'checkpoint-4').mkdir(parents=True); (tmp_path/'m'/'checkpoint-4'/'trn_tutorials_complete.json').write_text('{}')
+    assert folder_record(tmp_path/'m') == {'kind': 'model'}
+    (tmp_path/'u'/'checkpoint-4').mkdir(parents=True); (tmp_path/'u'/'checkpoint-4'/'config.json').write_text('{}')   # someone else's
+    assert folder_record(tmp_path/'u') is None

@@ -267,9 +267,11 @@ def folder_record(folder # a folder, e.g. 'runs/emotion-data'
     p = Path(folder).expanduser()
     try: rec = json.loads((p/RECORD).read_text())
     except (FileNotFoundError, NotADirectoryError):
-        try: old = json.loads((p/'metrics.json').read_text())   # a model folder written before records: its metrics.json says so
-        except (OSError, ValueError): return None
-        return {'kind': 'model', 'options': old.get('args')} if isinstance(old, dict) and {'args', 'label_names', 'backend'} <= set(old) else None
+        try: old = json.loads((p/'metrics.json').read_text())   # a model folder written before records: its metrics.json says so,
+        except (OSError, ValueError): old = None
+        if isinstance(old, dict) and {'args', 'label_names', 'backend'} <= set(old): return {'kind': 'model', 'options': old.get('args')}
+        sealed = ('trn_tutorials_args.json', 'trn_tutorials_complete.json')   # ... or the checkpoints its run sealed (train's RUN_ARGS, COMPLETE)
+        return {'kind': 'model'} if any(next(p.glob(f'checkpoint-*/{n}'), None) for n in sealed) else None
     except (OSError, UnicodeDecodeError, ValueError) as e: return {'kind': None, 'damaged': (str(e).splitlines() or [type(e).__name__])[0]}
     if not isinstance(rec, dict): return {'kind': None, 'damaged': f"it holds a {type(rec).__name__}"}
     if 'kind' not in rec and 'label_names' in rec: rec = {**rec, 'kind': 'prepared data'}   # a manifest written before records had a kind
