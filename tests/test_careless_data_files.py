@@ -152,3 +152,116 @@ def test_glue_folder_prepared(tmp_path):
     (d/'README.md').write_text('# glue-ish')
     m = prepare(DataArguments(data=str(d), model_id=local_model(), dataset_path=str(tmp_path/'prep')))
     assert m['rows'] == {'train': len(ROWS), 'validation': 8}
+
+
+# ------------------------------------------------------------------------------------------- the careless-input harness
+# The same classes through `trn-tutorials prep`, as a user meets them; each refusal's fix is then done (`follow`) and prep re-run.
+import csv, io, json
+from pathlib import Path
+
+from careless import Case, make_test, tiny_csv, tiny_model
+
+def _rows(d:Path) -> list[list[str]]:
+    "The rows (header first) of a `tiny_csv`, made in `d/src` (outside the data folder)."
+    return list(csv.reader(io.StringIO(Path(tiny_csv(d/'src')).read_text())))
+
+def _table(rows, sep=',', header=None) -> str:
+    return ''.join(sep.join(r) + '\n' for r in ([header] if header else []) + rows)
+
+def _prep(d:Path, files:dict, *more) -> list[str]:
+    "Write `files` ({name: str|bytes|callable(rows)}) into `d/data` and return the prep argv for that folder."
+    rows = _rows(d)
+    (d/'data').mkdir()
+    for name, content in files.items():
+        content = content(rows) if callable(content) else content
+        (d/'data'/name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return ['prep', '--data', str(d/'data'), '--model_id', tiny_model(d), '--dataset_path', str(d/'prepared'), *more]
+
+def _resave(name, sep=',', encoding='utf-8', header=('text', 'label'), rename=None):
+    "The fix a user makes: `data/name` saved again from its rows, with `sep`, as UTF-8 (and renamed to `rename`)."
+    def fix(d:Path):
+        rows = _rows(d)[1:]
+        (d/'data'/name).unlink()
+        (d/'data'/(rename or name)).write_text(_table(rows, sep, list(header) if header else None), encoding=encoding)
+    return fix
+
+def _quote_commas(name):
+    "The fix: quote every text (a `,` inside one is then a character)."
+    def fix(d:Path):
+        p = d/'data'/name
+        lines = p.read_text().splitlines()
+        p.write_text(lines[0] + '\n' + ''.join(f'"{l.rsplit(",", 1)[0]}",{l.rsplit(",", 1)[1]}\n' for l in lines[1:]))
+    return fix
+
+def _rename_column(name, old, new):
+    def fix(d:Path):
+        p = d/'data'/name
+        p.write_text(p.read_text().replace(old, new, 1))
+    return fix
+
+def _rows_of(**want):
+    "A check of a run that works: the prepared record's rows per split."
+    def check(d:Path, r):
+        rows = json.loads((d/'prepared'/'trn_tutorials.json').read_text())['rows']
+        assert all(rows.get(s) == n for s, n in want.items()), f"rows {rows}, expected {want}: {r.stdout[-400:]}"
+    return check
+
+def _train(rows): return _table(rows[1:], ',', rows[0])
+def _commas_in(k):
+    "The tiny csv with an unquoted comma in the text of `k` evenly spread rows."
+    return lambda rows: _table([[r[0].replace(' ', ', ', 1) if i % max(1, len(rows) // k) == 0 else r[0], r[1]] for i, r in enumerate(rows[1:])], ',', rows[0])
+
+CASES = [
+    Case('looks valid', 'semicolon-separated .csv', lambda d: _prep(d, {'train.csv': lambda rows: _table(rows, ';')}),
+         ['train.csv separates its fields with semicolons, not commas'], follow=_resave('train.csv')),
+    Case('looks valid', 'pipe-separated .csv, quoted', lambda d: _prep(d, {'train.csv': lambda rows: _table([[f'"{x}"' for x in r] for r in rows], '|')}),
+         ['separates its fields with `|`, not commas', 'save it with commas between fields'], follow=_resave('train.csv')),
+    Case('looks valid', 'tab-separated .txt with a header', lambda d: _prep(d, {'train.txt': lambda rows: _table(rows, '\t')}),
+         ['train.txt separates its fields with tabs, not semicolons', 'rename it to', 'train.tsv'],
+         follow=_resave('train.txt', '\t', rename='train.tsv')),
+    Case('looks valid', 'comma-separated .tsv', lambda d: _prep(d, {'train.tsv': _train}),
+         ['train.tsv separates its fields with commas, not tabs', 'train.csv'], follow=_resave('train.tsv', rename='train.csv')),
+    Case('looks valid', 'Latin-1 .csv', lambda d: _prep(d, {'train.csv': lambda rows: _train(rows).replace('happy', 'très happy').encode('latin-1')}),
+         ['train.csv is not UTF-8 (byte 0xe8 at line 2; it looks like Latin-1/cp1252): save it as UTF-8'], follow=_resave('train.csv')),
+    Case('looks valid', 'cp1252 .tsv (a dash)', lambda d: _prep(d, {'train.tsv': lambda rows: _table(rows, '\t').replace('sad ', 'sad \u2013 ').encode('cp1252')}),
+         ['train.tsv is not UTF-8 (byte 0x96 at line 3', 'save it as UTF-8'], follow=_resave('train.tsv', '\t')),
+    Case('looks valid', 'UTF-16 .csv (Excel Unicode Text)', lambda d: _prep(d, {'train.csv': lambda rows: _train(rows).encode('utf-16')}),
+         ['train.csv is UTF-16', 'save it as UTF-8'], follow=_resave('train.csv')),
+    Case('looks valid', 'header-only validation.csv', lambda d: _prep(d, {'train.csv': _train, 'validation.csv': 'text,label\n'}),
+         ['validation.csv has column names but no rows: add rows'], follow=lambda d: (d/'data'/'validation.csv').write_text(_train(_rows(d)))),
+    Case('looks valid', 'header-only test.txt (text;label)', lambda d: _prep(d, {'train.csv': _train, 'test.txt': 'text;label\n'}),
+         ['test.txt has column names but no rows: add rows'],
+         follow=lambda d: (d/'data'/'test.txt').write_text('text;label\n' + _table(_rows(d)[1:], ';'))),
+    Case('looks valid', 'unquoted comma in 1 of 48 rows', lambda d: _prep(d, {'train.csv': _commas_in(1)}),
+         ['line 2 of', 'train.csv (1 of its 48 rows) has 3 fields but its header names 2: quote texts holding commas'],
+         follow=_quote_commas('train.csv')),
+    Case('looks valid', 'unquoted commas in every row', lambda d: _prep(d, {'train.csv': _commas_in(48)}),
+         ['(48 of its 48 rows) has 3 fields', 'or save it as .tsv'],
+         follow=lambda d: ((d/'data'/'train.tsv').write_text(''.join(l.rsplit(',', 1)[0] + '\t' + l.rsplit(',', 1)[1] + '\n'
+                                                            for l in (d/'data'/'train.csv').read_text().splitlines())), (d/'data'/'train.csv').unlink())),
+    Case('files as people have them', 'GLUE-style: sentence in train.tsv, content in dev.tsv',
+         lambda d: _prep(d, {'train.tsv': lambda rows: _table(rows[1:], '\t', ['sentence', 'label']),
+                             'dev.tsv': lambda rows: _table(rows[1:13], '\t', ['content', 'label']),
+                             'test.tsv': lambda rows: _table([[str(i), r[0]] for i, r in enumerate(rows[1:5])], '\t', ['index', 'content'])}),
+         [], status=0, check=_rows_of(train=48, validation=12)),
+    Case('files as people have them', 'val.tsv beside train.tsv', lambda d: _prep(d, {'train.tsv': lambda rows: _table(rows, '\t'),
+                                                                                   'val.tsv': lambda rows: _table(rows[:13], '\t')}),
+         [], status=0, check=_rows_of(train=48, validation=12)),
+    Case('files as people have them', 'README, notes and a spreadsheet beside the splits',
+         lambda d: _prep(d, {'train.csv': _train, 'README.md': '# tweets', 'notes.csv': 'who,when\nme,today\n', 'train.xlsx': b'PK\x03\x04'}),
+         [], status=0, check=_rows_of(train=48 - 5, validation=5)),
+    Case('files as people have them', 'validation.xlsx beside train.csv', lambda d: _prep(d, {'train.csv': _train, 'validation.xlsx': b'PK\x03\x04'}),
+         ["unknown file type '.xlsx'", 'validation.xlsx', 'save it as one of'],
+         follow=lambda d: (d/'data'/'validation.csv').write_text(_train(_rows(d)[:13]))),
+    Case('files as people have them', 'two text-like columns in train, content in dev',
+         lambda d: _prep(d, {'train.tsv': lambda rows: _table([[r[0], r[0], r[1]] for r in rows[1:]], '\t', ['sentence', 'review', 'label']),
+                             'dev.tsv': lambda rows: _table(rows[1:13], '\t', ['content', 'label'])}),
+         ['name their text column differently: train has sentence and review; validation has content', 'one name in every file'],
+         follow=lambda d: (_rename_column('train.tsv', 'sentence', 'text')(d), _rename_column('dev.tsv', 'content', 'text')(d))),
+    Case('files as people have them', '--text_column sentence, dev.tsv names it content',
+         lambda d: _prep(d, {'train.tsv': lambda rows: _table(rows[1:], '\t', ['sentence', 'label']),
+                             'dev.tsv': lambda rows: _table(rows[1:13], '\t', ['content', 'label'])}, '--text_column', 'sentence'),
+         ['train has sentence; validation has content', 'pass it as --text_column'], follow=_rename_column('dev.tsv', 'content', 'sentence')),
+]
+
+test_careless = make_test(CASES)
