@@ -328,7 +328,7 @@ def load_raw(data:str, # Hub dataset id or known name, data file, folder of spli
              label_column:str='label', # column holding the label (names the second field of `.txt` lines)
              column_names:list[str]|None=None # names of the columns of .csv/.tsv files that have no header line
             ) -> DatasetDict:
-    "Load `data` as a `DatasetDict` of its splits, unchecked; with the default `text_column`, a split's one usual text column (`sentence`, ...) becomes `text` (`.text_from` says which)."
+    "Load `data` as a `DatasetDict` of its splits, unchecked; splits that name the text column differently get a `text` copy of it (`.text_from` says which)."
     p = Path(data).expanduser()
     texts = [text_column] if isinstance(text_column, str) else list(text_column)
     if not p.exists():
