@@ -182,3 +182,51 @@ def test_no_label_to_split_off_gets_no_accept_fix():
     assert 'no validation split can be taken off it' in str(e.value) and '--accept_labels' not in str(e.value)
     with pytest.raises(UsageError, match=r"pass --eval_fraction 0\.\d+, or add a validation file"):
         _split(['a'] * 10 + ['b'] * 10 + ['c'] * 10 + ['d'] * 10 + ['e'] * 10 + ['f'] * 10, eval_fraction=0.05)
+
+
+def _state(tmp_path):
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*') if not p.name.endswith('.lock'))
+
+
+def test_too_little_free_space_refused_before_saving(tmp_path, monkeypatch, csv_prepared):
+    import shutil
+    from collections import namedtuple
+    first = prepare(_args(tmp_path)); before = _state(tmp_path)
+    usage = namedtuple('usage', 'total used free')
+    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**9, 10**9 - 50_000, 50_000))
+    with pytest.raises(UsageError, match=r"needs about [\d.]+ [kM]B free at .* but 50 kB are free: free some space there, or pass another --dataset_path"):
+        prepare(_args(tmp_path, max_length=128))
+    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep'))[1] == first
+
+
+@pytest.mark.parametrize('stage', ['save_to_disk', 'datasets3_form'])
+@pytest.mark.parametrize('what', ['disk full', 'Ctrl-C'])
+def test_full_disk_or_ctrl_c_while_saving_keeps_the_old_data(tmp_path, monkeypatch, stage, what):
+    import errno, datasets, trn_tutorials.data as data
+    first = prepare(_args(tmp_path)); before = _state(tmp_path)
+    def boom(*a, **k):
+        real(*a, **k) if stage == 'datasets3_form' else Path(a[1] if stage == 'save_to_disk' else a[0]).mkdir(parents=True, exist_ok=True)
+        raise OSError(errno.ENOSPC, 'No space left on device') if what == 'disk full' else KeyboardInterrupt()
+    if stage == 'save_to_disk': real = None; monkeypatch.setattr(datasets.DatasetDict, 'save_to_disk', boom)
+    else: real = data.datasets3_form; monkeypatch.setattr(data, 'datasets3_form', boom)
+    if what == 'disk full':
+        with pytest.raises(UsageError, match="the disk filled while saving the prepared data to .*: the previous prepared data is kept as it was; free some space"):
+            prepare(_args(tmp_path, max_length=128))
+    else:
+        with pytest.raises(KeyboardInterrupt): prepare(_args(tmp_path, max_length=128))
+    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep'))[1] == first   # no temp folder, the old data whole
+
+
+def test_ctrl_c_while_replacing_keeps_a_whole_folder(tmp_path, monkeypatch):
+    "Ctrl-C while the old folder is removed after the swap: the new data is whole and in place."
+    import shutil
+    prepare(_args(tmp_path))
+    real = shutil.rmtree
+    def rm(p, *a, **k):
+        if '.old-' in str(p) and not rm.done: rm.done = True; raise KeyboardInterrupt
+        return real(p, *a, **k)
+    rm.done = False
+    monkeypatch.setattr(shutil, 'rmtree', rm)
+    with pytest.raises(KeyboardInterrupt): prepare(_args(tmp_path, max_length=128))
+    monkeypatch.setattr(shutil, 'rmtree', real)
+    assert load_prepared(str(tmp_path/'prep'))[1]['max_length'] == 128

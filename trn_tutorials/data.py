@@ -845,22 +845,57 @@ def _max_positions(tokenizer) -> int:
     n = tokenizer.model_max_length
     return int(n) if n and n < 100_000 else 512
 
+def _size(n:float) -> str:
+    "`n` bytes for a message: 1.2 GB, 340 MB, 12 kB."
+    for unit, k in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
+        if n >= k: return f"{n / k:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+def _free_at(dest:Path) -> tuple[Path, int]:
+    "The nearest existing folder of `dest` and the bytes free on its disk."
+    here = Path(os.path.abspath(dest))
+    while not here.exists(): here = here.parent
+    return here, shutil.disk_usage(here).free
+
+def _check_space(dest:Path, rows:int, length:int, inputs:int):
+    "Refuse in one line when the disk of `dest` cannot hold the save: `rows` x `length` ids of 4 bytes per model input, twice (the new copy beside the old)."
+    need = 2 * rows * (length * 4 * inputs + 8)
+    here, free = _free_at(dest)
+    if free < need:
+        raise UsageError(f"saving the prepared data needs about {_size(need)} free at {here} (the new copy beside the old until it replaces it) "
+                         f"but {_size(free)} are free: free some space there, or pass another --dataset_path on a disk with more room")
+
+def _disk_full(e:BaseException) -> bool:
+    "Whether `e`, or an error behind it, says the disk (or the quota) is full."
+    import errno
+    while e is not None:
+        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or 'No space left on device' in str(e): return True
+        e = e.__cause__ or e.__context__
+    return False
+
 def _save(tds:DatasetDict, manifest:dict, dest:Path):
-    "Save `tds` and `manifest` to `dest`, replacing an older prepared folder only once all is written."
+    "Save `tds` and `manifest` to `dest`, replacing an older prepared folder only once all is written; a full disk or Ctrl-C leaves the old one and no temporary folder."
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f'.{dest.name}.tmp-{uuid.uuid4().hex[:8]}')
+    old, swapped = None, False
     try:
         tds.save_to_disk(str(tmp))
         datasets3_form(tmp)   # the Neuron training image reads it with datasets 3.0.0
         (tmp/_MANIFEST).write_text(json.dumps(manifest, indent=2) + '\n')
         old = dest.with_name(f'.{dest.name}.old-{uuid.uuid4().hex[:8]}') if dest.exists() else None
         if old: dest.rename(old)
-        try: tmp.rename(dest)
+        try: tmp.rename(dest); swapped = True
         except BaseException:
             if old: old.rename(dest)
             raise
-        if old: shutil.rmtree(old, ignore_errors=True)
-    finally: shutil.rmtree(tmp, ignore_errors=True)
+    except Exception as e:
+        if not _disk_full(e): raise
+        kept = 'the previous prepared data is kept as it was' if dest.exists() else 'nothing was written'
+        raise UsageError(f"the disk filled while saving the prepared data to {dest} ({_size(_free_at(dest)[1])} free at {_free_at(dest)[0]}): "
+                         f"{kept}; free some space there, or pass another --dataset_path on a disk with more room") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if swapped and old: shutil.rmtree(old, ignore_errors=True)
 
 # %% ../nbs/03_data.ipynb #8558fd57
 def _label_line(counts:dict, most:int=12) -> str:
@@ -904,6 +939,7 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
                 'truncated': {s: int((l > length).sum()) for s, l in lengths.items()}, 'length_stats': length_stats(lengths['train']),
                 'data': data, 'text_column': args.text_column, 'label_column': args.label_column, 'trn_tutorials_version': __version__,
                 'options': options, 'content_sha256': _content_sha256(ds)}
+    _check_space(dest, sum(manifest['rows'].values()), length, len(tok.model_input_names))
     _save(tokenize(ds, tok, length, bl), manifest, dest)
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(lengths['train']), args.percentile)}"
     joined = f"\n  text: {' + '.join(args.text_column)}, joined as sentences" if len(args.text_column) > 1 else ''
@@ -923,7 +959,7 @@ def _not_in_a_model(dest:Path, option:str='dataset_path'):
     "Refuse a folder inside a Hugging Face model folder (config.json and weights), recorded or not: data and models never nest."
     for up in Path(os.path.abspath(dest)).parents:
         if (up/'config.json').is_file() and any((up/w).exists() for w in ('model.safetensors', 'pytorch_model.bin', 'model.safetensors.index.json')):
-            raise UsageError(f"--{option} {dest} lies inside the model folder {up}: pass a --{option} outside it")
+            raise UsageError(f"--{option} {dest} lies inside the model folder {up}: pass another --{option}, outside it")
 
 def _keep_other_data(given:DataArguments, data:str, dest:Path):
     "Refuse to replace the data prepared in `dest` by the default `data` when no --data was given: only an explicit --data replaces it."
@@ -960,6 +996,11 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
 _REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'label_column', 'column_names', 'label_names', 'accept_labels',
          'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'eval_fraction', 'split_seed')   # a record's options
 
+def _check_record(manifest):
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{type(manifest).__name__} {str(manifest)[:40]!r} is not a prepared folder's record: pass the manifest "
+                         f"`prepare` returns, or load_prepared(path)[1]")
+
 def _record_options(manifest:dict) -> dict:
     "The `prep` options a manifest records; an older manifest without `options` gives what it has (data, model, columns, length)."
     o = manifest.get('options')
@@ -974,6 +1015,7 @@ def prep_command(manifest:dict, # a prepared folder's record (`prepare`'s return
                 ) -> str:
     "The complete `trn-tutorials prep` command that prepares the folder of `manifest` again (with `changes`), quoted for a shell."
     import shlex
+    _check_record(manifest)
     given = {**_record_options(manifest), **changes}
     o = {k: given[k] for k in sorted(given, key=lambda k: _REDO.index(k) if k in _REDO else len(_REDO)) if given[k] is not None}
     base = DataArguments()
@@ -991,6 +1033,7 @@ def data_fingerprint(manifest:dict # a prepared folder's record
                     ) -> dict:
     "What a model trained on the folder depends on: labels, rows per split, tokenizer, lengths, the data and its columns; and `sha256`, a short hash of them."
     import hashlib
+    _check_record(manifest)
     o = _record_options(manifest)
     fp = {'label_names': manifest.get('label_names'), 'rows': manifest.get('rows'), 'tokenizer': manifest.get('tokenizer'),
           'max_length': manifest.get('max_length'), 'bucket_lengths': manifest.get('bucket_lengths') or [manifest.get('max_length')],
