@@ -72,7 +72,8 @@ class TrainArguments:
 # %% ../nbs/04_train.ipynb #df42d097
 def check_args(args:TrainArguments # the run's arguments
               ) -> TrainArguments:
-    "Raise a one-line `UsageError` for what the numbers' limits cannot say: the backend's name."
+    "Raise a one-line `UsageError` for what the numbers' limits cannot say: the backend's name (and `args` not being `TrainArguments`)."
+    if not isinstance(args, TrainArguments): raise UsageError(f"train takes TrainArguments, not a {type(args).__name__}: use train(TrainArguments(...))")
     if args.backend not in BACKENDS: raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     return args
 
@@ -1092,7 +1093,8 @@ def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
         sys.exit(2)
     except KeyboardInterrupt:   # Ctrl-C: what is kept, and the command that continues
         if int(os.environ.get('RANK', 0)) == 0:
-            again = shlex.join([sys.executable, '-m', 'trn_tutorials.train', *_full_paths(argv)])
+            py = 'python' if (w := shutil.which('python')) and os.path.samefile(w, sys.executable) else sys.executable   # as the user typed it
+            again = shlex.join([py, '-m', 'trn_tutorials.train', *_full_paths(argv)])
             print(f"{ERROR_PREFIX}interrupted: {_kept(args.output_dir)}; run `{again}` to continue", file=sys.stderr, flush=True)
         sys.exit(130)
     except (OSError, RuntimeError) as e:   # a full disk, however the library that wrote reports it
