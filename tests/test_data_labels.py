@@ -195,18 +195,18 @@ TRAIN = ['joy'] * 4 + ['sadness'] * 4
 @pytest.mark.parametrize('splits,words', [
     ([('train', TRAIN), ('test', ['joy', 'fear', 'fear'])],
      "unknown label 'fear' in split 'test' (2 rows): the train split has only 'joy', 'sadness'; fix those rows, add rows of it to train, "
-     "or pass --accept_labels fear to leave those rows out of split 'test'"),
+     "or pass --accept_labels fear --eval_fraction 0.25 to leave those rows out of split 'test'"),   # 8 train rows: 0.1 gives 1 validation row
     ([('train', TRAIN), ('validation', ['joy', 'Sadness', 'love'])],
      "unknown labels 'Sadness', 'love' in split 'validation' (1 row, 1 row; 'Sadness' looks like 'sadness')"),
     ([('train', TRAIN + ['Joy'])],
      "labels that look like one label spelt two ways in split 'train': 'Joy' (1 row) and 'joy' (4 rows) differ only in case, spaces, _ or -; "
-     "fix the rows of the likely typo 'Joy', or pass --accept_labels Joy if they are meant"),
+     "fix the rows of the likely typo 'Joy', or pass --accept_labels Joy --eval_fraction 0.25 if they are meant"),
     ([('train', TRAIN + ['sadnes'] * 2 + ['very good'] * 2 + ['very_good'] * 3)],
      "'sadnes' (2 rows) and 'sadness' (4 rows) differ only by one letter; 'very good' (2 rows) and 'very_good' (3 rows) differ only in case, "
-     "spaces, _ or -; fix the rows of the likely typos 'sadnes', 'very good', or pass --accept_labels sadnes 'very good' if they are meant"),
+     "spaces, _ or -; fix the rows of the likely typos 'sadnes', 'very good', or pass --accept_labels sadnes 'very good' --eval_fraction 0.34 if they are meant"),
     ([('train', TRAIN + ['anger'])],
      "label 'anger' (1 row) in split 'train' has fewer than --min_label_rows 2 (a label seen once is most often a typo): fix or add rows, "
-     "or pass --accept_labels anger to keep it (or --min_label_rows 1); with one row, a label stays in train only (the validation split "
+     "or pass --accept_labels anger --eval_fraction 0.25 to keep it (or --min_label_rows 1 --eval_fraction 0.25); with one row, a label stays in train only (the validation split "
      "taken off train gets none)"),
     ([('train', TRAIN + ['anger']), ('validation', ['joy', 'sadness'])],
      "label 'anger' (1 row) in split 'train' has fewer than --min_label_rows 2 (a label seen once is most often a typo): fix"),

@@ -230,3 +230,16 @@ def test_ctrl_c_while_replacing_keeps_a_whole_folder(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt): prepare(_args(tmp_path, max_length=128))
     monkeypatch.setattr(shutil, 'rmtree', real)
     assert load_prepared(str(tmp_path/'prep'))[1]['max_length'] == 128
+
+
+def test_summary_names_labels_validation_lacks(tmp_path, capsys):
+    (tmp_path/'one.csv').write_text('text,label\n' + ''.join(f'i feel {i},{l}\n' for i, l in enumerate(['joy'] * 20 + ['sadness'] * 20 + ['anger'])))
+    prepare(_args(tmp_path, data=str(tmp_path/'one.csv'), accept_labels=['anger']))
+    assert "\n  validation has no rows of 'anger': its score cannot tell how well the model knows it\n" in capsys.readouterr().out
+
+
+def test_rare_label_fix_names_the_eval_fraction_it_needs():
+    labels = ['joy'] * 3 + ['sadness'] * 3 + ['love'] * 3 + ['anger']
+    with pytest.raises(UsageError, match=r"pass --accept_labels anger --eval_fraction 0\.34 to keep it \(or --min_label_rows 1 --eval_fraction 0\.34\)"):
+        _split(labels)
+    assert len(_split(labels, accept_labels=['anger'], eval_fraction=0.34)['validation']) == 4

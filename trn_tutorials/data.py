@@ -507,7 +507,8 @@ def _check_labels(labels:dict, # split -> its labels, as names
                   names:list[str], # the train split's label names, in id order
                   min_label_rows:int, # fewest train rows a label may have
                   accept:list[str], # labels accepted although they look suspect
-                  split_off:bool # whether validation will be split off train (stratified)
+                  split_off:bool, # whether validation will be split off train (stratified)
+                  eval_fraction:float=0.1 # the share split off, when `split_off`
                  ) -> dict:
     "Refuse suspect labels in one line; return what to leave out: split -> {label: rows} of accepted labels that train lacks."
     counts = {s: collections.Counter(v) for s, v in labels.items()}
@@ -524,27 +525,35 @@ def _check_labels(labels:dict, # split -> its labels, as names
     if split_off and not any(n >= 2 for n in train.values()):   # no label to take a validation row of: no --accept_labels can help
         raise UsageError(f"no label of split 'train' has 2 rows or more ({_label_line(train, 6)}), so no validation split can be taken off it: "
                          f"add rows (2 or more of each label), or add a validation file (validation.* beside train.*)")
+    need_ef = _eval_need(dict(train), eval_fraction) if split_off else None   # accepted, would the split work?
+    ef = f" --eval_fraction {need_ef}" if need_ef is not None and need_ef < 0.5 else ''   # then one fix names both
     also = lambda shown: (f" (the others: {_listed([l for l in need if l not in shown])}, suspect too)" if set(need) - set(shown) else '')
     for s, ls in bad.items():
         if not ls: continue
         like = [f"{l!r} looks like {n!r}" for l in ls[:6] for n in names[:1000] if _alike(l, n)][:3]
         raise UsageError(f"unknown label{'s' * (len(ls) > 1)} {_listed(ls)} in split {s!r} ({', '.join(_rows(out[s][l]) for l in ls[:6])}"
                          f"{'; ' + ', '.join(like) if like else ''}): the train split has only {_listed(names, 10)}; fix those rows, "
-                         f"add rows of {'it' if len(ls) == 1 else 'them'} to train, or pass --accept_labels {_as_option(need)} to leave "
+                         f"add rows of {'it' if len(ls) == 1 else 'them'} to train, or pass --accept_labels {_as_option(need)}{ef} to leave "
                          + (f"those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
                             f"the rows of labels train lacks out of their split{also(ls)}"))
     if pairs:
         said = '; '.join(f"{a!r} ({_rows(train[a])}) and {b!r} ({_rows(train[b])}) differ only "
                          f"{'in case, spaces, _ or -' if how == 'case' else 'by one letter'}" for a, b, how in pairs[:4])
         raise UsageError(f"labels that look like one label spelt two ways in split 'train': {said}{f' (and {len(pairs) - 4} more pairs)' if len(pairs) > 4 else ''}; "
-                         f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or pass --accept_labels {_as_option(need)} if they are meant{also(typos)}")
+                         f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or pass --accept_labels {_as_option(need)}{ef} if they are meant{also(typos)}")
     if few:
         kept = "; with one row, a label stays in train only (the validation split taken off train gets none)" if split_off and any(train[l] < 2 for l in few) else ''
-        lower = f" (or --min_label_rows {min(train[l] for l in few)})" if set(need) == set(few) else ''
+        lower = f" (or --min_label_rows {min(train[l] for l in few)}{ef})" if set(need) == set(few) else ''
         raise UsageError(f"label{'s' * (len(few) > 1)} {', '.join(f'{l!r} ({_rows(train[l])})' for l in few[:6])}{f' and {len(few) - 6} more' if len(few) > 6 else ''} "
                          f"in split 'train' {'has' if len(few) == 1 else 'have'} fewer than --min_label_rows {min_label_rows} (a label seen once is most often a typo): "
-                         f"fix or add rows, or pass --accept_labels {_as_option(need)} to keep {'it' if len(need) == 1 else 'them'}{lower}{kept}")
+                         f"fix or add rows, or pass --accept_labels {_as_option(need)}{ef} to keep {'it' if len(need) == 1 else 'them'}{lower}{kept}")
     return {s: new for s, new in out.items() if new}
+
+def _eval_need(per:dict, eval_fraction:float) -> float|None:
+    "The --eval_fraction a stratified split of labels with `per` train rows needs (one row of each in both parts), if `eval_fraction` is too small."
+    k, n = sum(1 for v in per.values() if v >= 2), sum(v for v in per.values() if v >= 2)
+    if not n or (math.ceil(n * eval_fraction) >= k and n - math.ceil(n * eval_fraction) >= k): return None
+    return math.ceil(k / n * 100) / 100
 
 def _split_off(train:Dataset, eval_fraction:float, seed:int) -> tuple[Dataset, Dataset]:
     "A stratified, seeded validation split taken off `train`; the rows of a label with one row (accepted) stay in train."
@@ -552,8 +561,7 @@ def _split_off(train:Dataset, eval_fraction:float, seed:int) -> tuple[Dataset, D
     one = [i for i, l in enumerate(_col(train, 'label')) if per[l] < 2]
     rest = train.select([i for i, l in enumerate(_col(train, 'label')) if per[l] >= 2]) if one else train
     k, n = sum(1 for v in per.values() if v >= 2), len(rest)
-    if math.ceil(n * eval_fraction) < k or n - math.ceil(n * eval_fraction) < k:
-        need = math.ceil(k / n * 100) / 100
+    if (need := _eval_need(per, eval_fraction)) is not None:
         fix = f"pass --eval_fraction {need}" if need < 0.5 else "add rows to train"
         raise UsageError(f"--eval_fraction {eval_fraction:g} of {_rows(n)} cannot give validation one row of each of the {k} labels: "
                          f"{fix}, or add a validation file (validation.* beside train.*)")
@@ -584,7 +592,7 @@ def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str
         vals = _label_values(d, s, label_column)
         labels[s] = [names[v] if 0 <= v < len(names) else str(v) for v in vals] if vals and not isinstance(vals[0], str) else \
                     [rename.get(v, v) for v in vals]
-    left_out = _check_labels(labels, names, min_label_rows, list(accept_labels or []), 'validation' not in splits)
+    left_out = _check_labels(labels, names, min_label_rows, list(accept_labels or []), 'validation' not in splits, eval_fraction)
     out = {s: _encode(d, s, texts, labels[s], names) for s, d in splits.items()}
     if 'validation' not in out: out['train'], out['validation'] = _split_off(out['train'], eval_fraction, seed)
     return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out}), left_out
@@ -946,6 +954,9 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     left = [n for n in raw if _SPLITS.get(n.lower()) == 'test' and 'test' not in ds]
     left = f"\n  left out: split {left[0]!r} (it has no labels)" if left else ''
     left += ''.join(f"\n  left out: {_rows(sum(c.values()))} of split {s!r} labelled {_listed(c)} (not in train; --accept_labels)" for s, c in gone.items())
+    seen = collections.Counter(_col(ds['validation'], 'label'))
+    unseen = [n for i, n in enumerate(names) if not seen[i]]
+    left += f"\n  validation has no rows of {_listed(unseen)}: its score cannot tell how well the model knows {'it' if len(unseen) == 1 else 'them'}" if unseen else ''
     buckets = (f"\n  buckets: {', '.join(map(str, bl))} tokens (train rows: {' / '.join(map(str, manifest['bucket_rows']['train']))})"
                if len(bl) > 1 else '')
     print(f"prepared {short_path(args.dataset_path)} from {short_path(data)}{joined}\n  tokenizer: {short_path(model_id)}\n  padded length: {length} tokens ({how}){buckets}\n"
