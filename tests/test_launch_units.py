@@ -224,7 +224,7 @@ def test_precompile_neuron_path_with_a_stand_in_compiler(prepared, tmp_path, mon
     eq(after, cache_status(ncc))
     eq(out.getvalue().splitlines()[0].startswith(f"Neuron compile cache {ncc}: 2 compiled graph(s), 1 failed"), True)
     eq('2 compiled graph(s) (0 new)' in out.getvalue().splitlines()[-1], True)
-    eq(os.listdir(tmp_path/'pc-model-precompile'), ['precompile.log'])
+    eq(sorted(os.listdir(tmp_path/'pc-model-precompile')), ['precompile.log', 'trn_tutorials.json'])   # the log, and the folder's record
     eq((tmp_path/'pc-model').exists(), False)
     fails(lambda: precompile(replace(trial, model_id=str(tmp/'deleted-model')), steps=2, acc=trn), contains="no such model folder")
     bad = replace(trial, model_id=no_weights(tmp))   # found out by the workers
@@ -328,7 +328,7 @@ def test_stop_message_names_the_checkpoint_there_is(tmp_path):
     out = tmp_path/'out'; out.mkdir()
     sig = ['torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15']
     msg = str(LaunchError(1, sig, str(out/'train.log')))
-    assert 'no checkpoint was written' in msg and 'starts over' in msg and 'newest checkpoint' not in msg, msg
+    assert 'no checkpoint was written' in msg and 'start over' in msg and 'newest checkpoint' not in msg, msg
     (out/'checkpoint-4').mkdir(); (out/'checkpoint-4'/'model.safetensors').write_bytes(b'w'); seal_checkpoint(out/'checkpoint-4')
     (out/'checkpoint-6').mkdir(); (out/'checkpoint-6'/'model.safetensors').write_bytes(b'w')   # cut off: no record
     msg = str(LaunchError(1, sig, str(out/'train.log')))
@@ -379,3 +379,10 @@ def test_a_failed_retrain_keeps_the_previous_metrics(prepared, tmp_path, monkeyp
     fake_run(monkeypatch, 'print("done")')   # status 0, yet no new metrics.json: the old one is not reported as this run's
     with pytest.raises(LaunchError, match='metrics.json'): launch(args, nproc_per_node=1, echo=False)
     eq((tmp_path/'model'/'metrics.json').read_text(), old)
+
+
+def test_torchrun_killed_before_it_could_say_so(tmp_path):
+    "`stop` can reach torchrun before its signal handlers are set: status -15 and no output; still a stop, said as one."
+    (tmp_path/'out').mkdir()
+    msg = str(LaunchError(-15, [], str(tmp_path/'out'/'train.log')))
+    assert 'stopped by signal 15 (SIGTERM)' in msg and 'no checkpoint was written' in msg, msg

@@ -75,7 +75,9 @@ def train_kept(args:TrainArguments) -> str:
 def prep_cmd(data:DataArguments) -> dict:
     "Prepare the data (see the data chapter)."
     before = folder_record(data.dataset_path)
-    with interrupted(lambda: prep_kept(data.dataset_path, before)): return prepare(data)
+    with interrupted(lambda: prep_kept(data.dataset_path, before)):
+        print(f"preparing {data.data or 'the default data'} into {data.dataset_path} ...", flush=True)
+        return prepare(data)
 
 def precompile_cmd(train:TrainArguments, how:LaunchArguments) -> dict|None:
     "On Neuron, compile the graphs of this training run into the compile cache (see the launch chapter)."
@@ -191,9 +193,7 @@ def sm_down_cmd(c:CleanupArguments) -> dict:
     rep = cleanup(**{**asdict(c), 'ec2': False}); print(rep)
     return asdict(rep)
 
-# %% ../nbs/07_cli.ipynb #86fbfb87
-OFFLINE_SAMPLE_DEFAULTS = {'learning_rate': 1e-4}
-
+# %% ../nbs/07_cli.ipynb #b7c1e2d4
 def _held_data(rec:dict) -> str|None:
     "What the prepared data in a folder was prepared from, as its record says (an older record: its `data`)."
     o = rec.get('options') if isinstance(rec.get('options'), dict) else rec
@@ -216,11 +216,17 @@ def keep_user_data(data:DataArguments # quickstart's data options, `data` resolv
     raise UsageError(f"--dataset_path {p} holds {what}, which quickstart would replace with {data.data}: "
                      f"pass --dataset_path {shlex.quote(str(free))} to keep it")
 
+# %% ../nbs/07_cli.ipynb #86fbfb87
+OFFLINE_SAMPLE_DEFAULTS = {'learning_rate': 1e-4}
+
 def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
                given:set[str]=frozenset() # fields whose options the user gave (`given_options`): the offline defaults leave them alone
               ) -> dict:
     "Detect, prepare, train and report, end to end."
-    t0 = time.time()
+    t0, before = time.time(), folder_record(data.dataset_path)
+    with interrupted(lambda: prep_kept(data.dataset_path, before)): return _quickstart(data, train, how, given, t0)
+
+def _quickstart(data, train, how, given, t0):
     acc = detect()
     online = hub_reachable() if data.data is None or data.model_id is None else None
     if data.data is None: data.data = default_data(online)
@@ -292,14 +298,17 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     datasets.disable_progress_bars()   # they draw on stderr, which is for the one line of an error
     parsed = parse_args(types, rest, prog=f'trn-tutorials {name}')
     extra = {'given': given_options(types, rest)} if name == 'quickstart' else {}
+    again = shlex.join(['trn-tutorials', *argv])   # run from the same folder, the same command goes on from where this one stopped
     try: return fn(*parsed, **extra)
     except UsageError as e:
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(2)
     except LaunchError as e:   # the run failed or was stopped: the reason, not a traceback of the launcher
-        print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(1)
+        said = str(e).replace('launch again with the same arguments', 'run the same command again')
+        if 'the same command again' in said: said += f": `{again}`"
+        print(f"trn-tutorials {name}: error: {said}", file=sys.stderr); sys.exit(1)
     except KeyboardInterrupt as e:   # Ctrl-C: what was kept, and the command that goes on
         said = e.args[0] if e.args else 'stopped'
-        if 'the same command again' in said: said += f": `{shlex.join(['trn-tutorials', *argv])}`"
+        if 'the same command again' in said: said += f": `{again}`"
         print(f"trn-tutorials {name}: interrupted: {said}", file=sys.stderr); sys.exit(130)
     except OSError as e:   # a full disk, however the library that wrote reports it
         if e.errno != errno.ENOSPC and 'No space left on device' not in str(e): raise

@@ -9,11 +9,11 @@ from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .core import (Accelerator, Limit, UsageError, check_backend, check_folder, check_number, die_with_parent, detect,
+from .core import (RECORD, Accelerator, Limit, UsageError, check_backend, check_folder, check_number, die_with_parent, detect,
                                 folder_lock, lock_holder, lock_path, run_cost, set_backend_env, instance_type as _instance_type)
 from .data import load_prepared, row_lengths
 from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args,
-                                 check_batch, check_model, check_output_dir, check_workers, newest_complete, read_progress, resume_from)
+                                 check_batch, check_model, check_output_dir, claim_output_dir, check_workers, newest_complete, read_progress, resume_from)
 
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env',
@@ -184,7 +184,7 @@ def relaunch_note(output_dir # the run's folder
     if output_dir is None: return "launch again with the same arguments to continue from its newest checkpoint, if it wrote one"
     last = newest_complete(output_dir)[0]
     return (f"launch again with the same arguments to continue from {last.name}, its newest complete checkpoint" if last else
-            "no checkpoint was written, so launching again with the same arguments starts over")
+            "no checkpoint was written: launch again with the same arguments to start over")
 
 def _disk_full(text:str|None) -> bool: return bool(text) and ('[Errno 28]' in text or 'No space left on device' in text)
 
@@ -196,8 +196,9 @@ class LaunchError(RuntimeError):
         self.cause, out = worker_error(lines), os.path.abspath(Path(log).parent) if log else None
         where = f" (full log: {log})" if log else ''
         sig = re.search(r'SignalException: Process \d+ got signal: (\d+)', '\n'.join(tail))   # stopped, not failed
+        sig = int(sig[1]) if sig else -status if status < 0 else None   # torchrun itself killed before it could say so
         super().__init__(f"torchrun exited with status {status}{where}: " + (
-            f"stopped by signal {sig[1]} ({signal.Signals(int(sig[1])).name}); {relaunch_note(out)}" if sig else
+            f"stopped by signal {sig} ({signal.Signals(sig).name}); {relaunch_note(out)}" if sig else
             f"the disk is full (a worker failed with {self.cause}): free space on the disk holding {out or 'the run'} (remove old "
             f"runs or checkpoints) or pass an --output_dir on a disk with room, then {relaunch_note(out)}" if _disk_full(self.cause) else
             f"the run ended without writing metrics.json: {os.path.join(out, 'metrics.json')} is from an earlier run" if status == 0 and out else
@@ -267,7 +268,7 @@ class Progress:
     def _end(self, r):
         if self.bar is None: return
         if self.notebook: self.bar.update(r['step'], force_update=True)
-        else: self.bar.update(r['step'] - self.bar.n)
+        else: self.bar.update(r['step'] - self.bar.n); self.bar.refresh()   # shown now: the final evaluation comes next
 
     def close(self):
         "Stop drawing (the notebook's bar and table stay as they are)."
@@ -406,7 +407,7 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
     with folder_lock(args.output_dir, 'output_dir', root=None) as lock:   # `root`: torchrun's pid, once it runs
         _end_stale(lock['stale'], args.output_dir)
         resume_from(args, n, fill_last=backend in XLA_BACKENDS)
-        out.mkdir(parents=True, exist_ok=True)
+        claim_output_dir(args, manifest)   # its record: a model folder, written by train, from this data
         old = _stamp(out/'metrics.json')   # kept until this run writes its own: a failed run leaves the last one's
         log = str(out/'train.log')
         env = {**launch_env(backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
@@ -586,14 +587,14 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
     print(_cache_line(before))
     scratch = check_folder(cmd[cmd.index('--output_dir') + 1], 'output_dir')
     with folder_lock(scratch, 'output_dir', root=None):
-        scratch.mkdir(parents=True, exist_ok=True)
+        claim_output_dir(precompile_args(args, steps), manifest)   # a model folder of ours, like a run's
         log = str(scratch/'precompile.log')
         print(f"precompile: {steps}-step trial on {n} worker(s), outputs (garbage) in {scratch}", flush=True)
         status, tail = stream(cmd, env={**env, LOCK_ENV: os.path.abspath(scratch)}, log=log, echo=echo,
                               preexec_fn=die_with_parent, on_start=lambda p: _record_root(scratch, p.pid))
         if status != 0: _raise_failure(status, tail, log, PrecompileError)
-        for p in scratch.iterdir():  # the trial's model and metrics are garbage: keep only the log
-            if p.name != 'precompile.log': shutil.rmtree(p) if p.is_dir() else p.unlink()
+        for p in scratch.iterdir():  # the trial's model and metrics are garbage: keep only the log (and the record)
+            if p.name not in ('precompile.log', RECORD): shutil.rmtree(p) if p.is_dir() else p.unlink()
     after = cache_status(cache)
     print(_cache_line(after, before))
     return after

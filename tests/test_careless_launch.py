@@ -1,0 +1,145 @@
+"""Issue 23 where it lands in launching and the CLI: quickstart keeps the user's prepared data, a failed retrain keeps the last
+metrics, Ctrl-C ends in one line saying what was kept and the command that goes on, messages true to the state (which
+checkpoint a relaunch continues from, or none), and a log that a person can follow while the run is live."""
+import json, shutil, threading, time
+from pathlib import Path
+
+from careless import FAST, Case, make_test, tiny_csv, tiny_model, tiny_prepared
+from trn_tutorials.core import RECORD, lock_holder
+from trn_tutorials.data import load_prepared
+from trn_tutorials.launch import stop
+from trn_tutorials.train import TrainArguments, checkpoints, claim_output_dir
+
+LONG = [*FAST, '--epochs', '12']   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)
+STEP = r'training:.*\| *[1-9]\d*/\d+ '   # the progress bar once a step is done
+AGAIN = lambda d: None   # the fix after Ctrl-C or stop: the message's command, which is the same command, run again
+
+
+def quick(d:Path, data:str, *more) -> list:
+    "quickstart on `data` with the tiny model, into the default --dataset_path (runs/emotion-data)."
+    return ['quickstart', '--data', data, '--model_id', tiny_model(d), '--output_dir', 'model', *FAST, *more]
+
+def mine(d:Path, data:str, **kw) -> str:
+    "The user's own data, prepared by `prep` into quickstart's default folder."
+    return tiny_prepared(d, data=data, dataset_path='runs/emotion-data', **kw)
+
+def parquet(d:Path) -> str:
+    import datasets
+    p = d/'mine.parquet'
+    datasets.Dataset.from_csv(tiny_csv(d, 'mine-src.csv', labels=('joy', 'anger'))).to_parquet(str(p))
+    (d/'mine-src.csv').unlink()
+    return str(p)
+
+def older(d:Path, keep_data:bool) -> Path:
+    "The user's data prepared by an older trn-tutorials: a manifest with no kind and no options (and, older still, no data)."
+    p = Path(mine(d, tiny_csv(d, 'mine.csv', labels=('joy', 'anger'))))
+    rec = json.loads((p/RECORD).read_text())
+    for k in ('kind', 'options', 'content_sha256') + (() if keep_data else ('data',)): rec.pop(k, None)
+    (p/RECORD).write_text(json.dumps(rec))
+    return p
+
+def other_files(d:Path) -> Path:
+    p = d/'runs'/'emotion-data'; p.mkdir(parents=True)
+    (p/'notes.txt').write_text('my notes\n'); return p
+
+def has_metrics(d, r): assert (d/'model'/'metrics.json').exists(), r.stderr[-800:]
+
+
+# a failed retrain: the last run's metrics.json stays until a run writes its own
+OLD = '{"final_split": "validation", "note": "the last run\'s metrics"}'
+
+def retrain(d:Path) -> list:
+    data = tiny_prepared(d)
+    args = TrainArguments(dataset_path=data, output_dir=str(d/'model'))
+    claim_output_dir(args, load_prepared(data)[1]); (d/'model'/'metrics.json').write_text(OLD)
+    shutil.copytree(d/'tiny-model', d/'new-model'); (d/'new-model'/'model.safetensors').rename(d/'weights.safetensors')
+    return ['train', '--dataset_path', data, '--output_dir', 'model', '--model_id', str(d/'new-model'), *FAST]
+
+def weights_back(d:Path):
+    assert (d/'model'/'metrics.json').read_text() == OLD, 'the failed retrain lost the last run\'s metrics.json'
+    shutil.copy(d/'weights.safetensors', d/'new-model'/'model.safetensors')
+
+
+# `trn-tutorials stop` from another terminal: before the first checkpoint, or after one
+def stop_when(d:Path, checkpoint:bool):
+    def watch():
+        t0 = time.time()
+        while time.time() - t0 < 1500:
+            rec = lock_holder(d/'model')
+            if rec and rec.get('root') and (not checkpoint or any(ok for _, ok in checkpoints(d/'model'))):
+                stop(str(d/'model')); return
+            time.sleep(0.05)
+    threading.Thread(target=watch, daemon=True).start()
+
+def stopped(d:Path, checkpoint:bool) -> list:
+    argv = ['train', '--dataset_path', tiny_prepared(d), '--output_dir', 'model', *LONG, '--save_steps', '3' if checkpoint else '1000']
+    stop_when(d, checkpoint)
+    return argv
+
+
+# `tail -f train.log` while the run is live: what the log held while the lock was held
+LIVE: dict = {}
+
+def live(d:Path) -> list:
+    def watch():
+        t0, log = time.time(), d/'model'/'train.log'
+        while time.time() - t0 < 1500:
+            held = lock_holder(d/'model') is not None
+            if held and log.exists(): LIVE[d] = log.read_text()
+            elif LIVE.get(d): return   # the run is over
+            time.sleep(0.05)
+    threading.Thread(target=watch, daemon=True).start()
+    return ['train', '--dataset_path', tiny_prepared(d), '--output_dir', 'model', *LONG]
+
+def followed_live(d, r):
+    seen = LIVE.get(d, '')
+    assert '"event": "begin"' in seen and '"event": "step"' in seen, f"train.log while the run was live: {seen[-300:]!r}"
+
+
+def majority(d, r):
+    assert 'Matthews correlation' in r.stdout, r.stdout[-500:]
+    assert any(l.startswith('warning: ') and 'learning_rate' in l for l in r.stderr.splitlines()), r.stderr[-800:]
+
+
+CASES = [
+    # quickstart prepares its data into runs/emotion-data: what the user prepared there from other data is kept
+    Case('owned folders', 'quickstart over data prepared from a csv', lambda d: (mine(d, tiny_csv(d, 'mine.csv', labels=('joy', 'anger'))),
+         quick(d, tiny_csv(d)))[1], ['mine.csv', 'quickstart would replace', '--dataset_path']),
+    Case('owned folders', 'quickstart over data prepared from a parquet', lambda d: (mine(d, parquet(d)), quick(d, tiny_csv(d)))[1],
+         ['mine.parquet', '--dataset_path']),
+    Case('owned folders', 'quickstart over data an older version prepared', lambda d: (older(d, True), quick(d, tiny_csv(d)))[1],
+         ['mine.csv', '--dataset_path']),
+    Case('owned folders', 'quickstart over data an older version prepared, source not recorded',
+         lambda d: (older(d, False), quick(d, tiny_csv(d)))[1], ['does not record', '--dataset_path']),
+    Case('owned folders', 'quickstart over the user\'s own files', lambda d: (other_files(d), quick(d, tiny_csv(d)))[1],
+         ['notes.txt', '--dataset_path']),
+    Case('owned folders', 'quickstart over its own data prepared before', lambda d: (mine(d, tiny_csv(d)), quick(d, tiny_csv(d)))[1],
+         [], status=0, check=has_metrics),
+    Case('owned folders', 'a failed retrain keeps the last metrics.json', retrain, ['a worker failed with OSError'], status=1,
+         follow=weights_back),
+    # Ctrl-C: one line of what was kept, and the command that goes on (followed: it must finish)
+    Case('no traceback', 'Ctrl-C during prep over prepared data', lambda d: (tiny_prepared(d, data=tiny_csv(d, n=6000)),
+         ['prep', '--data', str(d/'tweets.csv'), '--model_id', str(d/'tiny-model'), '--dataset_path', 'data'])[1],
+         ['as it was', 'nothing half-written', '`trn-tutorials prep'], status=130, interrupt=r'^preparing ', follow=AGAIN),
+    Case('no traceback', 'Ctrl-C during a first prep', lambda d: ['prep', '--data', tiny_csv(d, n=6000), '--model_id', tiny_model(d),
+         '--dataset_path', 'data'], ['nothing was written', '`trn-tutorials prep'], status=130, interrupt=r'^preparing ', follow=AGAIN),
+    Case('no traceback', 'Ctrl-C during the torchrun run', lambda d: ['train', '--dataset_path', tiny_prepared(d), '--output_dir', 'model',
+         *LONG], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=STEP, follow=AGAIN),
+    Case('no traceback', 'Ctrl-C during the final evaluation', lambda d: ['train', '--dataset_path', tiny_prepared(d), '--output_dir',
+         'model', *FAST, '--epochs', '2'], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=r'training: 100%', follow=AGAIN),
+    Case('no traceback', 'Ctrl-C during quickstart\'s prep', lambda d: quick(d, tiny_csv(d, n=6000), '--max_steps', '6'),
+         ['nothing was written', '`trn-tutorials quickstart'], status=130, interrupt=r'^preparing ', follow=AGAIN),
+    Case('no traceback', 'Ctrl-C during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--epochs', '12'),
+         ['run the same command again', '`trn-tutorials quickstart'], status=130, interrupt=STEP, follow=AGAIN),
+    # messages true to the state they describe
+    Case('files as people have them', 'stop before the first checkpoint', lambda d: stopped(d, False),
+         ['stopped by signal 15', 'no checkpoint was written', 'to start over', '`trn-tutorials train'], status=1, follow=AGAIN),
+    Case('files as people have them', 'stop after a checkpoint', lambda d: stopped(d, True),
+         ['stopped by signal 15', 'continue from checkpoint-', '`trn-tutorials train'], status=1, follow=AGAIN),
+    Case('files as people have them', 'train.log read while the run is live', live, [], status=0, check=followed_live),
+    Case('files as people have them', 'a learning rate that stalls at the majority label', lambda d: ['train', '--dataset_path',
+         tiny_prepared(d, data=tiny_csv(d, labels=('joy', 'joy', 'joy', 'anger'))), '--output_dir', 'model', *FAST, '--epochs', '3',
+         '--learning_rate', '5'], [], status=0, check=majority),
+]
+
+test_careless = make_test(CASES)
