@@ -195,11 +195,12 @@ def test_the_warning_reaches_metrics_and_summary(tiny):
                        env=ENV, capture_output=True, text=True, timeout=300, cwd=tiny)
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads((out/'metrics.json').read_text())
-    assert len(m['warnings']) == 1 and m['warnings'][0].startswith('warning: 8 optimizer steps'), m['warnings']
+    few = [w for w in m['warnings'] if w.startswith('warning: 8 optimizer steps')]   # beside it, maybe: no better than the majority
+    assert len(few) == 1 and all(w in few or 'majority' in w for w in m['warnings']), m['warnings']
     assert m['torchrun'] is False
     lines = r.stdout.splitlines()
-    assert lines.count(m['warnings'][0]) == 2, r.stdout   # at the start, and in the summary at the end
-    assert lines[-1] == m['warnings'][0] or m['warnings'][0] in lines[-3:], lines[-5:]
+    assert lines.count(few[0]) == 2, r.stdout   # at the start, and in the summary at the end
+    assert lines[-1] == few[0] or few[0] in lines[-3:], lines[-5:]
     from trn_tutorials.train import summary
-    assert m['warnings'][0] in summary(m).splitlines()
-    assert m['warnings'][0] not in summary(m | {'warnings': []})
+    assert few[0] in summary(m).splitlines()
+    assert few[0] not in summary(m | {'warnings': []})

@@ -142,3 +142,15 @@ def test_output_dir_with_the_users_files_is_refused(tiny, names):
     line = one_line(run(tmp, '--dataset_path', 'data', '--output_dir', str(out), '--max_steps', '1', '--save_steps', '0'))
     assert 'holds files trn-tutorials did not write' in line and names[0] in line, line
     assert sorted(p.name for p in out.iterdir()) == sorted(names) and all((out/n).read_text() == 'mine' for n in names)
+
+
+def test_the_torchrun_fix_is_a_complete_command(tmp_path, monkeypatch):
+    "Outside torchrun on a NeuronCore: the command printed is the run's own, paths in full, not a sketch with '...'."
+    from trn_tutorials.train import check_torchrun
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as e:
+        check_torchrun('neuron', env={}, args=TrainArguments(dataset_path='d', learning_rate=3e-5, bf16=True, backend='neuron'))
+    assert str(e.value).endswith(f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --dataset_path {tmp_path/'d'} --learning_rate 3e-05 "
+                                 "--bf16 true --backend neuron`"), e.value
+    with pytest.raises(UsageError) as e: check_torchrun('neuron', env={}, args=['--output_dir=m', '--epochs', '2'])
+    assert f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --output_dir={tmp_path/'m'} --epochs 2`" in str(e.value)

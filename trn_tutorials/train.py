@@ -24,8 +24,8 @@ __all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'COMPLETE', 'RUN_ARGS', 'SAME_RUN', '
            'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete', 'checkpoints', 'newest_complete',
            'skipped_note', 'planned_steps', 'resume_from', 'CheckpointGuard', 'few_steps_warning', 'progress_line',
            'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'save_plots', 'check_output_dir',
-           'claim_output_dir', 'check_space', 'check_model', 'check_batch', 'torchrun_worker', 'check_torchrun',
-           'check_workers', 'train', 'summary', 'collapse_warning', 'relaunch_command', 'main']
+           'claim_output_dir', 'check_space', 'check_model', 'check_batch', 'torchrun_worker', 'torchrun_command',
+           'check_torchrun', 'check_workers', 'train', 'summary', 'collapse_warning', 'relaunch_command', 'main']
 
 # %% ../nbs/04_train.ipynb #9e589591
 TRAIN_LIMITS = {   # the values each numeric option may take (`check_numbers`); `xla_loop` shares them
@@ -866,13 +866,25 @@ def torchrun_worker(env:dict|None=None # environment; default `os.environ`
     env = os.environ if env is None else env
     return 'TORCHELASTIC_RUN_ID' in env or 'LOCAL_RANK' in env
 
+def torchrun_command(args # the run: `TrainArguments`, or the script's argv
+                    ) -> str:
+    "The complete `torchrun` command that trains `args` in one worker: the options that differ from the defaults, paths in full."
+    if isinstance(args, TrainArguments):
+        full = lambda k, v: os.path.abspath(v) if k in ('dataset_path', 'output_dir') or (k == 'model_id' and os.path.exists(v)) else v
+        argv = [a for f in fields(args) if (v := getattr(args, f.name)) != f.default
+                for a in (f"--{f.name}", str(v).lower() if isinstance(v, bool) else str(full(f.name, v)))]
+    else: argv = _full_paths(list(args))
+    return shlex.join(['torchrun', '--nproc_per_node', '1', '-m', 'trn_tutorials.train', *argv])
+
 def check_torchrun(backend:str, # a resolved backend
-                   env:dict|None=None # environment; default `os.environ`
+                   env:dict|None=None, # environment; default `os.environ`
+                   args=None # the run (`TrainArguments` or argv), to print the complete command; `None`: a sketch of it
                   ):
     "A one-line `UsageError` for training on a NeuronCore outside a torchrun worker."
     if backend in NEURON_BACKENDS and not torchrun_worker(env):
+        cmd = torchrun_command(args) if args is not None else 'torchrun --nproc_per_node 1 -m trn_tutorials.train ...'
         raise UsageError(f"--backend {backend} trains only in a torchrun worker (a single worker started without torchrun hangs with "
-                         "transformers >= 4.44): use `launch(...)`, or `torchrun --nproc_per_node 1 -m trn_tutorials.train ...`")
+                         f"transformers >= 4.44): use `launch(...)`, or `{cmd}`")
 
 
 # %% ../nbs/04_train.ipynb #44c77a5b
@@ -883,7 +895,7 @@ def check_workers(backend:str, # a resolved backend
     if backend == 'xla' and workers != 1:
         raise UsageError(f"--backend xla runs one worker (torch-xla has no cross-process collectives on the CPU), not {workers}: use --nproc_per_node 1")
 
-def _check_runtime(backend:str, world_size:int):
+def _check_runtime(backend:str, world_size:int, args):
     "A one-line error where this process cannot train on `backend`."
     check_workers(backend, world_size)
     if backend == 'torchneuron':
@@ -893,7 +905,7 @@ def _check_runtime(backend:str, world_size:int):
     from transformers.utils import is_torch_xla_available   # decided once, when transformers was first imported
     if is_torch_xla_available() != (backend in XLA_BACKENDS):
         raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
-                         "run training in its own process (`torchrun --nproc_per_node 1 -m trn_tutorials.train ...`, or `launch`)")
+                         f"run training in its own process (`{torchrun_command(args)}`, or `launch`)")
 
 _HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc')   # kept from the Trainer's log
 
@@ -906,7 +918,7 @@ def train(args:TrainArguments # the run's arguments
     "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
     check_args(args)
     backend = check_backend(args.backend)
-    check_torchrun(backend)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
+    check_torchrun(backend, args=args)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
     check_output_dir(args)
     ds, manifest = load_prepared(args.dataset_path)
     world = int(os.environ.get('WORLD_SIZE', 1))
@@ -916,7 +928,7 @@ def train(args:TrainArguments # the run's arguments
     batch_note = check_batch(args, {s: len(d) for s, d in ds.items()}, world)
     few_steps = few_steps_warning(args, len(ds['train']), world)
     set_backend_env(backend)
-    _check_runtime(backend, world)
+    _check_runtime(backend, world, args)
     xla = backend in XLA_BACKENDS
     found = newest_complete(args.output_dir)
     start = resume_from(args, world, fill_last=xla, found=found, data=data)
@@ -1070,7 +1082,7 @@ def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
     argv = sys.argv[1:] if argv is None else argv
     backend = _resolve_backend(argv)
     if backend and not {'-h', '--help'} & set(argv):
-        try: check_torchrun(backend)
+        try: check_torchrun(backend, args=argv)
         except UsageError as e:
             if not relaunch: print(f"{ERROR_PREFIX}{e}", file=sys.stderr); sys.exit(2)
             print(f"trn_tutorials.train: --backend {backend} without torchrun hangs (a single worker, transformers >= 4.44): "
