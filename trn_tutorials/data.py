@@ -906,6 +906,23 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
         if swapped and old: shutil.rmtree(old, ignore_errors=True)
 
 # %% ../nbs/03_data.ipynb #8558fd57
+_REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'label_column', 'column_names', 'label_names', 'accept_labels',
+         'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'eval_fraction', 'split_seed')   # a record's options
+
+def _check_record(manifest):
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{type(manifest).__name__} {str(manifest)[:40]!r} is not a prepared folder's record: pass the manifest "
+                         f"`prepare` returns, or load_prepared(path)[1]")
+
+def _record_options(manifest:dict) -> dict:
+    "The `prep` options a manifest records; an older manifest without `options` gives what it has (data, model, columns, length)."
+    o = manifest.get('options')
+    if isinstance(o, dict): return {k: o.get(k) for k in _REDO}
+    fixed = manifest.get('percentile') is None
+    return {'data': manifest.get('data'), 'model_id': manifest.get('model_id'), 'text_column': manifest.get('text_column'),
+            'label_column': manifest.get('label_column'), 'max_length': manifest.get('max_length') if fixed else None,
+            'percentile': manifest.get('percentile') if not fixed else None}
+
 def _label_line(counts:dict, most:int=12) -> str:
     "`sadness 4,666, joy 5,362, ...`: each label with its rows, the first `most` of them."
     items = [f"{l} {n:,}" for l, n in counts.items()]
@@ -1004,23 +1021,6 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
             except OSError: break
 
 # %% ../nbs/03_data.ipynb #a1b2c3d1
-_REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'label_column', 'column_names', 'label_names', 'accept_labels',
-         'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'eval_fraction', 'split_seed')   # a record's options
-
-def _check_record(manifest):
-    if not isinstance(manifest, dict):
-        raise UsageError(f"{type(manifest).__name__} {str(manifest)[:40]!r} is not a prepared folder's record: pass the manifest "
-                         f"`prepare` returns, or load_prepared(path)[1]")
-
-def _record_options(manifest:dict) -> dict:
-    "The `prep` options a manifest records; an older manifest without `options` gives what it has (data, model, columns, length)."
-    o = manifest.get('options')
-    if isinstance(o, dict): return {k: o.get(k) for k in _REDO}
-    fixed = manifest.get('percentile') is None
-    return {'data': manifest.get('data'), 'model_id': manifest.get('model_id'), 'text_column': manifest.get('text_column'),
-            'label_column': manifest.get('label_column'), 'max_length': manifest.get('max_length') if fixed else None,
-            'percentile': manifest.get('percentile') if not fixed else None}
-
 def prep_command(manifest:dict, # a prepared folder's record (`prepare`'s return, `load_prepared(...)[1]`)
                  **changes # options to change, e.g. `model_id=...`; `None` leaves one out
                 ) -> str:
