@@ -778,7 +778,7 @@ def check_output_dir(args:TrainArguments # the run's arguments
     if o == d or d in o.parents or o in d.parents:
         where = 'is the' if o == d else 'is inside the' if d in o.parents else 'holds the'
         raise UsageError(f"--output_dir {args.output_dir} {where} prepared data folder {args.dataset_path} (a model folder and the data never nest): "
-                         f"pass --output_dir {shlex.quote(str(_free(d.parent/f'{d.name}-model')))}")
+                         f"pass an --output_dir {'beside' if o in d.parents else 'outside'} it, e.g. --output_dir {shlex.quote(str(_free(d.parent/f'{d.name}-model')))}")
     return check_owner(args.output_dir, 'model', 'output_dir')   # not the user's files, nor another kind of folder
 
 def claim_output_dir(args:TrainArguments, # the run's arguments
