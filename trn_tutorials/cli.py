@@ -76,7 +76,7 @@ def prep_cmd(data:DataArguments) -> dict:
     "Prepare the data (see the data chapter)."
     before = folder_record(data.dataset_path)
     with interrupted(lambda: prep_kept(data.dataset_path, before)):
-        print(f"preparing {data.data or 'the default data'} into {data.dataset_path} ...", flush=True)
+        print(f"preparing {short_path(data.data) if data.data else 'the default data'} into {data.dataset_path} ...", flush=True)
         return prepare(data)
 
 def precompile_cmd(train:TrainArguments, how:LaunchArguments) -> dict|None:
