@@ -208,7 +208,8 @@ def _check(case:Case, d:Path, argv) -> dict:
     if callable(case.follow): case.follow(d); again = argv; mine = users(d, files(d))
     else: again = follow_argv(re.sub(r'^\S+(?: \S+)?: error: ', '', msg), argv, d)
     if again is None: res['problems'].append(f'no fix to follow in: {msg}'); return res
-    if again == argv and not callable(case.follow): res['problems'].append(f'the suggested fix is the command that failed: {msg}'); return res
+    if again == argv and not callable(case.follow) and case.status == 2:   # after Ctrl-C or a stop, the same command is the way to continue
+        res['problems'].append(f'the suggested fix is the command that failed: {msg}'); return res
     r2 = run(again, d, case.timeout, env=case.env)
     res['followed'] = ' '.join(shlex.quote(a) for a in again)
     if r2.returncode != 0:

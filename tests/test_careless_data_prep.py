@@ -44,9 +44,9 @@ CASES = [
     Case('owned folders', 'prep into a folder inside a model folder', lambda d: _prep(d, Path(tiny_model(d))/'data'),
          ['lies inside the model folder', 'pass another --dataset_path']),
     Case('owned folders', 'prep into a folder inside a prepared folder', lambda d: _prep(d, Path(tiny_prepared(d))/'more'),
-         ['lies inside', 'prepared data'], follow=False),   # core's check_owner says 'pass a --dataset_path outside it': nothing concrete to follow
+         ['lies inside', 'prepared data', 'pass another --dataset_path, outside it']),
     Case('owned folders', 'prep into a folder holding a prepared folder', lambda d: tiny_prepared(d, dataset_path='runs/data') and _prep(d, Path(d)/'runs'),
-         ['holds', 'runs/data', 'prepared data', 'pass a --dataset_path of its own'], follow=False),   # as above (core's wording)
+         ['holds', 'runs/data', 'prepared data', 'pass another --dataset_path (a new or empty folder of its own)']),
     Case('owned folders', 'prep into a folder train wrote', lambda d: _prep(d, _model_record(d)),
          ['is a model folder', 'not prepared data', 'pass another --dataset_path']),
     Case('owned folders', 'prep into a relative folder of the user\'s files', lambda d: (_mine(d, 'data'), _prep(d, 'data'))[1],

@@ -12,7 +12,6 @@ from trn_tutorials.train import TrainArguments, checkpoints, claim_output_dir
 
 LONG = [*FAST, '--epochs', '12']   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)
 STEP = r'training:.*\| *[1-9]\d*/\d+ '   # the progress bar once a step is done
-AGAIN = lambda d: None   # the fix after Ctrl-C or stop: the message's command, which is the same command, run again
 
 
 def quick(d:Path, data:str, *more) -> list:
@@ -120,22 +119,22 @@ CASES = [
     # Ctrl-C: one line of what was kept, and the command that goes on (followed: it must finish)
     Case('no traceback', 'Ctrl-C during prep over prepared data', lambda d: (tiny_prepared(d, data=tiny_csv(d, n=6000)),
          ['prep', '--data', str(d/'tweets.csv'), '--model_id', str(d/'tiny-model'), '--dataset_path', 'data'])[1],
-         ['as it was', 'nothing half-written', '`trn-tutorials prep'], status=130, interrupt=r'^preparing ', follow=AGAIN),
+         ['as it was', 'nothing half-written', '`trn-tutorials prep'], status=130, interrupt=r'^preparing ', follow=True),
     Case('no traceback', 'Ctrl-C during a first prep', lambda d: ['prep', '--data', tiny_csv(d, n=6000), '--model_id', tiny_model(d),
-         '--dataset_path', 'data'], ['nothing was written', '`trn-tutorials prep'], status=130, interrupt=r'^preparing ', follow=AGAIN),
+         '--dataset_path', 'data'], ['nothing was written', '`trn-tutorials prep'], status=130, interrupt=r'^preparing ', follow=True),
     Case('no traceback', 'Ctrl-C during the torchrun run', lambda d: ['train', '--dataset_path', tiny_prepared(d), '--output_dir', 'model',
-         *LONG], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=STEP, follow=AGAIN),
+         *LONG], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=STEP, follow=True),
     Case('no traceback', 'Ctrl-C during the final evaluation', lambda d: ['train', '--dataset_path', tiny_prepared(d), '--output_dir',
-         'model', *FAST, '--epochs', '2'], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=r'training: 100%', follow=AGAIN),
+         'model', *FAST, '--epochs', '2'], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=r'training: 100%', follow=True),
     Case('no traceback', 'Ctrl-C during quickstart\'s prep', lambda d: quick(d, tiny_csv(d, n=6000), '--max_steps', '6'),
-         ['nothing was written', '`trn-tutorials quickstart'], status=130, interrupt=r'^preparing ', follow=AGAIN),
+         ['nothing was written', '`trn-tutorials quickstart'], status=130, interrupt=r'^preparing ', follow=True),
     Case('no traceback', 'Ctrl-C during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--epochs', '12'),
-         ['run the same command again', '`trn-tutorials quickstart'], status=130, interrupt=STEP, follow=AGAIN),
+         ['run the same command again', '`trn-tutorials quickstart'], status=130, interrupt=STEP, follow=True),
     # messages true to the state they describe
     Case('files as people have them', 'stop before the first checkpoint', lambda d: stopped(d, False),
-         ['stopped by signal 15', 'no checkpoint was written', 'to start over', '`trn-tutorials train'], status=1, follow=AGAIN),
+         ['stopped by signal 15', 'no checkpoint was written', 'to start over', '`trn-tutorials train'], status=1, follow=True),
     Case('files as people have them', 'stop after a checkpoint', lambda d: stopped(d, True),
-         ['stopped by signal 15', 'continue from checkpoint-', '`trn-tutorials train'], status=1, follow=AGAIN),
+         ['stopped by signal 15', 'continue from checkpoint-', '`trn-tutorials train'], status=1, follow=True),
     Case('files as people have them', 'train.log read while the run is live', live, [], status=0, check=followed_live),
     Case('files as people have them', 'a learning rate that stalls at the majority label', lambda d: ['train', '--dataset_path',
          tiny_prepared(d, data=tiny_csv(d, labels=('joy', 'joy', 'joy', 'anger'))), '--output_dir', 'model', *FAST, '--epochs', '3',

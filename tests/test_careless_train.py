@@ -71,7 +71,7 @@ CASES = [
     Case('owned folders', 'output_dir is another prepared data folder', lambda d: (tiny_prepared(d), tiny_prepared(d, dataset_path='other'),
          train_argv(d, 'other'))[2], ['is prepared data', 'not a model folder']),
     Case('owned folders', 'output_dir inside another model folder', lambda d: (tiny_prepared(d), write_record(d/'m', {'kind': 'model'}),
-         train_argv(d, 'm/run2'))[2], ['lies inside', 'a model folder'], follow=False),   # core's fix names no folder to pass
+         train_argv(d, 'm/run2'))[2], ['lies inside', 'a model folder', 'pass another --output_dir, outside it']),
     # ---- resume: a checkpoint continues only on the data and options it was made with
     Case('resume', 'data prepared again with other labels', other_labels, ['was trained on other data', 'labels were anger, joy, sadness; now neg, pos']),
     Case('resume', 'data prepared again with more rows', other_rows, ['was trained on other data', 'rows were']),

@@ -21,9 +21,9 @@ def test_unrecorded_files_are_refused_and_kept(tmp_path, files):
 
 def test_other_kind_damaged_and_nesting_are_refused(tmp_path):
     write_record(tmp_path/'data', {'kind': 'prepared data'})
-    with pytest.raises(UsageError, match=r'is prepared data \(written by `trn-tutorials prep`\), not a model folder'): check_owner(tmp_path/'data', 'model', 'output_dir')
-    with pytest.raises(UsageError, match=r'lies inside .*data, prepared data'): check_owner(tmp_path/'data'/'model', 'model', 'output_dir')
-    with pytest.raises(UsageError, match=r'holds .*data, prepared data .*pass an --output_dir of its own'): check_owner(tmp_path, 'model', 'output_dir')
+    with pytest.raises(UsageError, match=r'is prepared data \(written by trn-tutorials prep\), not a model folder'): check_owner(tmp_path/'data', 'model', 'output_dir')
+    with pytest.raises(UsageError, match=r'lies inside .*data, prepared data .*pass another --output_dir, outside it'): check_owner(tmp_path/'data'/'model', 'model', 'output_dir')
+    with pytest.raises(UsageError, match=r'holds .*data, prepared data .*pass another --output_dir \(a new or empty folder of its own\)'): check_owner(tmp_path, 'model', 'output_dir')
     (tmp_path/'bad').mkdir(); (tmp_path/'bad'/RECORD).write_text('{not json')
     with pytest.raises(UsageError, match='is damaged'): check_owner(tmp_path/'bad', 'model', 'output_dir')
 

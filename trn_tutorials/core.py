@@ -278,7 +278,7 @@ def folder_record(folder # a folder, e.g. 'runs/emotion-data'
     return rec
 
 def _what(rec:dict) -> str:
-    if rec.get('kind') in KINDS: what, cmd = KINDS[rec['kind']]; return f"{what} (written by `{cmd}`)"
+    if rec.get('kind') in KINDS: what, cmd = KINDS[rec['kind']]; return f"{what} (written by {cmd})"
     return f"a folder whose {RECORD} is damaged ({rec.get('damaged', 'unknown kind')})"
 
 def _visible(p:Path) -> list[Path]: return sorted(x for x in p.iterdir() if not x.name.startswith('.'))   # `.ipynb_checkpoints`, `.DS_Store`
@@ -299,16 +299,16 @@ def check_owner(folder, # the folder a run will write, e.g. `args.output_dir`
                ) -> Path:
     "`folder` as a `Path` if a run writing `kind` may write it: new, empty, or recorded as `kind`; else a one-line `UsageError`."
     p = check_folder(folder, option)
-    given, an = Path(folder).expanduser().parents, _a(option)
+    given = Path(folder).expanduser().parents
     for k, up in enumerate(Path(os.path.abspath(p)).parents):   # nested inside another recorded folder
         if (rec := folder_record(up)) is not None:
             shown = given[k] if k < len(given) - 1 else up   # as the user named it, where they did
-            raise UsageError(f"--{option} {folder} lies inside {shown}, {_what(rec)}: pass {an} --{option} outside it")
+            raise UsageError(f"--{option} {folder} lies inside {shown}, {_what(rec)}: pass another --{option}, outside it")
     if not p.is_dir() or not _visible(p): return p
     rec = folder_record(p)
     if rec is None:
         inner = next((q.parent for pat in ('*/', '*/*/') for q in sorted(p.glob(pat + RECORD))), None)
-        if inner: raise UsageError(f"--{option} {folder} holds {inner}, {_what(folder_record(inner))}: pass {an} --{option} of its own (a new or empty folder)")
+        if inner: raise UsageError(f"--{option} {folder} holds {inner}, {_what(folder_record(inner))}: pass another --{option} (a new or empty folder of its own)")
         names = [x.name for x in _visible(p)]
         raise UsageError(f"--{option} {folder} holds files trn-tutorials did not write ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
                          f"pass another --{option} (a new or empty folder)")

@@ -15,7 +15,7 @@ from datasets.utils import logging as datasets_logging
 
 import trn_tutorials
 from . import __version__
-from .core import (Limit, UsageError, check_folder, check_number, check_numbers, check_owner, default_model, folder_lock,
+from .core import (Limit, UsageError, check_folder, check_number, check_numbers, check_owner, check_type, default_model, folder_lock,
                                 folder_record, hub_reachable, local_model, short_path)
 
 # %% auto #0
@@ -940,6 +940,8 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     "`prepare`'s work, once the folder is checked and locked."
     data, model_id = args.data, args.model_id or default_model()
     raw = load_raw(data, args.text_column, args.label_column, args.column_names)
+    folder = Path(data).expanduser() if data else None
+    unused = data_files(folder)[1] if folder and folder.is_dir() and not (folder/'dataset_dict.json').exists() else []
     ds, gone = _validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names,
                          args.min_label_rows, args.accept_labels)
     tok = _load_tokenizer(model_id)
@@ -963,11 +965,14 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
                 'padding_share': {s: round(padding_share(l, bl), 4) for s, l in lengths.items()},
                 'truncated': {s: int((l > length).sum()) for s, l in lengths.items()}, 'length_stats': length_stats(lengths['train']),
                 'data': data, 'text_column': args.text_column, 'label_column': args.label_column, 'trn_tutorials_version': __version__,
-                'options': options, 'content_sha256': _content_sha256(ds)}
+                'options': options, 'content_sha256': _content_sha256(ds), 'text_from': getattr(raw, 'text_from', {}),
+                'files_left_out': [f"{n} ({why})" for n, why in unused]}
     _check_space(dest, sum(manifest['rows'].values()), length, len(tok.model_input_names))
     _save(tokenize(ds, tok, length, bl), manifest, dest)
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(lengths['train']), args.percentile)}"
     joined = f"\n  text: {' + '.join(args.text_column)}, joined as sentences" if len(args.text_column) > 1 else ''
+    if (tf := manifest['text_from']): joined += '\n  text: ' + ', '.join(f"{s} `{c}`" for s, c in tf.items())
+    joined += ''.join(f"\n  left out: {f}" for f in manifest['files_left_out'])
     left = [n for n in raw if _SPLITS.get(n.lower()) == 'test' and 'test' not in ds]
     left = f"\n  left out: split {left[0]!r} (it has no labels)" if left else ''
     left += ''.join(f"\n  left out: {_rows(sum(c.values()))} of split {s!r} labelled {_listed(c)} (not in train; --accept_labels)" for s, c in gone.items())
@@ -1003,6 +1008,7 @@ def _keep_other_data(given:DataArguments, data:str, dest:Path):
 def prepare(args:DataArguments # what to prepare; see `DataArguments`
            ) -> dict:
     "Load, validate, choose the length, tokenize and save `args.data` to `args.dataset_path`; return the manifest."
+    check_type(args, DataArguments, 'prepare', "data='tweets.csv'")
     dest = check_owner(args.dataset_path, 'prepared data', 'dataset_path')   # before anything is read, loaded or written
     _not_in_a_model(dest)
     _check_args(args)
@@ -1056,6 +1062,23 @@ def data_fingerprint(manifest:dict # a prepared folder's record
 # %% ../nbs/03_data.ipynb #102aff4f
 _NEEDED = {'model_id': str, 'max_length': int, 'label_names': list, 'rows': dict}   # what training reads from the manifest
 
+def _prep_into_own(raw:Path) -> str:
+    "The fix for raw data given where prepared data belongs: prepare it into a folder of its own (under ./runs), then pass that."
+    import shlex
+    dest = Path('runs', f"{raw.stem if raw.is_file() else raw.name}-data").absolute()
+    return (f"prepare it into a folder of its own: run `trn-tutorials prep --data {shlex.quote(str(raw.absolute()))} --dataset_path "
+            f"{shlex.quote(str(dest))}`, then pass --dataset_path {shlex.quote(str(dest))}")
+
+def _unprepared_fix(p:Path, given:str) -> str:
+    "The fix for a folder `prepare` did not write: raw data is prepared into a folder of its own; a tokenized one lost its record."
+    import shlex
+    if not [x for x in p.iterdir() if not x.name.startswith('.')]: return f"run `trn-tutorials prep --dataset_path {shlex.quote(str(p.absolute()))}` first"
+    if any('input_ids' in f.read_text(errors='replace') for f in p.glob('*/dataset_info.json')):
+        return "its record is lost, so it cannot be trusted: prepare your raw data again into a new folder (trn-tutorials prep --data YOUR_DATA --dataset_path NEW_FOLDER)"
+    try: (p/'dataset_dict.json').exists() or data_files(p)
+    except UsageError: return "pass the folder `trn-tutorials prep` wrote"
+    return _prep_into_own(p)
+
 def _again(p:Path) -> str:
     "What to run to prepare the folder `p` again: the complete command from its record; else what to pass, without guessing the data."
     import shlex
@@ -1089,13 +1112,11 @@ def load_prepared(dataset_path:str # folder written by `prepare`
     p = Path(dataset_path).expanduser()
     up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
     if p.exists() and not p.is_dir():
-        raise UsageError(f"no prepared data at {dataset_path}: it is a file; pass the folder `trn-tutorials prep` wrote, or prepare it with "
-                         f"`trn-tutorials prep --data {dataset_path}`")
+        raise UsageError(f"no prepared data at {dataset_path}: it is a file; pass the folder `trn-tutorials prep` wrote, or {_prep_into_own(p)}")
     if up is not None and not up.is_dir():
         raise UsageError(f"no prepared data at {dataset_path}: it lies under the file {up}; pass the folder `trn-tutorials prep` wrote")
     if not p.is_dir(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
-    if not (p/_MANIFEST).exists():
-        raise UsageError(f"{dataset_path} has no {_MANIFEST}, so it was not made by prepare: run `trn-tutorials prep --dataset_path {dataset_path}` first")
+    if not (p/_MANIFEST).exists(): raise UsageError(f"{dataset_path} has no {_MANIFEST}, so it was not made by prepare: {_unprepared_fix(p, dataset_path)}")
     again = _again(p)
     m = _read_manifest(p, again)
     try:
