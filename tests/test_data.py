@@ -65,7 +65,8 @@ def test_manifest_is_json_with_the_interface_keys(tmp_path):
     m = prepare(_args(tmp_path, percentile=100))
     assert set(m) == {'model_id', 'max_length', 'percentile', 'label_names', 'rows', 'truncated', 'length_stats', 'data',
                       'text_column', 'label_column', 'trn_tutorials_version', 'bucket_lengths', 'bucket_rows', 'padding_share',
-                      'tokenizer', 'label_rows', 'left_out', 'kind', 'options', 'content_sha256'}
+                      'tokenizer', 'label_rows', 'left_out', 'kind', 'options', 'content_sha256',
+                      'text_from', 'files_left_out'}
     assert m['tokenizer'] == tokenizer_fingerprint(AutoTokenizer.from_pretrained(local_model()))
     assert m['label_rows'] == {n: 60 for n in EMOTION_LABELS} and m['left_out'] == {}
     assert m['bucket_lengths'] == [m['max_length']] and m['bucket_rows']['train'] == [m['rows']['train']]
@@ -167,7 +168,7 @@ def test_load_raw_bad_input(tmp_path, monkeypatch):
     (folder/'train.jsonl').unlink()
     with pytest.raises(UsageError, match=r"no train\.\* file"): load_raw(str(folder))
     (tmp_path/'broken.csv').write_text('text,label\ni feel fine,joy\ni feel, well, fine,joy\n')
-    with pytest.raises(UsageError, match="Expected 2 fields in line 3, saw 4"): load_raw(str(tmp_path/'broken.csv'))
+    with pytest.raises(UsageError, match=r"line 3 of .*broken\.csv \(1 of its 2 rows\) has 4 fields but its header names 2: quote texts holding commas"): load_raw(str(tmp_path/'broken.csv'))
 
 
 def test_validate_sample(raw, ds):

@@ -361,7 +361,7 @@ def damaged(d:Path, prepared, how:str) -> str:
     return str(c)
 
 @pytest.mark.parametrize('how,words', [
-    ('no manifest', 'has no trn_tutorials.json, so it was not made by prepare: run `trn-tutorials prep --dataset_path'),
+    ('no manifest', 'has no trn_tutorials.json, so it was not made by prepare: its record is lost'),
     ('not JSON', 'trn_tutorials.json is damaged (Expecting'), ('a list', 'trn_tutorials.json holds list, not a manifest'),
     ('no label_names', 'trn_tutorials.json lacks model_id, label_names, which training needs'),
     ('max_length 0', 'holds a bad bucket_lengths'), ('one label', "holds a bad label_names (['joy'])"),
@@ -374,7 +374,8 @@ def test_load_prepared_refuses_what_training_cannot_trust(copy, how, words):
     with pytest.raises(UsageError) as e: load_prepared(str(copy))
     msg = one_line(e)
     assert words in msg, msg
-    if how == 'no manifest': assert msg.endswith(f'run `trn-tutorials prep --dataset_path {copy}` first'), msg
+    if how == 'no manifest':   # tokenized rows without their record: no --data to guess, nothing in backticks to paste
+        assert msg.endswith('prepare your raw data again into a new folder (trn-tutorials prep --data YOUR_DATA --dataset_path NEW_FOLDER)'), msg
     elif how in ('not JSON', 'a list'):   # no record to read the data from: what to pass, no guessed --data
         assert msg.endswith(f"prepare it again: trn-tutorials prep --dataset_path {copy} with the --data (and options) it was prepared from"), msg
     else:   # the complete command from the record, its --data included

@@ -251,7 +251,7 @@ def test_headerless_file_read_as_if_it_had_a_header_is_refused(tmp_path):
     data = write_cola(tmp_path/'cola')
     with pytest.raises(UsageError) as e: load_raw(data)
     msg = str(e.value)
-    assert msg.startswith("the first line of in_domain_train.tsv is a row of data, not column names (gj04 | 1 |  | Our friends")
+    assert msg.startswith("the first line of ") and "in_domain_train.tsv is a row of data, not column names (gj04 | 1 |  | Our friends" in msg
     assert msg.endswith("pass --column_names with a name for each of its 4 columns, or --preset cola if it is a cola file")
     (tmp_path/'reviews.csv').write_text('1,Great CD,My lovely Pat has one of the great voices\n0,Avoid,Cheap\n')
     with pytest.raises(UsageError, match=r"reviews.csv is a row of data.*each of its 3 columns$"): load_raw(str(tmp_path/'reviews.csv'))
@@ -313,4 +313,4 @@ def test_prep_cli_bad_input(tmp_path):
     r = subprocess.run([TRN, 'prep', '--data', data], capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
-    assert lines[0].startswith('trn-tutorials prep: error: the first line of in_domain_train.tsv is a row of data') and '--preset cola' in lines[0]
+    assert lines[0].startswith('trn-tutorials prep: error: the first line of ') and 'in_domain_train.tsv is a row of data' in lines[0] and '--preset cola' in lines[0]
