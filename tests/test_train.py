@@ -220,7 +220,7 @@ def test_torchneuron_needs_transformers_5():
     "transformers 5 places the model on TorchNeuron's `neuron` device; 4.57 (the compat run) is refused in one line."
     import transformers
     from trn_tutorials.core import UsageError
-    from trn_tutorials.train import _check_runtime
-    if int(transformers.__version__.split('.')[0]) >= 5: assert _check_runtime('torchneuron', 1) is None
+    from trn_tutorials.train import TrainArguments, _check_runtime
+    if int(transformers.__version__.split('.')[0]) >= 5: assert _check_runtime('torchneuron', 1, TrainArguments()) is None
     else:
-        with pytest.raises(UsageError, match="transformers>=5"): _check_runtime('torchneuron', 1)
+        with pytest.raises(UsageError, match="transformers>=5"): _check_runtime('torchneuron', 1, TrainArguments())
