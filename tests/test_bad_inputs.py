@@ -35,7 +35,7 @@ ENV = dict(os.environ, HF_HUB_OFFLINE='1')
 # A message names the fix when a clause starts with an imperative (after ':', ';', '(', '`', ', or', 'or'),
 # or, for argparse's own errors, ends by pointing at `--help`, which lists the valid options.
 FIX = re.compile(r"(?:[:;(`]\s*|,\s*or\s+|\bor\s+)(?:use|pass|run|add|name|check|give|remove|set|fix|keep|change|open|"
-                 r"leave|empty|install|pip install|start|move)\b|\(see --help\)$", re.I)
+                 r"leave|empty|install|pip install|start|move|prepare|save|rename|quote|lower|raise)\b|\(see --help\)$", re.I)
 
 # Looks like a finished result if new since setup.
 DONE_FILES = {'trn_tutorials.json', 'metrics.json', 'config.json', 'model.safetensors', 'pytorch_model.bin',
@@ -70,6 +70,10 @@ def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8, **run) -> str
 def key_file(d:Path, mode:int) -> str:
     p = d/'key.pem'; p.write_text('-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n'); p.chmod(mode)
     return str(p)
+
+def sample_words() -> list[str]:
+    "The words of the bundled sample: a tiny tokenizer that covers them prepares it (its own vocabulary, not MiniLM's)."
+    return sorted({w for t in load_raw(sample_data())['train']['text'] for w in t.lower().split()})
 
 def two_labels(*texts_labels) -> DatasetDict:
     t, l = zip(*texts_labels)
@@ -131,7 +135,7 @@ CASES = [
          ['can be read by others', 'chmod 400']),
     Case('cli tunnel host without key', 'cli', lambda d, p: ['tunnel', '--host', '203.0.113.7'], ['--host needs --key_path']),
     # --- the training script as torchrun starts it: python -m trn_tutorials.train (calls train.main)
-    Case('train.main dataset_path is a file', 'module', lambda d, p: ['--dataset_path', write(d, 'data.csv', rows(*SIX))],
+    Case('train.main dataset_path is a file', 'module', lambda d, p: ['--dataset_path', write(d, 'data.csv', rows(*SIX * 10))],
          ['no prepared data at', 'trn-tutorials prep']),
     # --- prepare(DataArguments(...)): what is wrong with the data or the settings
     Case('prepare unknown file type', 'func', lambda d, p: prep(d, write(d, 'tweets.xlsx', 'x')), ["unknown file type '.xlsx'"]),
@@ -148,7 +152,7 @@ CASES = [
     Case('prepare only one label', 'func', lambda d, p: prep(d, write(d, 'd.csv', rows(('a b', 'joy'), ('c d', 'joy')))), ['only one label']),
     Case('prepare max_length beyond the model', 'func', lambda d, p: prep(d, sample_data(), max_length=4096), ['--max_length 4096', 'use 512 or less']),
     Case('prepare dataset_path not empty', 'func', lambda d, p: (write(d, 'prep/notes.txt', 'mine'), prep(d, sample_data()))[1],
-         ['is not empty and holds no prepared data']),
+         ['holds files trn-tutorials did not write', 'pass another --dataset_path']),
     Case('prepare empty dataset_path', 'func', lambda d, p: prep(d, sample_data(), dataset_path=''), ['--dataset_path is empty']),
     Case('prepare Hub model while offline', 'func', lambda d, p: prep(d, sample_data(), model_id='someone/some-model'),
          ["could not load the tokenizer of 'someone/some-model'", 'Hub is unreachable']),
@@ -161,7 +165,7 @@ CASES = [
          ["no label column 'emotion'", '--label_column']),
     Case('validate row without text', 'func', lambda d, p: lambda: validate(two_labels(*SIX, (None, 'joy'))), ["row 6 of split 'train' has no text"]),
     Case('validate too few rows to stratify', 'func', lambda d, p: lambda: validate(two_labels(('a', 'x'), ('b', 'x'), ('c', 'y'), ('d', 'y'), ('e', 'z'), ('f', 'z'))),
-         ['cannot split a stratified validation set off train']),
+         ['cannot give validation one row of each of the 3 labels']),
     Case('choose_length no lengths', 'func', lambda d, p: lambda: choose_length([]), ['no lengths to choose from']),
     Case('parse_visible_cores reversed range', 'func', lambda d, p: lambda: parse_visible_cores('3-1'), ["NEURON_RT_VISIBLE_CORES='3-1'"]),
     Case('ssh_cidr address range', 'func', lambda d, p: lambda: ssh_cidr('198.51.100.0/24'), ['is a range of 256 addresses']),
@@ -194,9 +198,9 @@ CASES = [
                       if hold_lock(d/'prep') else [],
          ['is in use by pid', 'trn-tutorials stop --dataset_path']),
     Case('cli train manifest not JSON', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'not JSON')],
-         ['trn_tutorials.json is damaged', 'run `trn-tutorials prep --dataset_path']),
+         ['trn_tutorials.json is damaged', 'prepare it again: trn-tutorials prep --dataset_path']),
     Case('cli train manifest missing', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'no manifest')],
-         ['has no trn_tutorials.json', 'run `trn-tutorials prep --dataset_path']),
+         ['has no trn_tutorials.json', 'its record is lost']),
     Case('cli train manifest lacks keys', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'no label_names')],
          ['lacks model_id, label_names, which training needs', 'run `trn-tutorials prep --dataset_path']),
     Case('cli train data file cut short', 'cli', lambda d, p: ['train', '--dataset_path', damaged(d, p, 'truncated arrow')],
@@ -209,7 +213,7 @@ CASES = [
          lambda d, p: ['prep', '--data', write(d, 'd.csv', rows(*SIX, ('so glad', 'Joy'))), '--model_id', M(), '--dataset_path', 'prep'],
          ["'Joy' (1 row) and 'joy' (2 rows) differ only in case", '--accept_labels Joy']),
     Case('cli prep label only in test', 'cli',
-         lambda d, p: ['prep', '--data', folder(d, train_csv=rows(*SIX), test_csv=rows(('so scared', 'fear'))), '--model_id', M(), '--dataset_path', 'prep'],
+         lambda d, p: ['prep', '--data', folder(d, train_csv=rows(*SIX), test_csv=rows(('so scared', 'fear'), ('so glad', 'joy'))), '--model_id', M(), '--dataset_path', 'prep'],
          ["unknown label 'fear' in split 'test' (1 row)", '--accept_labels fear']),
     Case('cli prep text column is the label column', 'cli',
          lambda d, p: ['prep', '--data', write(d, 'd.csv', rows(*SIX)), '--text_column', 'label', '--model_id', M(), '--dataset_path', 'prep'],
@@ -241,8 +245,8 @@ CASES = [
     Case('module output_dir inside the prepared data', 'module', lambda d, p: ['--dataset_path', p, '--output_dir', p + '/model'],
          ['inside the prepared data folder', 'pass an --output_dir outside it']),
     Case('module model and data tokenizers differ', 'module',
-         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'out'), '--model_id', tiny_bert(d/'tiny', ['happy', 'sad'])],
-         ['was prepared with the tokenizer of', 'vocabulary 30522 vs 7', '--allow_tokenizer_mismatch true']),
+         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'out'), '--model_id', tiny_bert(d/'tiny', sample_words())],
+         ['was prepared with the tokenizer of', 'vocabulary 30522 vs', '--allow_tokenizer_mismatch true']),
     Case('module output_dir busy', 'module',   # a live process holds the lock (it ends with this test's worker thread)
          lambda d, p: (lambda h: (h.stdout.readline(), ['--dataset_path', p, '--output_dir', str(d/'out')])[1])(subprocess.Popen(
              [sys.executable, '-c', "import sys, time\nfrom trn_tutorials.core import die_with_parent, folder_lock\ndie_with_parent()\n"
@@ -388,8 +392,35 @@ def test_the_checks_catch_what_they_should(tmp_path):
     for f in ('runs/emotion-data/trn_tutorials.json', 'runs/m/metrics.json', 'runs/.emotion-data.tmp-1a2b3c4d/data.arrow', 'notes.txt'):
         write(tmp_path, f, '{}')
     assert looks_done(tmp_path, before) == ['new/checkpoint-2/config.json', 'new/checkpoint-2/model.safetensors', 'new/checkpoint-2/trainer_state.json',
+        'new/trn_tutorials.json',
         'runs/.emotion-data.tmp-1a2b3c4d', 'runs/.emotion-data.tmp-1a2b3c4d/data.arrow', 'runs/emotion-data/trn_tutorials.json',
         'runs/m/metrics.json']
     assert FIX.search("--epochs 0 is out of range: use a positive number, e.g. 3")
     assert FIX.search("trn-tutorials train: error: unrecognized arguments: --lr 5e-5 (see --help)")
     assert not FIX.search("--epochs must be positive, got 0.0")
+
+
+# --------------------------------------------------------------------------------------- the suggested fixes, followed
+LOCAL = ('prep', 'stop', 'train', 'quickstart')   # the commands that run here (up, down, tunnel, sm-*: AWS, not reachable)
+
+def test_the_suggested_fixes_work(cli_results):
+    """Every prep or stop command a CLI case's message suggests (in backticks, or as the first concrete option group applied to
+    its command), run as printed in the case folder: status 0, and every file the user had there is still there, byte for byte.
+    Suggestions for train and quickstart are followed by tests/test_careless_*.py on fixtures small enough to train in seconds."""
+    from careless import files, follow_argv, run, users
+    followed, problems = 0, []
+    for c in CASES:
+        res = cli_results.get(c.id)
+        if not res or 'r' not in res: continue
+        r, d = res['r'], res['dir']
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        argv = list(r.args[1:]) if c.kind == 'cli' else ['-m', 'trn_tutorials.train', *r.args[3:]]
+        fix = follow_argv(re.sub(r'^\S+(?: \S+)?: error: ', '', lines[-1]), argv, d) if lines else None
+        if not fix or fix[0] not in ('prep', 'stop'): continue
+        mine = users(d, files(d))
+        r2 = run(fix, d, 300)
+        followed += 1
+        if r2.returncode != 0: problems.append(f"{c.id}: `{' '.join(fix)}` -> status {r2.returncode}: {r2.stderr.strip().splitlines()[-1:]}")
+        lost = [k for k, v in mine.items() if files(d).get(k) != v]
+        if lost: problems.append(f"{c.id}: `{' '.join(fix)}` lost or changed {lost}")
+    assert followed >= 8 and not problems, f"{followed} followed; " + '\n'.join(problems)

@@ -526,28 +526,38 @@ def _check_labels(labels:dict, # split -> its labels, as names
         raise UsageError(f"no label of split 'train' has 2 rows or more ({_label_line(train, 6)}), so no validation split can be taken off it: "
                          f"add rows (2 or more of each label), or add a validation file (validation.* beside train.*)")
     need_ef = _eval_need(dict(train), eval_fraction) if split_off else None   # accepted, would the split work?
-    ef = f" --eval_fraction {need_ef}" if need_ef is not None and need_ef < 0.5 else ''   # then one fix names both
+    hopeless = need_ef is not None and not _eval_works(dict(train), need_ef)   # no --eval_fraction can: accepting cannot help
+    ef = f" --eval_fraction {need_ef}" if need_ef is not None and not hopeless else ''   # then one fix names both
+    accept = lambda tail: ("add rows to train (too few to split a validation set off with one row of each label on both sides)" if hopeless
+                           else f"pass --accept_labels {_as_option(need)}{ef}{tail}")
     also = lambda shown: (f" (the others: {_listed([l for l in need if l not in shown])}, suspect too)" if set(need) - set(shown) else '')
     for s, ls in bad.items():
         if not ls: continue
         like = [f"{l!r} looks like {n!r}" for l in ls[:6] for n in names[:1000] if _alike(l, n)][:3]
         raise UsageError(f"unknown label{'s' * (len(ls) > 1)} {_listed(ls)} in split {s!r} ({', '.join(_rows(out[s][l]) for l in ls[:6])}"
                          f"{'; ' + ', '.join(like) if like else ''}): the train split has only {_listed(names, 10)}; fix those rows, "
-                         f"add rows of {'it' if len(ls) == 1 else 'them'} to train, or pass --accept_labels {_as_option(need)}{ef} to leave "
-                         + (f"those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
-                            f"the rows of labels train lacks out of their split{also(ls)}"))
+                         f"add rows of {'it' if len(ls) == 1 else 'them'} to train, or "
+                         + (f"remove split {s!r} (every row of it has a label train lacks)" if sum(out[s].values()) == sum(counts[s].values()) else
+                            accept(f" to leave those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
+                                   f" to leave the rows of labels train lacks out of their split{also(ls)}")))
     if pairs:
         said = '; '.join(f"{a!r} ({_rows(train[a])}) and {b!r} ({_rows(train[b])}) differ only "
                          f"{'in case, spaces, _ or -' if how == 'case' else 'by one letter'}" for a, b, how in pairs[:4])
         raise UsageError(f"labels that look like one label spelt two ways in split 'train': {said}{f' (and {len(pairs) - 4} more pairs)' if len(pairs) > 4 else ''}; "
-                         f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or pass --accept_labels {_as_option(need)}{ef} if they are meant{also(typos)}")
+                         f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or {accept(f' if they are meant{also(typos)}')}")
     if few:
         kept = "; with one row, a label stays in train only (the validation split taken off train gets none)" if split_off and any(train[l] < 2 for l in few) else ''
         lower = f" (or --min_label_rows {min(train[l] for l in few)}{ef})" if set(need) == set(few) else ''
+        keep = f" to keep {'it' if len(need) == 1 else 'them'}{lower}{kept}"
         raise UsageError(f"label{'s' * (len(few) > 1)} {', '.join(f'{l!r} ({_rows(train[l])})' for l in few[:6])}{f' and {len(few) - 6} more' if len(few) > 6 else ''} "
                          f"in split 'train' {'has' if len(few) == 1 else 'have'} fewer than --min_label_rows {min_label_rows} (a label seen once is most often a typo): "
-                         f"fix or add rows, or pass --accept_labels {_as_option(need)}{ef} to keep {'it' if len(need) == 1 else 'them'}{lower}{kept}")
+                         f"fix or add rows, or {accept(keep)}")
     return {s: new for s, new in out.items() if new}
+
+def _eval_works(per:dict, eval_fraction:float) -> bool:
+    "Whether a stratified split of `eval_fraction` gives each label with 2 rows or more one row on both sides."
+    k, n = sum(1 for v in per.values() if v >= 2), sum(v for v in per.values() if v >= 2)
+    return math.ceil(n * eval_fraction) >= k and n - math.ceil(n * eval_fraction) >= k
 
 def _eval_need(per:dict, eval_fraction:float) -> float|None:
     "The --eval_fraction a stratified split of labels with `per` train rows needs (one row of each in both parts), if `eval_fraction` is too small."
@@ -562,7 +572,7 @@ def _split_off(train:Dataset, eval_fraction:float, seed:int) -> tuple[Dataset, D
     rest = train.select([i for i, l in enumerate(_col(train, 'label')) if per[l] >= 2]) if one else train
     k, n = sum(1 for v in per.values() if v >= 2), len(rest)
     if (need := _eval_need(per, eval_fraction)) is not None:
-        fix = f"pass --eval_fraction {need}" if need < 0.5 else "add rows to train"
+        fix = f"pass --eval_fraction {need}" if _eval_works(per, need) else "add rows to train"
         raise UsageError(f"--eval_fraction {eval_fraction:g} of {_rows(n)} cannot give validation one row of each of the {k} labels: "
                          f"{fix}, or add a validation file (validation.* beside train.*)")
     tv = rest.train_test_split(test_size=eval_fraction, stratify_by_column='label', seed=seed)
