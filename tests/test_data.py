@@ -211,7 +211,7 @@ def test_validate_bad_data(tmp_path):
     (bad/'train.txt').write_text('i feel happy;joy\ni feel glad;joy\ni feel low;sadness\ni feel blue;sadness\n')
     (bad/'test.txt').write_text('i feel grumpy;grumpy\n')
     with pytest.raises(UsageError, match=r"unknown label 'grumpy' in split 'test' \(1 row\): the train split has only 'joy', 'sadness'; .*"
-                                         r"or pass --accept_labels grumpy to leave those rows out of split 'test'$"):
+                                         r"or remove split 'test' \(every row of it has a label train lacks\)$"):
         validate(load_raw(str(bad)))
     (bad/'test.txt').write_text('i feel grumpy\n')
     with pytest.raises(UsageError, match="row 0 of split 'test' has no label"): validate(load_raw(str(bad)))

@@ -100,7 +100,8 @@ def test_stop_ends_a_run_and_a_relaunch_resumes(prepared):
     assert r.returncode == 0 and f'stopped the run in {out}: ended 3 process(es)' in r.stdout, (r.stdout, r.stderr)
     assert not [q for q in procs_of(out) if q != p.pid]   # torchrun and the workers are gone when stop returns
     assert p.wait(timeout=30) == 1   # the launcher saw torchrun stopped and says so in one line (after its progress bar)
-    assert 'stopped by signal 15 (SIGTERM); launch again' in p.stderr.read().strip().splitlines()[-1]
+    last = p.stderr.read().strip().splitlines()[-1]
+    assert 'stopped by signal 15 (SIGTERM); run the same command again to continue from checkpoint-' in last, last
     assert not procs_of(out) and not Path(f'/proc/{root}').exists()
     assert not (out/'metrics.json').exists()
     r = run('train', '--dataset_path', data, '--output_dir', out, '--epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',

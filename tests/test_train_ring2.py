@@ -111,7 +111,8 @@ def test_ctrl_c_is_one_line(tiny):
         if (e := read_progress(line)) and e['event'] == 'step' and e['step'] >= 9: break
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
-    lines = err.strip().splitlines()
+    # transformers' own note when two checkpoints land within the file system's mtime resolution (a tiny model, seconds apart)
+    lines = [l for l in err.strip().splitlines() if not l.startswith('[transformers] mtime may not be reliable')]
     assert p.returncode == 130 and len(lines) == 1 and 'Traceback' not in err, err[-3000:]
     assert 'interrupted: kept ' in lines[0] and 'checkpoint-8' in lines[0] and f"--dataset_path {tmp/'data'}" in lines[0], lines
 
@@ -126,7 +127,8 @@ def test_resume_refuses_data_prepared_again_with_other_labels(tiny):
     rec = json.loads((tmp/'r'/'trn_tutorials.json').read_text())
     assert rec['kind'] == 'model' and rec['options']['dataset_path'] == str(tmp/'d2') and rec['data']['fingerprint']['label_names'] == EMOTION_LABELS
     csv = tmp/'pos.csv'
-    csv.write_text('text,label\n' + ''.join(f"{w} good {i},pos\n{w} bad {i},neg\n" for i, w in enumerate(['fine', 'great', 'nice', 'okay'] * 12)))
+    ws = sorted({w for t in load_raw(sample_data())['train']['text'] for w in t.split() if w.isalpha() and w.islower()})   # words tiny-a knows
+    csv.write_text('text,label\n' + ''.join(f"{ws[i % len(ws)]} {ws[(7 * i) % len(ws)]},{'pos' if i % 2 else 'neg'}\n" for i in range(96)))
     prepare(DataArguments(data=str(csv), model_id=a, dataset_path=str(tmp/'d2')))
     line = one_line(run(tmp, *opts))
     assert 'was trained on other data than d2 holds now (labels were sadness, joy, love, anger, fear, surprise; now ' in line, line
