@@ -37,7 +37,8 @@ def test_neuron_backend_relaunches_and_trains(tmp_path):
     # written by the torchrun worker, on the Neuron code path: XLA graphs counted, one worker
     assert m['torchrun'] is True and m['backend'] == 'neuron' and m['world_size'] == 1, {k: m.get(k) for k in ('torchrun', 'backend', 'world_size')}
     assert m['compiled_graphs'] and m['compiled_graphs']['train'] > 0, m['compiled_graphs']
-    assert m['versions'].get('torch-xla') and m['warnings'] == []
+    # one epoch of a tiny random BERT may not beat the majority label yet: that warning (issue 23) is the only one allowed
+    assert m['versions'].get('torch-xla') and all('no better than always predicting the majority label' in w for w in m['warnings']), m['warnings']
     # its checkpoints were sealed by the guard (one worker: no meeting to wait for)
     from trn_tutorials.train import checkpoints
     assert [ok for _, ok in checkpoints(out)] and all(ok for _, ok in checkpoints(out)), checkpoints(out)
