@@ -103,6 +103,7 @@ def check_number(name:str, # the option's name, e.g. 'learning_rate'
         raise UsageError(f"--{name} {value} is out of range: use {limit.describe()}{e}")
     return value
 
+# %% ../nbs/00_core.ipynb #a7e0c009
 def _text_kind(hint) -> str|None:
     "'str' or 'list' if the type hint `hint` is `str` or `list[str]` (optionally `|None`), 'bool' for `bool`, else `None`."
     import types, typing
