@@ -464,3 +464,10 @@ def test_shapes_are_gathered_across_nodes(tmp_path):
     got = json.loads((tmp_path/'node0'/'gathered.json').read_text())
     assert got == {'input_shapes': [[8, 16], [8, 32]], 'shapes_per_worker': [1, 1], 'eval_shapes': [[4, 16]], 'train_rows_fed': 48}
     assert not list(tmp_path.rglob('.shapes-*'))
+
+
+def test_the_sdk_gives_no_public_job_name():
+    "`submit` reads the job's name from the CreateTrainingJob request (a botocore event): ModelTrainer has no public way to it."
+    from sagemaker.train import ModelTrainer
+    assert [n for n in dir(ModelTrainer) if 'job' in n.lower() and not n.startswith('_')] == []   # a public one appeared: use it
+    assert '_latest_training_job' in ModelTrainer.__private_attributes__   # where the SDK keeps the job, privately

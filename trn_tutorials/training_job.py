@@ -411,6 +411,8 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
     try:
         session, seen = boto3.Session(region_name=region), {}
         if job.dry_run: _dry_run_hooks(session, seen, job.bucket)   # before any client is made: each copies the hooks it has then
+        # ModelTrainer.train returns None and keeps the job only in a private attribute: the request names it (botocore's event)
+        else: session.events.register('before-parameter-build.sagemaker.CreateTrainingJob', lambda params, **kw: seen.update(name=params['TrainingJobName']))
         trainer = model_trainer(args, job, role_arn, src, session)
         data = f's3://{job.bucket}/{prefix}/data'
         channels = {'train': data}
@@ -426,7 +428,7 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
             upload_folder(args.dataset_path, job.bucket, f'{prefix}/data', region)
             if 'model' in channels: upload_folder(model, job.bucket, f'{prefix}/model', region)
             trainer.train(input_data_config=inputs, wait=False, logs=False)
-        return trainer._latest_training_job.training_job_name
+        return seen['name']
     finally: shutil.rmtree(src, ignore_errors=True)
 
 # %% ../nbs/09_training_job.ipynb #860f66ec
