@@ -6,26 +6,74 @@
 from __future__ import annotations
 import importlib.util, json, os, re, shutil, socket, subprocess, sys
 from contextlib import contextmanager
-from dataclasses import dataclass, asdict, field, fields
+from dataclasses import dataclass, asdict, field, fields, is_dataclass
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['RECORD', 'KINDS', 'BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'HUB_MODEL', 'UsageError',
-           'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'check_type', 'check_folder',
-           'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'folder_record', 'write_record', 'check_owner',
-           'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator',
-           'neuron_stack', 'machine_instance_type', 'detect', 'Stack', 'instance_family', 'backend_env',
-           'set_backend_env', 'check_stack', 'check_backend', 'InstanceType', 'instance_type', 'run_cost',
-           'hub_reachable', 'local_model', 'default_model', 'short_path', 'tiny_bert']
+           'field_help', 'documented', 'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers',
+           'arguments_of', 'check_type', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent',
+           'folder_record', 'write_record', 'check_owner', 'neuron_core_total', 'parse_visible_cores', 'neuron_ls',
+           'neuron_lnc', 'visible_neuron_cores', 'Accelerator', 'neuron_stack', 'machine_instance_type', 'detect',
+           'Stack', 'instance_family', 'backend_env', 'set_backend_env', 'check_stack', 'check_backend', 'InstanceType',
+           'instance_type', 'run_cost', 'hub_reachable', 'local_model', 'default_model', 'short_path', 'tiny_bert']
 
 # %% ../nbs/00_core.ipynb #2b214e09
 class UsageError(ValueError):
     "Bad input from the user: the message is one line and names the fix."
 
+# %% ../nbs/00_core.ipynb #c0de0a02
+def _comments(src:str, name:str) -> dict:
+    "Field name -> inline comment of the class `name` in the source `src` (a comment on the field's line, or on the lines just above)."
+    import ast, io, textwrap, tokenize
+    src = textwrap.dedent(src)
+    try: tree, toks = ast.parse(src), list(tokenize.generate_tokens(io.StringIO(src).readline))
+    except (SyntaxError, tokenize.TokenError): return {}
+    said = {t.start[0]: t.string.lstrip('#').strip() for t in toks if t.type == tokenize.COMMENT}
+    code = {t.start[0] for t in toks if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)}
+    out = {}
+    for c in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name][-1:]:
+        for s in c.body:
+            if not (isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)): continue
+            if (h := said.get(s.end_lineno) or said.get(s.lineno)): out[s.target.id] = h; continue
+            above, i = [], s.lineno - 1
+            while i in said and i not in code: above.insert(0, said[i]); i -= 1
+            if above: out[s.target.id] = ' '.join(above)
+    return out
+
+def field_help(cls # a dataclass type
+              ) -> dict:
+    "Field name -> help of the dataclass `cls`: the field's inline comment (docments style), or a `metadata['help']` it still has."
+    import inspect
+    found = {}
+    for k in reversed([k for k in cls.__mro__ if is_dataclass(k)]):   # a subclass's comment wins
+        if (h := k.__dict__.get('__field_help__')) is None:
+            try: h = _comments(inspect.getsource(k), k.__name__)
+            except (OSError, TypeError): h = {}   # defined in a notebook without `documented`: no source to read
+        found.update(h)
+    return {f.name: f.metadata.get('help') or found.get(f.name) for f in fields(cls) if f.init}
+
+def documented(cls # a dataclass type
+              ):
+    "Class decorator: the docs page (`show_doc`) and `help()` show each field's inline comment, wherever the class is defined."
+    import inspect, linecache
+    if '__field_help__' not in cls.__dict__:
+        try: src = inspect.getsource(cls)
+        except (OSError, TypeError): src = ''.join(linecache.getlines(inspect.currentframe().f_back.f_code.co_filename))   # a notebook cell
+        cls.__field_help__ = _comments(src, cls.__name__)
+    rows = ''.join(f"{k}\n    {v}\n" for k, v in field_help(cls).items() if v)
+    if rows and 'Parameters\n---' not in (cls.__doc__ or ''): cls.__doc__ = f"{cls.__doc__ or ''}\n\nParameters\n----------\n{rows}"
+    return cls
+
+
 # %% ../nbs/00_core.ipynb #697dee54
 def _parser(types:list, prog:str|None):
     "The `HfArgumentParser` of `types`: a field two types share is one option; an error is one line that points at --help."
     from transformers import HfArgumentParser
+    from types import MappingProxyType
+    for t in types:   # each field's help, declared once as its inline comment, goes where HfArgumentParser reads it
+        for f in fields(t):
+            if (h := field_help(t).get(f.name)) and 'help' not in f.metadata: f.metadata = MappingProxyType({**f.metadata, 'help': h.replace('%', '%%')})
     class _Parser(HfArgumentParser):
         def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
     return _Parser(types, prog=prog, conflict_handler='resolve')
@@ -51,6 +99,7 @@ def given_options(types:list, # dataclass types whose fields become `--options`
     return {k for k, v in vars(_parser(types, prog).parse_args(argv, namespace=start)).items() if v is not unset}
 
 # %% ../nbs/00_core.ipynb #f179fa27
+@documented
 @dataclass(frozen=True)
 class Limit:
     "The values a numeric option may take: a range, and special values outside it that mean something."
@@ -147,6 +196,42 @@ def check_numbers(obj, # a dataclass instance, e.g. `TrainArguments(...)`
         check_number(f.name, v, kind, limits.get(f.name), optional=optional)
         if kind is float and isinstance(v, int): object.__setattr__(obj, f.name, float(v))   # 3 for an epoch count: the float 3.0
     return obj
+
+# %% ../nbs/00_core.ipynb #c0de0a06
+def arguments_of(fn, # the one function that takes the options, e.g. `stop_cmd`
+                 limits:dict|None=None, # field name -> `Limit`: the number checks, as `check_numbers` takes them
+                 skip:tuple=(), # parameters that are not options, e.g. an object the caller builds
+                 to=None, # where `fn` passes its `**kwargs` on: their options come from this function's parameters
+                 name:str|None=None # the class's name; default `<Fn>Arguments`
+                ) -> type:
+    "A dataclass of `fn`'s parameters (types, defaults, docments help), checked by `check_numbers`: parse into it, call `fn(**asdict(a))`."
+    import copy, inspect
+    from dataclasses import make_dataclass
+    specs, seen, helps = [], set(), {}
+    for f in [fn] + ([to] if to else []):
+        docs = _param_docs(f)
+        for p in inspect.signature(f).parameters.values():
+            if p.name in skip or p.name in seen or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD): continue
+            t = eval(p.annotation, f.__globals__) if isinstance(p.annotation, str) else p.annotation   # `from __future__ import annotations`
+            t, d = str if t is p.empty else t, p.default
+            fld = field() if d is p.empty else field(default_factory=lambda d=d: copy.copy(d)) if isinstance(d, (list, dict, set)) else field(default=d)
+            specs.append((p.name, t, fld)); seen.add(p.name); helps[p.name] = docs.get(p.name)
+    cls = make_dataclass(name or ''.join(w.capitalize() for w in fn.__name__.split('_')) + 'Arguments', specs,
+                         namespace={'__post_init__': lambda self: check_numbers(self, limits or {})})
+    cls.__module__, cls.__options_of__ = inspect.currentframe().f_back.f_globals.get('__name__', fn.__module__), fn   # where it is assigned
+    cls.__doc__ = f"Options of `{fn.__name__}`: {(inspect.getdoc(fn) or '').splitlines()[0] if fn.__doc__ else ''}"
+    cls.__field_help__ = {k: v for k, v in helps.items() if v}
+    return documented(cls)
+
+def _param_docs(fn) -> dict:
+    "Parameter name -> its inline comment (docments) in the source of the function `fn`."
+    import ast, inspect, io, textwrap, tokenize
+    try: src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError): return {}
+    said = {t.start[0]: t.string.lstrip('#').strip() for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
+    d = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return {a.arg: said[a.end_lineno] for a in [*d.args.posonlyargs, *d.args.args, *d.args.kwonlyargs] if a.end_lineno in said}
+
 
 # %% ../nbs/00_core.ipynb #a7e0c007
 def check_type(value, # what the caller passed
@@ -378,6 +463,7 @@ def visible_neuron_cores(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
     return len([c for c in parse_visible_cores(spec) if c < total])
 
 # %% ../nbs/00_core.ipynb #916d207e
+@documented
 @dataclass
 class Accelerator:
     "What this machine trains on."
@@ -427,6 +513,7 @@ def detect(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
 # %% ../nbs/00_core.ipynb #6181e254
 BACKENDS = ('auto', 'neuron', 'torchneuron', 'xla', 'cuda', 'cpu')
 
+@documented
 @dataclass(frozen=True)
 class Stack:
     "A Trainium software stack: the image's virtual environment, this package's install line there, the versions it needs."
@@ -531,15 +618,16 @@ def check_backend(backend:str='auto', # one of `BACKENDS`
     return backend
 
 # %% ../nbs/00_core.ipynb #7ce16edc
+@documented
 @dataclass(frozen=True)
 class InstanceType:
     "One Trainium instance type."
-    name: str
+    name: str               # e.g. 'trn1.2xlarge'
     devices: int            # Trainium devices
     neuron_cores: int       # NeuronCores a process can use: 2 per Trainium1 device; logical cores (LNC=2) on Trn2/Trn3
     accel_memory_gb: int    # accelerator memory
-    vcpus: int
-    memory_gib: int
+    vcpus: int              # virtual CPUs
+    memory_gib: int         # host memory
     usd_per_hour: float|None  # on-demand, us-east-1; None: no published price we could verify
     price_date: str         # when that price was taken (or looked for)
     worker_counts: tuple = ()  # torchrun worker counts Neuron supports here; () = any from 1 to `neuron_cores`
