@@ -356,3 +356,12 @@ def test_prepare_rerun_buckets_and_load_prepared(ds, lengths, length, tmp_path, 
     with pytest.raises(UsageError, match="run `trn-tutorials prep"): load_prepared(str(tmp_path/'nothing-here'))
     with pytest.raises(UsageError, match="has no trn_tutorials.json"): load_prepared(str(tmp_path/'bad'))
     with pytest.raises(UsageError, match="open it with load_prepared"): load_raw(str(out))
+
+
+def test_every_data_option_has_help_and_the_modules_layer():
+    "`prep --help` and the docs read each DataArguments field's comment; data_files and data_checks never import data (no cycle)."
+    import subprocess, sys
+    from trn_tutorials.core import field_help
+    assert all(field_help(DataArguments).values()), field_help(DataArguments)
+    code = "import sys, trn_tutorials.data_checks, trn_tutorials.data_files; print('trn_tutorials.data' in sys.modules)"
+    assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == 'False'
