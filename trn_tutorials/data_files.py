@@ -6,7 +6,7 @@
 from __future__ import annotations
 import collections, json, os, re, shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +17,8 @@ import trn_tutorials
 from .core import UsageError, hub_reachable
 
 # %% auto #0
-__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'sample_data', 'default_data', 'KnownData', 'data_files', 'load_raw',
-           'datasets3_form', 'row_lengths']
+__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'sample_data', 'default_data', 'KnownData', 'known_defaults', 'data_files',
+           'load_raw', 'datasets3_form', 'row_lengths']
 
 # %% ../nbs/03b_data_files.ipynb #20b43897
 HUB_DATA = 'dair-ai/emotion'
@@ -55,6 +55,20 @@ def _known_name(data:str|None) -> str|None:
     "The `KNOWN_DATA` key that `data` names (its key or Hub id), unless `data` is a local path."
     if not data or Path(data).expanduser().exists(): return None
     return next((k for k, v in KNOWN_DATA.items() if data == k or (data == v.hub_id and v.config is None)), None)
+
+# %% ../nbs/03b_data_files.ipynb #a7c3e9d1
+def known_defaults(args # the settings as given: a `DataArguments` (trn_tutorials.data)
+                  ):
+    "A copy of `args` with `data` and the options left out filled in from its known dataset: `--preset`, or the one `--data` names."
+    if args.preset is not None and args.preset not in KNOWN_DATA:
+        raise UsageError(f"unknown --preset {args.preset!r}: use one of {', '.join(KNOWN_DATA)}, or leave it out")
+    data = args.data or args.preset or default_data()
+    name = args.preset or _known_name(data)
+    k = KNOWN_DATA.get(name)
+    if k is None: return replace(args, data=data, text_column=args.text_column or ['text'])
+    return replace(args, data=data, preset=name, text_column=args.text_column or list(k.text_column),
+                   label_names=args.label_names or list(k.label_names),
+                   column_names=args.column_names or (list(k.column_names) if k.column_names else None))
 
 # %% ../nbs/03b_data_files.ipynb #a213165d
 _FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.tsv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
