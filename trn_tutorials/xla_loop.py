@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .core import UsageError, check_backend, check_numbers, parse_args, set_backend_env
+from .core import UsageError, check_backend, check_numbers, documented, parse_args, set_backend_env
 from .data import load_prepared
 from .train import (TRAIN_LIMITS, XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_workers, classification_metrics,
                                  majority_baseline)
@@ -26,21 +26,22 @@ __all__ = ['LOOP_BACKENDS', 'ERROR_PREFIX', 'LoopArguments', 'check_loop_args', 
 # %% ../nbs/10_xla_loop.ipynb #a956af09
 LOOP_BACKENDS = ('auto', 'neuron', 'xla', 'cpu')  # the XLA path (neuron on a Trn1, xla to rehearse it) and its CPU twin
 
+@documented
 @dataclass
 class LoopArguments:
     "A run of the plain loop: the names, types and defaults of `TrainArguments` where they mean the same."
-    dataset_path: str = field(default='runs/emotion-data', metadata={'help': 'prepared data: the folder `prepare` saved'})
-    model_id: str|None = field(default=None, metadata={'help': 'model to fine-tune; default: the one the data was tokenized for'})
-    output_dir: str = field(default='runs/emotion-loop', metadata={'help': 'where the model, tokenizer and metrics.json go'})
-    learning_rate: float = field(default=5e-5, metadata={'help': 'AdamW learning rate, constant (no schedule)'})
-    epochs: float = field(default=3.0, metadata={'help': 'passes over the training data'})
-    per_device_train_batch_size: int = field(default=16, metadata={'help': 'batch size on each worker'})
-    per_device_eval_batch_size: int = field(default=64, metadata={'help': 'evaluation batch size on each worker'})
-    max_steps: int = field(default=-1, metadata={'help': 'stop after this many optimizer steps (-1: run all epochs)'})
-    weight_decay: float = field(default=0.01, metadata={'help': 'AdamW weight decay (not on biases and LayerNorm weights)'})
-    seed: int = field(default=42, metadata={'help': 'random seed (model head, dropout and the batch order)'})
-    backend: str = field(default='auto', metadata={'help': 'auto (detect), neuron (Trn1: torch-neuronx), '
-                         'xla (the Neuron code path on the CPU: a rehearsal, one worker) or cpu (gloo and DDP)'})
+    dataset_path: str = 'runs/emotion-data' # prepared data: the folder `prepare` saved
+    model_id: str|None = None # model to fine-tune; default: the one the data was tokenized for
+    output_dir: str = 'runs/emotion-loop' # where the model, tokenizer and metrics.json go
+    learning_rate: float = 5e-5 # AdamW learning rate, constant (no schedule)
+    epochs: float = 3.0 # passes over the training data
+    per_device_train_batch_size: int = 16 # batch size on each worker
+    per_device_eval_batch_size: int = 64 # evaluation batch size on each worker
+    max_steps: int = -1 # stop after this many optimizer steps (-1: run all epochs)
+    weight_decay: float = 0.01 # AdamW weight decay (not on biases and LayerNorm weights)
+    seed: int = 42 # random seed (model head, dropout and the batch order)
+    # auto (detect), neuron (Trn1: torch-neuronx), xla (the Neuron code path on the CPU: a rehearsal, one worker) or cpu (gloo and DDP)
+    backend: str = 'auto'
 
     def __post_init__(self): check_numbers(self, TRAIN_LIMITS)   # the train chapter's limits: a bad number is refused here
 
