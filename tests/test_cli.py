@@ -73,8 +73,8 @@ def test_one_behaviour_per_option():
     from dataclasses import fields
     from typing import get_type_hints   # not `Field.type`: a string until HfArgumentParser resolves it in place
     import trn_tutorials.cli as C
-    for name, (_, types, _) in C.COMMANDS.items():
-        seen = {}
+    for name in C.COMMANDS:
+        seen, types = {}, C.command(name)[1]
         for t in types:
             hints = get_type_hints(t)
             for f in fields(t):
@@ -86,7 +86,7 @@ def test_one_behaviour_per_option():
 
 def test_split_seed_and_seed_are_separate():
     import trn_tutorials.cli as C
-    types = C.COMMANDS['quickstart'][1]
+    types = C.command('quickstart')[1]
     data, train, _ = parse_args(types, ['--seed', '7'])
     assert (data.split_seed, train.seed) == (42, 7)
     data, train, _ = parse_args(types, ['--split_seed', '3'])
@@ -120,7 +120,7 @@ def test_offline_defaults_leave_a_given_learning_rate_alone(monkeypatch, tmp_pat
     lrs = []
     class Stop(Exception): pass
     def stop(train, *a, **k): lrs.append(train.learning_rate); raise Stop()
-    monkeypatch.setattr(C, 'check_args', stop)
+    monkeypatch.setattr('trn_tutorials.train.check_args', stop)
     monkeypatch.setattr(C, 'hub_reachable', lambda *a, **k: False)
     for argv in ([], ['--learning_rat', '2e-5'], ['--learning_rate=3e-5']):
         with pytest.raises(Stop): C.run(['quickstart', *argv])
@@ -186,7 +186,7 @@ def test_train_says_mcc_and_the_warnings_on_stderr(monkeypatch, capsys):
     import trn_tutorials.cli as C
     from trn_tutorials.launch import Results
     from trn_tutorials.train import TrainArguments
-    monkeypatch.setattr(C, 'launch', lambda *a, **k: Results.from_metrics(METRICS, 3.0))
+    monkeypatch.setattr('trn_tutorials.launch.launch', lambda *a, **k: Results.from_metrics(METRICS, 3.0))
     C.train_cmd(TrainArguments(), C.LaunchArguments())
     said = capsys.readouterr()
     assert 'validation weighted F1 0.5651, accuracy 0.6913, Matthews correlation 0.0000' in said.out, said.out
@@ -194,9 +194,9 @@ def test_train_says_mcc_and_the_warnings_on_stderr(monkeypatch, capsys):
 
 
 def run_cli(monkeypatch, capsys, argv, **patches):
-    "`cli.run(argv)` with `patches` on the cli module; its exit status and stderr lines."
+    "`cli.run(argv)` with `patches` (`'module.name'`: value) on the modules the command imports; its exit status and stderr lines."
     import trn_tutorials.cli as C
-    for k, v in patches.items(): monkeypatch.setattr(C, k, v)
+    for k, v in patches.items(): monkeypatch.setattr(f'trn_tutorials.{k}', v)
     with pytest.raises(SystemExit) as e: C.run(argv)
     err = capsys.readouterr().err.strip().splitlines()
     return e.value.code, err
@@ -206,12 +206,12 @@ def test_ctrl_c_and_a_full_disk_are_one_line(monkeypatch, capsys, tmp_path):
     import errno
     def ctrl_c(*a, **k): raise KeyboardInterrupt()
     def full(*a, **k): raise OSError(errno.ENOSPC, 'No space left on device', str(tmp_path/'data'/'.tmp'/'x.arrow'))
-    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], prepare=ctrl_c)
+    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], **{'data.prepare': ctrl_c})
     assert code == 130 and len(err) == 1 and 'nothing was written' in err[0] and str(tmp_path/'data') in err[0], err
-    code, err = run_cli(monkeypatch, capsys, ['train', '--output_dir', str(tmp_path/'model')], launch=ctrl_c)
+    code, err = run_cli(monkeypatch, capsys, ['train', '--output_dir', str(tmp_path/'model')], **{'launch.launch': ctrl_c})
     assert code == 130 and len(err) == 1 and 'no checkpoint' in err[0] and 'run the same command again' in err[0], err
     assert f'`trn-tutorials train --output_dir {tmp_path}/model`' in err[0], err
-    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], prepare=full)
+    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], **{'data.prepare': full})
     assert code == 1 and len(err) == 1 and 'disk' in err[0] and 'full' in err[0] and str(tmp_path/'data') in err[0], err
 
 
@@ -228,3 +228,14 @@ def test_a_log_on_a_full_disk_ends_the_run_in_one_line(tmp_path):
     r = cli('train', '--dataset_path', 'data', '--output_dir', 'model', '--max_steps', '2', cwd=tmp_path)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and 'Traceback' not in r.stderr and 'full' in lines[-1] and str(tmp_path/'model') in lines[-1], r.stderr
+
+
+@pytest.mark.parametrize('args,unloaded', [(['--help'], ('boto3', 'datasets', 'transformers', 'torch', 'sagemaker')),
+                                           (['detect'], ('boto3', 'datasets', 'transformers', 'sagemaker'))])
+def test_a_command_imports_only_what_it_runs(args, unloaded):
+    "`trn-tutorials --help` and `detect` start fast: none of the slow libraries the other commands need is imported."
+    code = (f"import sys; sys.argv = ['trn-tutorials', *{args!r}]\nfrom trn_tutorials.cli import main\nmain()\n"
+            f"print('LOADED', [m for m in {unloaded!r} if m in sys.modules])")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert 'LOADED []' in r.stdout, r.stdout[-300:]

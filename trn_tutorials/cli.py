@@ -4,39 +4,33 @@
 
 # %% ../nbs/07_cli.ipynb #85ac7e4b
 from __future__ import annotations
-import errno, json, os, shlex, sys, time
+import errno, importlib, json, os, shlex, sys, time
 from contextlib import contextmanager
 from pathlib import Path
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Literal
 
-import datasets
-from .core import CATALOG, Limit, UsageError, check_backend, check_numbers, default_model, detect, folder_lock, given_options
+from .core import CATALOG, Limit, UsageError, arguments_of, check_backend, default_model, detect, folder_lock, given_options
 from .core import check_folder, check_owner, folder_record, hub_reachable
 from .core import instance_type, parse_args, short_path
-from .data import DataArguments, default_data, prepare
-from .launch import NPROC_LIMIT, LaunchError, launch, precompile, stop, workers
-from .train import TrainArguments, check_args, check_output_dir, newest_complete, resume_from
-from .instance import InstanceArguments, StatusArguments, dlami_for, find_instance, find_instances, launch_instance
-from .ssh import NEURON_VENV, TunnelArguments, open_jupyter, ssh_command
-from .cleanup import CleanupArguments, cleanup
-from .training_job import JobArguments, sm_train
-from .endpoint import DEFAULT_INSTANCE_TYPE, deploy, predict
-from .hf_endpoint import hf_deploy
 
 # %% auto #0
-__all__ = ['OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'LaunchArguments', 'detect_cmd', 'interrupted', 'prep_kept', 'train_kept',
-           'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'StopArguments',
-           'stop_cmd', 'DeployArguments', 'PredictArguments', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd',
-           'sm_down_cmd', 'keep_user_data', 'quickstart', 'disk_full', 'run', 'main']
+__all__ = ['StopArguments', 'PredictArguments', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted', 'prep_kept',
+           'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd',
+           'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data', 'quickstart',
+           'command', 'disk_full', 'run', 'main']
 
 # %% ../nbs/07_cli.ipynb #ed494db8
-@dataclass
-class LaunchArguments:
-    "How to launch: parsed by `HfArgumentParser` like the other argument sets."
-    nproc_per_node: int|None = field(default=None, metadata={'help': 'torchrun workers (default: one per NeuronCore or GPU, 1 on a CPU)'})
-    instance_type: str|None = field(default=None, metadata={'help': f"instance type to price the run (and check the worker count), one of {', '.join(CATALOG)}"})
-    def __post_init__(self): check_numbers(self, {'nproc_per_node': NPROC_LIMIT})
+def _launch_arguments() -> type:
+    "`LaunchArguments`: the options of `launch` that are not the training script's."
+    from trn_tutorials.launch import NPROC_LIMIT, launch
+    return arguments_of(launch, {'nproc_per_node': NPROC_LIMIT}, skip=('args', 'echo', 'raw'), name='LaunchArguments')
+
+def __getattr__(name):
+    "`LaunchArguments` and `DeployArguments`, built on first use: their functions' modules load torch, datasets or boto3."
+    if name not in _LAZY: raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = made = _LAZY[name]()
+    return made
 
 # %% ../nbs/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
@@ -67,13 +61,16 @@ def prep_kept(dataset_path:str, # the prep's folder
 
 def train_kept(args:TrainArguments) -> str:
     "What a training run stopped by Ctrl-C left in its output folder, and how to continue it."
+    from trn_tutorials.train import newest_complete
     last, p = newest_complete(args.output_dir)[0], os.path.abspath(args.output_dir)
     if last is None: return f"no checkpoint was written to {p}: run the same command again to start over"
     return (f"{p} keeps {last.name}, its newest complete checkpoint: " +
             ("run the same command again to continue from it" if args.resume else "add --resume true to continue from it"))
 
+# %% ../nbs/07_cli.ipynb #c11a0001
 def prep_cmd(data:DataArguments) -> dict:
     "Prepare the data (see the data chapter)."
+    from trn_tutorials.data import prepare
     before = folder_record(data.dataset_path)
     with interrupted(lambda: prep_kept(data.dataset_path, before)):
         print(f"preparing {short_path(data.data) if data.data else 'the default data'} into {data.dataset_path} ...", flush=True)
@@ -81,10 +78,12 @@ def prep_cmd(data:DataArguments) -> dict:
 
 def precompile_cmd(train:TrainArguments, how:LaunchArguments) -> dict|None:
     "On Neuron, compile the graphs of this training run into the compile cache (see the launch chapter)."
+    from trn_tutorials.launch import precompile
     return precompile(train, how.nproc_per_node)
 
 def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
     "Launch training with torchrun (see the launch chapter)."
+    from trn_tutorials.launch import launch
     with interrupted(lambda: train_kept(train)): res = launch(train, how.nproc_per_node, how.instance_type)
     mcc = f", Matthews correlation {res.mcc:.4f}" if res.mcc is not None else ''
     print(f"\n{res.split} weighted F1 {res.f1:.4f}, accuracy {res.accuracy:.4f}{mcc}, {res.samples_per_second:.1f} samples/s, "
@@ -99,6 +98,8 @@ def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
 # %% ../nbs/07_cli.ipynb #4fb7cf2d
 def up_cmd(a:InstanceArguments) -> dict:
     "Launch a Trn1 instance (see the setup chapter)."
+    from trn_tutorials.instance import launch_instance
+    from trn_tutorials.ssh import ssh_command
     inst = launch_instance(**asdict(a))
     print(inst.summary())
     print(f"next: trn-tutorials tunnel --run_id {inst.run_id}\n  or: {ssh_command(inst.host, inst.key_path)}")
@@ -106,12 +107,15 @@ def up_cmd(a:InstanceArguments) -> dict:
 
 def status_cmd(s:StatusArguments) -> list:
     "This project's instances and their cost so far."
+    from trn_tutorials.instance import find_instances
     insts = find_instances(s.run_id, s.region, s.key_dir)
     print('\n'.join(i.summary() for i in insts) or 'no trn-tutorials instances')
     return [i.instance_id for i in insts]
 
 def tunnel_cmd(s:StatusArguments, t:TunnelArguments) -> str:
     "Start Jupyter on the instance and forward it to 127.0.0.1 until Ctrl-C (see the SSH chapter)."
+    from trn_tutorials.instance import dlami_for, find_instance
+    from trn_tutorials.ssh import NEURON_VENV, open_jupyter
     if t.host is None:
         inst = find_instance(s.run_id, s.region, s.key_dir)
         t.host, t.key_path = inst.host, t.key_path or inst.key_path
@@ -124,72 +128,68 @@ def tunnel_cmd(s:StatusArguments, t:TunnelArguments) -> str:
 
 def down_cmd(c:CleanupArguments) -> dict:
     "Terminate and delete what `up` created, and show that nothing is left (see the cleanup chapter)."
+    from trn_tutorials.cleanup import cleanup
     rep = cleanup(**asdict(c)); print(rep)
     return asdict(rep)
 
 # %% ../nbs/07_cli.ipynb #22b40cd7
-@dataclass
-class StopArguments:
-    "Options of `trn-tutorials stop`: the folder of the run to stop."
-    output_dir: str|None = field(default=None, metadata={'help': "a training run's output folder (train's --output_dir)"})
-    dataset_path: str|None = field(default=None, metadata={'help': "a prep's folder (prep's --dataset_path)"})
-    timeout: float = field(default=30, metadata={'help': 'seconds to wait after SIGTERM before SIGKILL'})
-    def __post_init__(self): check_numbers(self, {'timeout': Limit(0, example=30)})
-
-def stop_cmd(s:StopArguments) -> list:
+def stop_cmd(output_dir:str|None=None, # a training run's output folder (train's --output_dir)
+             dataset_path:str|None=None, # a prep's folder (prep's --dataset_path)
+             timeout:float=30 # seconds to wait after SIGTERM before SIGKILL
+            ) -> list:
     "Stop the run that holds a folder: torchrun and every worker (see the launch chapter)."
-    if (s.output_dir is None) == (s.dataset_path is None):
+    from trn_tutorials.launch import stop
+    if (output_dir is None) == (dataset_path is None):
         raise UsageError("name the run's folder: pass --output_dir FOLDER (a training run) or --dataset_path FOLDER (a prep)")
-    return stop(s.output_dir or s.dataset_path, s.timeout)
+    return stop(output_dir or dataset_path, timeout)
+
+StopArguments = arguments_of(stop_cmd, {'timeout': Limit(0, example=30)}, name='StopArguments')
 
 # %% ../nbs/07_cli.ipynb #1a309f19
-@dataclass
-class DeployArguments:
-    "Options of `trn-tutorials sm-deploy`: the arguments of `endpoint.deploy` (or `hf_endpoint.hf_deploy`)."
-    container: Literal['pytorch', 'huggingface'] = field(default='pytorch', metadata={'help':
-        "pytorch: SageMaker's PyTorch image with this package's handler (batches padded to the trained lengths); "
-        "huggingface: the Hugging Face inference image and its pipeline, no code of ours (the original tutorial's)"})
-    model_dir: str = field(default='runs/emotion-model', metadata={'help': "the fine-tuned model folder (train's --output_dir, or a job's download)"})
-    role: str|None = field(default=None, metadata={'help': 'IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com'})
-    endpoint_name: str|None = field(default=None, metadata={'help': 'the endpoint (default: trn-tutorials-<run id>)'})
-    instance_type: str = field(default=DEFAULT_INSTANCE_TYPE, metadata={'help': 'hosting instance type: a CPU one, or ml.inf2.xlarge (Inferentia 2)'})
-    instance_count: int = field(default=1, metadata={'help': 'instances behind the endpoint'})
-    run_id: str|None = field(default=None, metadata={'help': 'the run it belongs to (tags, S3 prefix); default: a new one'})
-    bucket: str|None = field(default=None, metadata={'help': "S3 bucket for model.tar.gz; default: SageMaker's default bucket"})
-    region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
-    def __post_init__(self): check_numbers(self, {'instance_count': Limit(1, 100, example=1)})
-
-@dataclass
-class PredictArguments:
-    "Options of `trn-tutorials sm-predict`."
-    endpoint_name: str|None = field(default=None, metadata={'help': 'the endpoint to ask'})
-    text: list[str] = field(default_factory=list, metadata={'help': 'one or more texts to classify'})
-    region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
-
 def sm_train_cmd(train:TrainArguments, job:JobArguments) -> dict:
     "Train as a SageMaker training job; with --dry_run print the request (see the training-job chapter)."
+    from trn_tutorials.training_job import sm_train
     res = sm_train(train, job)
     if job.dry_run: print(json.dumps(res, indent=1, default=str)); return res
     print('\n'.join(f'{k}: {v}' for k, v in res.rows()))
     return {k: v for k, v in asdict(res).items() if k != 'metrics'}
 
-def sm_deploy_cmd(d:DeployArguments) -> dict:
+def sm_deploy_cmd(container:Literal['pytorch', 'huggingface']='pytorch', # pytorch: SageMaker's PyTorch image with this package's handler (batches padded to the trained lengths); huggingface: the Hugging Face inference image and its pipeline, no code of ours (the original tutorial's)
+                  model_dir:str='runs/emotion-model', # the fine-tuned model folder (train's --output_dir, or a job's download)
+                  **kw # the options of `endpoint.deploy`
+                 ) -> dict:
     "Deploy a fine-tuned model to a real-time endpoint (see the endpoint chapter)."
-    kw = asdict(d)
-    ep = (hf_deploy if kw.pop('container') == 'huggingface' else deploy)(**kw); print(ep)
+    from trn_tutorials.endpoint import deploy
+    from trn_tutorials.hf_endpoint import hf_deploy
+    ep = (hf_deploy if container == 'huggingface' else deploy)(model_dir, **kw); print(ep)
     print(f'next: trn-tutorials sm-predict --endpoint_name {ep.name} --text "i feel great"')
     return asdict(ep)
 
-def sm_predict_cmd(p:PredictArguments) -> list:
+def _deploy_arguments() -> type:
+    "`DeployArguments`: `sm_deploy_cmd`'s options and those of `endpoint.deploy` it passes on."
+    from trn_tutorials.endpoint import deploy
+    return arguments_of(sm_deploy_cmd, {'instance_count': Limit(1, 100, example=1)}, skip=('wait',), to=deploy, name='DeployArguments')
+
+_LAZY = {'LaunchArguments': _launch_arguments, 'DeployArguments': _deploy_arguments}
+
+# %% ../nbs/07_cli.ipynb #c11a0002
+def sm_predict_cmd(endpoint_name:str|None=None, # the endpoint to ask
+                   text:list[str]|None=None, # one or more texts to classify
+                   region:str|None=None # AWS region (default: your AWS configuration)
+                  ) -> list:
     "Ask an endpoint to classify texts."
-    if not p.endpoint_name: raise UsageError("pass --endpoint_name (trn-tutorials sm-deploy printed it)")
-    if not p.text: raise UsageError('pass --text "a text" (one or more)')
-    out = predict(p.endpoint_name, p.text, p.region)
-    for t, r in zip(p.text, out): print(f"{r['label']:>12} {r['score']:.3f}  {t}")
+    from trn_tutorials.endpoint import predict
+    if not endpoint_name: raise UsageError("pass --endpoint_name (trn-tutorials sm-deploy printed it)")
+    if not text: raise UsageError('pass --text "a text" (one or more)')
+    out = predict(endpoint_name, text, region)
+    for t, r in zip(text, out): print(f"{r['label']:>12} {r['score']:.3f}  {t}")
     return out
+
+PredictArguments = arguments_of(sm_predict_cmd, name='PredictArguments')
 
 def sm_down_cmd(c:CleanupArguments) -> dict:
     "Stop the run's training jobs, delete its endpoints, configs, models and S3 prefix; prove nothing is left."
+    from trn_tutorials.cleanup import cleanup
     rep = cleanup(**{**asdict(c), 'ec2': False}); print(rep)
     return asdict(rep)
 
@@ -227,6 +227,9 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
     with interrupted(lambda: prep_kept(data.dataset_path, before)): return _quickstart(data, train, how, given, t0)
 
 def _quickstart(data, train, how, given, t0):
+    from trn_tutorials.data import default_data
+    from trn_tutorials.launch import workers
+    from trn_tutorials.train import check_args, check_output_dir, resume_from
     acc = detect()
     online = hub_reachable() if data.data is None or data.model_id is None else None
     if data.data is None: data.data = default_data(online)
@@ -250,27 +253,36 @@ def _quickstart(data, train, how, given, t0):
     return out
 
 # %% ../nbs/07_cli.ipynb #e70f4820
-COMMANDS = {
-    'detect':     (detect_cmd, [], 'which accelerator is here, how many workers, Trn1 prices'),
-    'prep':       (prep_cmd, [DataArguments], 'load, validate, choose the padding length(s), tokenize and save the data'),
-    'precompile': (precompile_cmd, [TrainArguments, LaunchArguments], 'on Neuron: compile the training graphs ahead of the run'),
-    'train':      (train_cmd, [TrainArguments, LaunchArguments], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
-    'stop':       (stop_cmd, [StopArguments], 'stop the run that holds a folder: torchrun and every worker'),
-    'quickstart': (quickstart, [DataArguments, TrainArguments, LaunchArguments], 'prep + train end to end (offline: bundled sample + MiniLM)'),
-    'up':         (up_cmd, [InstanceArguments], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
-    'status':     (status_cmd, [StatusArguments], "this project's instances and their cost so far"),
-    'tunnel':     (tunnel_cmd, [StatusArguments, TunnelArguments], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
-    'down':       (down_cmd, [CleanupArguments], 'terminate and delete what up created; prove nothing is left'),
-    'sm-train':   (sm_train_cmd, [TrainArguments, JobArguments], 'train as a SageMaker training job on ml.trn1 (--dry_run: print the request)'),
-    'sm-deploy':  (sm_deploy_cmd, [DeployArguments], 'deploy a fine-tuned model to a SageMaker real-time endpoint'),
-    'sm-predict': (sm_predict_cmd, [PredictArguments], 'ask an endpoint to classify texts'),
-    'sm-down':    (sm_down_cmd, [CleanupArguments], "stop the run's jobs, delete its endpoints, models and S3 files"),
+COMMANDS = {   # name: (function, its options: 'module:Class' imported when the command runs, help)
+    'detect':     ('detect_cmd', [], 'which accelerator is here, how many workers, Trn1 prices'),
+    'prep':       ('prep_cmd', ['data:DataArguments'], 'load, validate, choose the padding length(s), tokenize and save the data'),
+    'precompile': ('precompile_cmd', ['train:TrainArguments', 'LaunchArguments'], 'on Neuron: compile the training graphs ahead of the run'),
+    'train':      ('train_cmd', ['train:TrainArguments', 'LaunchArguments'], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
+    'stop':       ('stop_cmd', ['StopArguments'], 'stop the run that holds a folder: torchrun and every worker'),
+    'quickstart': ('quickstart', ['data:DataArguments', 'train:TrainArguments', 'LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
+    'up':         ('up_cmd', ['instance:InstanceArguments'], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
+    'status':     ('status_cmd', ['instance:StatusArguments'], "this project's instances and their cost so far"),
+    'tunnel':     ('tunnel_cmd', ['instance:StatusArguments', 'ssh:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
+    'down':       ('down_cmd', ['cleanup:CleanupArguments'], 'terminate and delete what up created; prove nothing is left'),
+    'sm-train':   ('sm_train_cmd', ['train:TrainArguments', 'training_job:JobArguments'], 'train as a SageMaker training job on ml.trn1 (--dry_run: print the request)'),
+    'sm-deploy':  ('sm_deploy_cmd', ['DeployArguments'], 'deploy a fine-tuned model to a SageMaker real-time endpoint'),
+    'sm-predict': ('sm_predict_cmd', ['PredictArguments'], 'ask an endpoint to classify texts'),
+    'sm-down':    ('sm_down_cmd', ['cleanup:CleanupArguments'], "stop the run's jobs, delete its endpoints, models and S3 files"),
 }
+
+def command(name:str # a key of `COMMANDS`
+           ) -> tuple:
+    "`(function, option classes)` of the command `name`, importing only the modules it needs: `--help` and `detect` start fast."
+    fn, types, _ = COMMANDS[name]
+    def load(s): return s if not isinstance(s, str) else getattr(importlib.import_module(f'trn_tutorials.{s.split(":")[0]}'), s.split(':')[1]) \
+        if ':' in s else globals()[s] if s in globals() else __getattr__(s)
+    return load(fn), [load(t) for t in types]
 
 def _usage() -> str:
     return 'usage: trn-tutorials COMMAND [--help] [options]\n\ncommands:\n' + '\n'.join(
         f'  {k:11} {v[2]}' for k, v in COMMANDS.items())
 
+# %% ../nbs/07_cli.ipynb #c11a0003
 def _device(p) -> int:
     "The filesystem holding `p` (its nearest existing folder)."
     p = Path(os.path.abspath(p))
@@ -286,6 +298,13 @@ def disk_full(e:OSError, # the error: errno ENOSPC, or a library's 'No space lef
     return (f"the disk holding {' and '.join(mine) or os.getcwd()} is full (No space left on device): free space on it (old runs, "
             "checkpoints, caches) or choose folders on a disk with room, then run the same command again")
 
+# %% ../nbs/07_cli.ipynb #c11a0004
+def _failed(e:Exception) -> str|None:
+    "The one line for a run that failed or was stopped (the launcher's `LaunchError`) or a full disk; `None` for anything else."
+    m = sys.modules.get('trn_tutorials.launch')   # loaded whenever a `LaunchError` was raised
+    if m is not None and isinstance(e, m.LaunchError): return str(e).replace('launch again with the same arguments', 'run the same command again')
+    return None
+
 def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
        ):
     "Run one `trn-tutorials` command; return what its function returns."
@@ -294,25 +313,24 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"trn-tutorials: error: unknown command {name!r}: use one of {', '.join(COMMANDS)}", file=sys.stderr); sys.exit(2)
-    fn, types, _ = COMMANDS[name]
-    datasets.disable_progress_bars()   # they draw on stderr, which is for the one line of an error
+    fn, types = command(name)
+    if 'datasets' in sys.modules: sys.modules['datasets'].disable_progress_bars()   # they draw on stderr, which is for the one line of an error
     parsed = parse_args(types, rest, prog=f'trn-tutorials {name}')
     extra = {'given': given_options(types, rest)} if name == 'quickstart' else {}
     again = shlex.join(['trn-tutorials', *argv])   # run from the same folder, the same command goes on from where this one stopped
-    try: return fn(*parsed, **extra)
+    try: return fn(**asdict(parsed[0])) if len(types) == 1 and getattr(types[0], '__options_of__', None) is fn else fn(*parsed, **extra)
     except UsageError as e:
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(2)
-    except LaunchError as e:   # the run failed or was stopped: the reason, not a traceback of the launcher
-        said = str(e).replace('launch again with the same arguments', 'run the same command again')
-        if 'the same command again' in said: said += f": `{again}`"
-        print(f"trn-tutorials {name}: error: {said}", file=sys.stderr); sys.exit(1)
     except KeyboardInterrupt as e:   # Ctrl-C: what was kept, and the command that goes on
         said = e.args[0] if e.args else 'stopped'
         if 'the same command again' in said: said += f": `{again}`"
         print(f"trn-tutorials {name}: interrupted: {said}", file=sys.stderr); sys.exit(130)
-    except OSError as e:   # a full disk, however the library that wrote reports it
-        if e.errno != errno.ENOSPC and 'No space left on device' not in str(e): raise
-        print(f"trn-tutorials {name}: error: {disk_full(e, parsed)}", file=sys.stderr); sys.exit(1)
+    except Exception as e:
+        if (said := _failed(e)) is not None:   # the run failed or was stopped: the reason, not a traceback of the launcher
+            if 'the same command again' in said: said += f": `{again}`"
+            print(f"trn-tutorials {name}: error: {said}", file=sys.stderr); sys.exit(1)
+        if not isinstance(e, OSError) or (e.errno != errno.ENOSPC and 'No space left on device' not in str(e)): raise
+        print(f"trn-tutorials {name}: error: {disk_full(e, parsed)}", file=sys.stderr); sys.exit(1)   # a full disk, however reported
 
 def main():
     "The `trn-tutorials` console script (its exit status is 0 on success, 2 on bad input)."

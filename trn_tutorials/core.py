@@ -69,8 +69,13 @@ def documented(cls # a dataclass type
 # %% ../nbs/00_core.ipynb #697dee54
 def _parser(types:list, prog:str|None):
     "The `HfArgumentParser` of `types`: a field two types share is one option; an error is one line that points at --help."
-    from transformers import HfArgumentParser
+    from argparse import ArgumentParser
     from types import MappingProxyType
+    if not types:   # a command without options (`detect`): argparse alone, transformers stays unloaded
+        class _Plain(ArgumentParser):
+            def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        return _Plain(prog=prog)
+    from transformers import HfArgumentParser
     for t in types:   # each field's help, declared once as its inline comment, goes where HfArgumentParser reads it
         for f in fields(t):
             if (h := field_help(t).get(f.name)) and 'help' not in f.metadata: f.metadata = MappingProxyType({**f.metadata, 'help': h.replace('%', '%%')})

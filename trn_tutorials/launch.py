@@ -97,26 +97,17 @@ def torchrun_command(args:TrainArguments, # the run's arguments
 # %% ../nbs/05_launch.ipynb #7a987c6f
 def process_tree(pid:int # the root process
                 ) -> list[int]:
-    "`pid` and all its descendants, parents first (read from `/proc`; just `[pid]` where there is none)."
-    children = {}
-    for d in Path('/proc').iterdir() if Path('/proc').is_dir() else []:
-        if not d.name.isdigit(): continue
-        try: ppid = int((d/'stat').read_text().rsplit(')', 1)[1].split()[1])
-        except (OSError, IndexError, ValueError): continue
-        children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop(0); out.append(p); todo += children.get(p, [])
-    return out
+    "`pid` and all its descendants, parents first (psutil; just `[pid]` where it has ended)."
+    import psutil
+    try: return [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error: return [pid]
 
 def _alive(pid:int) -> bool:
     "Whether `pid` is running (a zombie, which only waits for its parent to read its status, is not)."
-    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
-    except (OSError, IndexError):
-        if Path('/proc/self').exists(): return False
-        try: os.kill(pid, 0); return True   # no /proc (not Linux): ask the kernel
-        except ProcessLookupError: return False
-        except PermissionError: return True
+    import psutil
+    try: return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess: return False
+    except psutil.AccessDenied: return True
 
 def end_tree(pid:int, # the root process, e.g. torchrun's
              timeout:float=30 # seconds between SIGTERM and SIGKILL
@@ -345,8 +336,9 @@ def graphs_from_cache(counted:dict|None, # `metrics['compiled_graphs']`: what to
 NPROC_LIMIT = Limit(1, example=2)  # `nproc_per_node`: one worker or more (`workers` checks what the machine has)
 
 def _cmdline(pid:int) -> str:
-    try: return Path(f'/proc/{pid}/cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace')
-    except OSError: return ''
+    import psutil
+    try: return ' '.join(psutil.Process(pid).cmdline())
+    except psutil.Error: return ''
 
 def _record_root(folder, pid:int):
     "Name `pid` (torchrun) as `root` in the lock record this process holds on `folder`: `stop` ends its tree, not ours."
@@ -360,6 +352,7 @@ def _record_root(folder, pid:int):
 
 def _dying(pid:int) -> bool:
     "Whether `pid` is being torn down: killed (SIGKILL pending) or exiting; it may hold its locks a moment longer."
+    # read from /proc: psutil has no public view of pending signals or of the kernel's 'exiting' flag
     try:
         stat, status = Path(f'/proc/{pid}/stat').read_text(), Path(f'/proc/{pid}/status').read_text()
         pending = [int(l.split()[1], 16) for l in status.splitlines() if l.startswith(('SigPnd:', 'ShdPnd:'))]
