@@ -53,6 +53,7 @@ def field_help(cls # a dataclass type
         found.update(h)
     return {f.name: f.metadata.get('help') or found.get(f.name) for f in fields(cls) if f.init}
 
+# %% ../nbs/00_core.ipynb #8985ade0
 def documented(cls # a dataclass type
               ):
     "Class decorator: the docs page (`show_doc`) and `help()` show each field's inline comment, wherever the class is defined."
@@ -64,7 +65,6 @@ def documented(cls # a dataclass type
     rows = ''.join(f"{k}\n    {v}\n" for k, v in field_help(cls).items() if v)
     if rows and 'Parameters\n---' not in (cls.__doc__ or ''): cls.__doc__ = f"{cls.__doc__ or ''}\n\nParameters\n----------\n{rows}"
     return cls
-
 
 # %% ../nbs/00_core.ipynb #697dee54
 def _parser(types:list, prog:str|None):
@@ -139,6 +139,7 @@ def _number_kind(hint) -> type|None:
     kinds = [a for a in args if a is not type(None)]
     return kinds[0] if len(kinds) == 1 and kinds[0] in (int, float) else None
 
+# %% ../nbs/00_core.ipynb #f5741828
 def check_number(name:str, # the option's name, e.g. 'learning_rate'
                  value, # the value given
                  kind:type=float, # `int` or `float`
@@ -186,6 +187,7 @@ def _check_text(obj, name:str, kind:str, optional:bool):
     if kind == 'str': put(os.path.expanduser(items[0]) if items[0].startswith('~') else items[0])   # `'~/runs'` quoted in a shell
     else: put(items)
 
+# %% ../nbs/00_core.ipynb #2e61b6b4
 def check_numbers(obj, # a dataclass instance, e.g. `TrainArguments(...)`
                   limits:dict[str, Limit] # field name -> what it may hold; fields typed int or float and not named here: any finite number
                  ):
@@ -306,6 +308,7 @@ def _command() -> str:
     s = ' '.join([Path(argv[0]).name if argv else 'python', *argv[1:]])
     return f"`{s if len(s) <= 80 else s[:79] + '…'}`"
 
+# %% ../nbs/00_core.ipynb #bd3a53db
 @contextmanager
 def folder_lock(folder, # the folder the run writes
                 option:str, # the option that names it, for the message: 'output_dir' or 'dataset_path'
@@ -343,6 +346,7 @@ def _find_prctl():
     except (OSError, AttributeError): return None   # not Linux
 _PRCTL = _find_prctl()   # looked up here, not in a child between fork and exec (where loading a library could deadlock)
 
+# %% ../nbs/00_core.ipynb #a73e1c98
 def die_with_parent(sig:int=15 # the signal to receive: SIGTERM
                    ) -> bool:
     "Have Linux send this process `sig` when its parent dies (`prctl(PR_SET_PDEATHSIG)`); `False` where it cannot."
@@ -502,6 +506,7 @@ def _cuda_count() -> int:
     except ImportError: return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
+# %% ../nbs/00_core.ipynb #621be4a7
 def detect(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
            env:dict|None=None # environment; default `os.environ`
           ) -> Accelerator:
@@ -592,6 +597,7 @@ _NEEDS = {'neuron': f"a Trn1 with the Neuron 2.31 DLAMI's venv {STACKS['neuron']
           'torchneuron': f"a Trn2/Trn3 with the DLAMI 'Deep Learning AMI Neuron torch-neuronx 2.14' and its venv {STACKS['torchneuron'].venv} activated",
           'cuda': "a machine with a CUDA GPU"}
 
+# %% ../nbs/00_core.ipynb #6ea25d0a
 def check_backend(backend:str='auto', # one of `BACKENDS`
                   acc:Accelerator|None=None, # what `detect` found, if known; 'auto' detects when not given
                   instance_type:str|None=None # the instance type, when known, e.g. 'trn1.2xlarge'

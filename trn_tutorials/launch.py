@@ -207,6 +207,7 @@ def in_notebook() -> bool:
     ip = sys.modules['IPython'].get_ipython() if 'IPython' in sys.modules else None
     return ip is not None and type(ip).__name__ != 'TerminalInteractiveShell'
 
+# %% ../nbs/05_launch.ipynb #5a867def
 class Progress:
     "Shows progress lines live: transformers' notebook tracker in Jupyter, a `tqdm` bar in a terminal."
     columns = ('Epoch', 'Training Loss', 'Validation Loss', 'F1', 'Accuracy')
@@ -365,6 +366,7 @@ def _wait_for_dying_holder(folder, seconds:float=10):
     while (rec := lock_holder(folder)) and rec.get('pid') and rec.get('host') == socket.gethostname() \
           and _dying(rec['pid']) and time.time() - t0 < seconds: time.sleep(0.05)
 
+# %% ../nbs/05_launch.ipynb #56ef6eb3
 def _end_stale(stale:dict|None, folder):
     "The lock was left by a launcher that died: end its torchrun, should it still be running, before starting again."
     if not stale: return
@@ -378,6 +380,7 @@ def _stamp(p:Path) -> tuple|None:
     try: st = p.stat(); return st.st_ino, st.st_mtime_ns, st.st_size
     except FileNotFoundError: return None
 
+# %% ../nbs/05_launch.ipynb #0b2f74d9
 def launch(args:TrainArguments, # the run's arguments, as the script parses them
            nproc_per_node:int|None=None, # workers; default one per NeuronCore/GPU, 1 on a CPU
            instance_type:str|None=None, # e.g. 'trn1.2xlarge', to price the run
@@ -548,6 +551,7 @@ def _cache_line(st:dict, before:dict|None=None) -> str:
             f"{st['in_progress'] + st['pending']} not compiled yet, {st['size_mb']} MB; "
             f"compiler {', '.join(st['compilers']) or '-'}")
 
+# %% ../nbs/05_launch.ipynb #5cdca80c
 def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets them
                nproc_per_node:int|None=None, # workers: the same as the real run; default one per NeuronCore
                steps:int|None=None, # optimizer steps of the trial run; default `precompile_steps`: every input shape
