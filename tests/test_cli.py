@@ -1,5 +1,5 @@
 "The `trn-tutorials` command, run as a user runs it: in a subprocess."
-import json, os, subprocess, sys
+import json, os, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -231,7 +231,8 @@ def test_a_log_on_a_full_disk_ends_the_run_in_one_line(tmp_path):
 
 
 @pytest.mark.parametrize('args,unloaded', [(['--help'], ('boto3', 'datasets', 'transformers', 'torch', 'sagemaker')),
-                                           (['detect'], ('boto3', 'datasets', 'transformers', 'sagemaker'))])
+                                           (['detect'], ('boto3', 'datasets', 'transformers', 'sagemaker')
+                                            + (() if os.path.exists('/dev/nvidiactl') or shutil.which('nvidia-smi') else ('torch',)))])
 def test_a_command_imports_only_what_it_runs(args, unloaded):
     "`trn-tutorials --help` and `detect` start fast: none of the slow libraries the other commands need is imported."
     code = (f"import sys; sys.argv = ['trn-tutorials', *{args!r}]\nfrom trn_tutorials.cli import main\nmain()\n"

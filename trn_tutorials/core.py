@@ -502,6 +502,8 @@ def machine_instance_type(ls=None # `neuron-ls` JSON, if known
     return name if re.fullmatch(r'[a-z][a-z0-9-]*\.[a-z0-9-]+', name) else None
 
 def _cuda_count() -> int:
+    "CUDA GPUs torch sees; 0 without importing torch (seconds) where no NVIDIA driver is installed."
+    if not os.path.exists('/dev/nvidiactl') and not shutil.which('nvidia-smi'): return 0
     try: import torch
     except ImportError: return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
