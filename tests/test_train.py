@@ -224,3 +224,27 @@ def test_torchneuron_needs_transformers_5():
     if int(transformers.__version__.split('.')[0]) >= 5: assert _check_runtime('torchneuron', 1, TrainArguments()) is None
     else:
         with pytest.raises(UsageError, match="transformers>=5"): _check_runtime('torchneuron', 1, TrainArguments())
+
+
+def test_cpu_resume_overrides_a_pinned_private_hook():
+    "`CpuResume` overrides `Trainer._load_optimizer_and_scheduler` (no public hook loads a checkpoint's optimizer state): "
+    "its name, its one argument and its `map_location` must stay, on transformers 4.57 and 5."
+    import inspect
+    from transformers import Trainer
+    from trn_tutorials.trainer import CpuResume
+    assert [p for p in inspect.signature(Trainer._load_optimizer_and_scheduler).parameters] == ['self', 'checkpoint']
+    assert 'map_location' in inspect.getsource(Trainer._load_optimizer_and_scheduler)
+    assert '_load_optimizer_and_scheduler' in vars(CpuResume)
+
+
+def test_model_columns_without_private_api(prepared):
+    "With `remove_unused_columns=False`, `BucketBatches.model_columns` keeps what `forward` takes (and the labels), via `select_columns`."
+    tmp, manifest = prepared
+    from transformers import AutoModelForSequenceClassification
+    from trn_tutorials.train import trainer_class, training_arguments
+    model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
+    targs = training_arguments(TrainArguments(output_dir=str(tmp/'columns')), 'cpu')
+    assert targs.remove_unused_columns is False
+    ds = load_prepared(str(tmp/'data'))[0]['validation']
+    kept = trainer_class()(model=model, args=targs).model_columns(ds.add_column('note', ['x'] * len(ds))).column_names
+    assert 'note' not in kept and 'labels' in kept and 'input_ids' in kept and set(kept) <= set(ds.column_names)

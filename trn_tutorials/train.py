@@ -4,30 +4,34 @@
 
 # %% ../nbs/04_train.ipynb #60e0af2d
 from __future__ import annotations
-import contextlib, errno, functools, hashlib, json, math, os, platform, re, shlex, shutil, sys, time
+import contextlib, errno, json, math, os, shlex, shutil, sys, time
 from dataclasses import asdict, dataclass, field, fields, replace
-from datetime import timedelta
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 
-from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, check_numbers, check_owner, die_with_parent,
+from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, check_numbers, check_owner, die_with_parent, documented,
                                  folder_lock, parse_args, set_backend_env, short_path, write_record)
-from .data import data_fingerprint, load_prepared, prep_command, row_lengths
+from .data import data_fingerprint, load_prepared, prep_command
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'MIN_OPTIMIZER_STEPS',
-           'REFERENCE_GLOBAL_BATCH', 'PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'NEURON_BACKENDS', 'USUAL_LR',
-           'ERROR_PREFIX', 'LOCK_ENV', 'TrainArguments', 'check_args', 'classification_metrics', 'majority_baseline',
-           'training_arguments', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows', 'diverged', 'trainer_class',
-           'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete', 'checkpoints', 'newest_complete',
-           'skipped_note', 'planned_steps', 'resume_from', 'CheckpointGuard', 'few_steps_warning', 'progress_line',
-           'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'save_plots', 'check_output_dir',
+__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'MIN_OPTIMIZER_STEPS', 'REFERENCE_GLOBAL_BATCH', 'NEURON_BACKENDS', 'ERROR_PREFIX',
+           'LOCK_ENV', 'TrainArguments', 'check_args', 'training_arguments', 'few_steps_warning', 'check_output_dir',
            'claim_output_dir', 'check_space', 'check_model', 'check_batch', 'torchrun_worker', 'torchrun_command',
-           'check_torchrun', 'check_workers', 'train', 'summary', 'collapse_warning', 'relaunch_command', 'main']
+           'check_torchrun', 'check_workers', 'train', 'relaunch_command', 'main']
 
-# %% ../nbs/04_train.ipynb #9e589591
+# %% ../nbs/04_train.ipynb #f8efe212
+# the pieces of the other train chapters: imported here as well, where `launch`, `xla_loop`, the CLI and the tests find them
+from .samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows, planned_steps
+from .checkpoints import (COMPLETE, RUN_ARGS, SAME_RUN, SEAL_TIMEOUT_S, CheckpointGuard, _differs, _free, _host_store, _size,
+                                       checkpoint_complete, checkpoint_problem, checkpoints, diverged, newest_complete, resume_from,
+                                       seal_checkpoint, skipped_note)
+from .progress import (PLOTS, PROGRESS_ENV, PROGRESS_PREFIX, USUAL_LR, _atomic, _flat, _scores, _versions, classification_metrics,
+                                    collapse_warning, majority_baseline, plot_confusion, plot_history, progress_callback, progress_line,
+                                    read_progress, save_plots, summary)
+from .trainer import _finite, _gather_shapes, _lr_as_data, _xla_compiles, trainer_class
+
+# %% ../nbs/04_train.ipynb #16cac8f9
 TRAIN_LIMITS = {   # the values each numeric option may take (`check_numbers`); `xla_loop` shares them
     'learning_rate': Limit(0, 1000, lo_open=True, example=5e-05),   # above ~1000 no optimizer trains; below 1 is usual
     'epochs': Limit(0, 10000, lo_open=True, example=3),
@@ -42,30 +46,31 @@ class _BoolHelp(str):
     def __new__(cls, yes:str, no:str): (s := super().__new__(cls, yes + ' (default: %(default)s)')).no = no; return s
     def __mod__(self, params): return str(self) % params if params['const'] else self.no
 
+# %% ../nbs/04_train.ipynb #9e589591
+@documented
 @dataclass
 class TrainArguments:
     "A training run: parsed from the command line by `HfArgumentParser`."
-    dataset_path: str = field(default='runs/emotion-data', metadata={'help': 'prepared data: the folder `prepare` saved'})
-    model_id: str|None = field(default=None, metadata={'help': 'model to fine-tune; default: the one the data was tokenized for'})
-    output_dir: str = field(default='runs/emotion-model', metadata={'help': 'where the model, tokenizer and metrics.json go'})
-    learning_rate: float = field(default=5e-5, metadata={'help': 'peak learning rate (linear decay after warm-up)'})
-    epochs: float = field(default=3.0, metadata={'help': 'passes over the training data'})
-    per_device_train_batch_size: int = field(default=16, metadata={'help': 'batch size on each worker'})
-    per_device_eval_batch_size: int = field(default=64, metadata={'help': 'evaluation batch size on each worker'})
-    bf16: bool = field(default=False, metadata={'help': 'bfloat16 autocast (faster on Trainium; if accuracy collapses, turn it off)'})
-    max_steps: int = field(default=-1, metadata={'help': 'stop after this many optimizer steps (-1: run all epochs)'})
-    warmup_ratio: float = field(default=0.1, metadata={'help': 'share of steps spent warming up the learning rate'})
-    weight_decay: float = field(default=0.01, metadata={'help': 'AdamW weight decay'})
-    logging_steps: int = field(default=50, metadata={'help': 'log every N steps (not tiny on Neuron: logging syncs the device)'})
-    seed: int = field(default=42, metadata={'help': 'random seed (model head, dropout and the batch order)'})
-    save_steps: int = field(default=500, metadata={'help': 'save a checkpoint every N optimizer steps (0: no checkpoints)'})
-    save_total_limit: int = field(default=2, metadata={'help': 'keep only the newest N checkpoints'})
-    resume: bool = field(default=True, metadata={'help': _BoolHelp('continue from the newest complete checkpoint in output_dir, if any',
+    dataset_path: str = 'runs/emotion-data' # prepared data: the folder `prepare` saved
+    model_id: str|None = None # model to fine-tune; default: the one the data was tokenized for
+    output_dir: str = 'runs/emotion-model' # where the model, tokenizer and metrics.json go
+    learning_rate: float = 5e-5 # peak learning rate (linear decay after warm-up)
+    epochs: float = 3.0 # passes over the training data
+    per_device_train_batch_size: int = 16 # batch size on each worker
+    per_device_eval_batch_size: int = 64 # evaluation batch size on each worker
+    bf16: bool = False # bfloat16 autocast (faster on Trainium; if accuracy collapses, turn it off)
+    max_steps: int = -1 # stop after this many optimizer steps (-1: run all epochs)
+    warmup_ratio: float = 0.1 # share of steps spent warming up the learning rate
+    weight_decay: float = 0.01 # AdamW weight decay
+    logging_steps: int = 50 # log every N steps (not tiny on Neuron: logging syncs the device)
+    seed: int = 42 # random seed (model head, dropout and the batch order)
+    save_steps: int = 500 # save a checkpoint every N optimizer steps (0: no checkpoints)
+    save_total_limit: int = 2 # keep only the newest N checkpoints
+    # continue from the newest complete checkpoint in output_dir, if any (`--resume false`: start over, refused where output_dir holds checkpoints)
+    resume: bool = field(default=True, metadata={'help': _BoolHelp('continue from the newest complete checkpoint in output_dir, if any',   # --help: each of `--resume`, `--no_resume` its own line
                                                                  'start from the beginning (--resume false): refused where output_dir holds checkpoints')})
-    backend: str = field(default='auto', metadata={'help': 'auto (detect), neuron (Trn1: torch-neuronx), torchneuron (Trn2/Trn3), '
-                         'xla (the Neuron code path on the CPU: a rehearsal, one worker), cuda or cpu'})
-    allow_tokenizer_mismatch: bool = field(default=False, metadata={'help': "train although the model's tokenizer differs from the one "
-                                           'the data was prepared with (a vocabulary too small for the data is refused anyway)'})
+    backend: str = 'auto' # auto (detect), neuron (Trn1: torch-neuronx), torchneuron (Trn2/Trn3), xla (the Neuron code path on the CPU: a rehearsal, one worker), cuda or cpu
+    allow_tokenizer_mismatch: bool = False # train although the model's tokenizer differs from the one the data was prepared with (a vocabulary too small for the data is refused anyway)
 
     def __post_init__(self): check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here: on the CLI and in Python
 
@@ -76,32 +81,6 @@ def check_args(args:TrainArguments # the run's arguments
     if not isinstance(args, TrainArguments): raise UsageError(f"train takes TrainArguments, not a {type(args).__name__}: use train(TrainArguments(...))")
     if args.backend not in BACKENDS: raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     return args
-
-# %% ../nbs/04_train.ipynb #fd3c7a82
-def classification_metrics(labels, # true label ids
-                           preds, # predicted label ids
-                           label_names:list[str] # name of each label id
-                          ) -> dict:
-    "Accuracy, weighted F1, Matthews correlation, a per-class report and the confusion matrix (rows: true labels)."
-    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score, matthews_corrcoef
-    labels, preds = np.asarray(labels), np.asarray(preds)
-    ids = list(range(len(label_names)))
-    report = classification_report(labels, preds, labels=ids, target_names=label_names, output_dict=True, zero_division=0)
-    return {'accuracy': round(float(accuracy_score(labels, preds)), 4),
-            'f1': round(float(f1_score(labels, preds, labels=ids, average='weighted', zero_division=0)), 4),
-            'mcc': round(float(matthews_corrcoef(labels, preds)), 4),
-            'per_class': {n: {k: round(float(report[n][k]), 4) for k in ('precision', 'recall', 'f1-score', 'support')} for n in label_names},
-            'confusion': confusion_matrix(labels, preds, labels=ids).tolist()}
-
-# %% ../nbs/04_train.ipynb #c4666d63
-def majority_baseline(train_labels, # label ids of the training split
-                      eval_labels, # label ids of the split to score
-                      label_names:list[str] # name of each label id
-                     ) -> dict:
-    "Accuracy, weighted F1 and Matthews correlation (0) of always predicting the most frequent training label."
-    majority = int(np.bincount(np.asarray(train_labels), minlength=len(label_names)).argmax())
-    m = classification_metrics(eval_labels, np.full(len(eval_labels), majority), label_names)
-    return {'label': label_names[majority], 'accuracy': m['accuracy'], 'f1': m['f1'], 'mcc': m['mcc']}
 
 # %% ../nbs/04_train.ipynb #817feccd
 XLA_BACKENDS = ('neuron', 'xla')  # the backends that run PyTorch/XLA: static shapes, compiled graphs
@@ -123,532 +102,10 @@ def training_arguments(args:TrainArguments, # the run's arguments
         logging_steps=args.logging_steps, seed=args.seed, optim='adamw_torch', eval_strategy='epoch',
         save_strategy='steps' if args.save_steps else 'no', save_steps=args.save_steps or 500, save_total_limit=args.save_total_limit,
         report_to='none', disable_tqdm=True, logging_nan_inf_filter=False,   # the filter hides a nan loss: we stop on it
-        ddp_find_unused_parameters=False,
+        ddp_find_unused_parameters=False, remove_unused_columns=False,   # `BucketBatches` selects the model's columns itself
         dataloader_drop_last=xla, eval_do_concat_batches=not xla, use_cpu=backend == 'cpu',
         # the classification loss is a mean over the batch: scaled by the worker count it read 2x on 2 workers (transformers 5)
         average_tokens_across_devices=False)
-
-# %% ../nbs/04_train.ipynb #75f1f464
-class BucketBatchSampler:
-    "Batches of row indices, each from one length bucket; shuffled, seeded, and split among `num_replicas` workers."
-    def __init__(self, lengths, # padded length of each row (its bucket)
-                 batch_size:int, # rows per batch on each worker
-                 num_replicas:int=1, # workers
-                 rank:int=0, # this worker
-                 seed:int=42, # seed of the order (combined with the epoch)
-                 fill_last:bool=False, # complete the epoch's last, smaller batch with rows repeated from the epoch (XLA: one shape)
-                 shuffle:bool=True, # shuffle rows and batches (else keep the data order)
-                 pad_to_batch:bool=False # yield `(row, length)` pairs: every worker pads to the longest row of the whole step
-                ):
-        self.lengths, self.bs, self.replicas, self.rank = np.asarray(lengths), batch_size, num_replicas, rank
-        self.seed, self.fill_last, self.shuffle, self.pad_to_batch, self.epoch = seed, fill_last, shuffle, pad_to_batch, 0
-        if len(self.lengths) < num_replicas: raise UsageError(f"{len(self.lengths)} training rows for {num_replicas} workers: use fewer workers")
-        # no `batch_size` attribute: accelerate would then treat smaller batches as incomplete and refill them
-
-    def set_epoch(self, epoch:int): self.epoch = epoch
-
-    def global_batches(self) -> list[np.ndarray]:
-        "This epoch's batches of all workers together, in order."
-        rng = np.random.default_rng([self.seed, self.epoch])
-        g, batches, carry = self.bs * self.replicas, [], np.zeros(0, dtype=np.int64)
-        for L in np.unique(self.lengths):
-            idx = np.flatnonzero(self.lengths == L)
-            pool = np.concatenate([carry, rng.permutation(idx) if self.shuffle else idx])
-            n = len(pool) // g * g
-            if n: batches += np.split(pool[:n], n // g)
-            carry = pool[n:]
-        if self.shuffle: batches = [batches[i] for i in rng.permutation(len(batches))]
-        if len(carry) and self.fill_last:   # repeat rows from the epoch's start, as torch's DistributedSampler does
-            done = np.concatenate(batches) if batches else carry
-            batches.append(np.concatenate([carry, np.resize(done, g - len(carry))]))
-        elif len(carry):
-            if len(carry) < self.replicas: carry = np.concatenate([batches.pop(), carry])  # too few for every worker
-            batches.append(carry)
-        return batches
-
-    def __iter__(self):
-        for b in self.global_batches():
-            mine = np.array_split(b, self.replicas)[self.rank].tolist()
-            if self.pad_to_batch: L = int(self.lengths[b].max()); mine = [(i, L) for i in mine]
-            yield mine
-
-    def __len__(self): return len(self.global_batches())
-
-    def shapes(self) -> set:
-        "The `(rows, length)` batch shapes this worker feeds the model in an epoch (padded to the step's longest row)."
-        return {(len(mine), int(self.lengths[b].max()))
-                for b in self.global_batches() for mine in [np.array_split(b, self.replicas)[self.rank]]}
-
-# %% ../nbs/04_train.ipynb #1207b5fc
-class EvalBatchSampler:
-    "Evaluation batches in the split's order, each of one bucket; a bucket's last batch filled up with unscored filler rows."
-    def __init__(self, lengths, # padded length of each row (its bucket)
-                 batch_size:int, # rows per batch on each worker
-                 num_replicas:int=1, # workers
-                 rank:int=0 # this worker
-                ):
-        self.lengths, self.bs, self.replicas, self.rank = np.asarray(lengths), batch_size, num_replicas, rank
-
-    def global_batches(self) -> list[list[tuple]]:
-        "Every worker's batches together: `(row, length, filler)` triples."
-        g, out = self.bs * self.replicas, []
-        for L in np.unique(self.lengths):
-            idx = np.flatnonzero(self.lengths == L).tolist()
-            for s in range(0, len(idx), g):
-                chunk = [(i, int(L), False) for i in idx[s:s + g]]
-                out.append(chunk + [(idx[0], int(L), True)] * (g - len(chunk)))
-        return out
-
-    def __iter__(self):
-        for b in self.global_batches(): yield b[self.rank * self.bs:(self.rank + 1) * self.bs]
-
-    def __len__(self): return len(self.global_batches())
-
-    def fed_rows(self) -> int:
-        "Rows all workers feed, fillers included."
-        return len(self) * self.bs * self.replicas
-
-class PaddedRows:
-    "A tokenized split indexed by `row`, `(row, length)` or `(row, length, filler)`: padded to `length`; a filler's label is -100."
-    def __init__(self, ds, # a tokenized split
-                 pad_id:int, # the tokenizer's padding id
-                 n:int|None=None # the length to report; default `len(ds)`
-                ):
-        self.ds, self.pad_id, self.n = ds, pad_id, n
-
-    def __len__(self): return len(self.ds) if self.n is None else self.n
-
-    def __getitem__(self, key):
-        i, L, filler = (key, None, False) if isinstance(key, (int, np.integer)) else (tuple(key) + (False,))[:3]
-        row = dict(self.ds[int(i)])
-        for col, pad in (('input_ids', self.pad_id), ('attention_mask', 0), ('token_type_ids', 0)):
-            if L and col in row and len(row[col]) < L: row[col] = list(row[col]) + [pad] * (L - len(row[col]))
-        if filler: row['labels'] = -100
-        return row
-
-    def __getitems__(self, keys): return [self[k] for k in keys]
-
-# %% ../nbs/04_train.ipynb #000619e4
-def _xla_compiles() -> tuple[int, float]:
-    "Graphs PyTorch/XLA has compiled in this process so far, and the seconds spent compiling them."
-    import torch_xla.debug.metrics as met
-    d = met.metric_data('CompileTime')   # (samples, total nanoseconds, recent samples), or None before the first
-    return int(met.counter_value('UncachedCompile') or 0), (d[1] / 1e9 if d else 0.0)
-
-def _lr_as_data(optimizer, device):
-    "Hand AdamW its learning rate as a tensor sent to the XLA device at every step: data of the graph, never a constant."
-    # As a Python float, the learning rate enters the step graph as a scalar, and `1 - lr * weight_decay` becomes the
-    # constant 1.0 once the schedule has decayed it below ~6e-6 (float32, weight decay 0.01): XLA then traces another
-    # step graph for every shape, near the end of the run, which no short precompile trial reaches.
-    import types, torch
-    opt = getattr(optimizer, 'optimizer', optimizer)
-    for g in opt.param_groups: g['capturable'], g['foreach'] = True, False   # AdamW's code path for a tensor learning rate
-    step = opt.step.__func__
-    def step_with_lr_as_data(self, *a, **kw):
-        floats = [g['lr'] for g in self.param_groups]   # the scheduler, logging and checkpoints keep Python floats
-        # AdamW's capturable path divides by the learning rate: at exactly 0 (the first warm-up step) a parameter whose
-        # gradient is still 0 becomes 0/0 = NaN. 1e-20 instead moves no float32 weight.
-        for g in self.param_groups: g['lr'] = torch.tensor(max(float(g['lr']), 1e-20)).to(device)
-        try: return step(self, *a, **kw)
-        finally:
-            for g, lr in zip(self.param_groups, floats): g['lr'] = lr
-    opt.step = types.MethodType(step_with_lr_as_data, opt)   # a bound method, as the learning-rate scheduler expects
-
-def diverged(what:str, # what stopped being finite, e.g. 'the training loss became nan'
-             step:int, # the optimizer step
-             learning_rate:float, # the run's peak learning rate
-             bf16:bool # whether the run used bfloat16
-            ) -> str:
-    "The one line that stops a run whose loss or weights are no longer finite: the likely cause and the fix."
-    lower = 5e-05 if learning_rate > 5e-05 else learning_rate / 10
-    fix = f"use a lower --learning_rate (e.g. {lower:g})"
-    if bf16: return f"{what} at step {step}: bfloat16 may have overflowed, or --learning_rate {learning_rate:g} is too high; retry with --bf16 false, or {fix}"
-    if learning_rate > 1e-4: return f"{what} at step {step}: --learning_rate {learning_rate:g} is likely too high; {fix}"
-    return f"{what} at step {step} although --learning_rate {learning_rate:g} is moderate: check the model's weights and the data, or {fix}"
-
-def _finite_weights(folder:Path) -> bool:
-    "Whether every tensor in the `*.safetensors` files of `folder` is finite."
-    import torch
-    from safetensors import safe_open
-    for f in folder.glob('*.safetensors'):
-        with safe_open(f, 'pt') as st:
-            if not all(bool(torch.isfinite(st.get_tensor(k)).all()) for k in st.keys()): return False
-    return True
-
-def _finite(model) -> bool:
-    "Whether every parameter of `model` is finite (on XLA read on the host, as saving reads them: no graph is compiled for it)."
-    import torch
-    with torch.no_grad():
-        xla = next(model.parameters()).device.type == 'xla'
-        return all(bool((p.detach().cpu() if xla else p).isfinite().all()) for p in model.parameters())
-
-@functools.cache
-def trainer_class():
-    "`BucketTrainer`, defined on first use: importing `Trainer` takes seconds that `launch` and the CLI should not pay."
-    from torch.utils.data import DataLoader
-    from transformers import Trainer, TrainerCallback
-
-    class SetEpoch(TrainerCallback):
-        def __init__(self, sampler): self.sampler = sampler
-        def on_epoch_begin(self, args, state, control, **kwargs): self.sampler.set_epoch(int(state.epoch + 1e-6))
-
-    class LossGuard(TrainerCallback):
-        "Stop at a logged loss that is not finite."
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            # not `eval_loss`: a worker whose evaluation batch is all filler rows (no label to score) logs a nan loss for it
-            try: v = float((logs or {})['loss'])
-            except (KeyError, TypeError, ValueError): return
-            # averaged over the workers before it is logged: every worker stops here, at the same step
-            if not math.isfinite(v): raise UsageError(diverged(f"the training loss became {v}", state.global_step, args.learning_rate, args.bf16))
-
-    class Sealer(CheckpointGuard, TrainerCallback): "`CheckpointGuard` as one of the Trainer's callbacks."
-
-    class EpochGraphs(TrainerCallback):
-        "At each epoch's start (and the end of training): the training graphs compiled since the previous one."
-        def __init__(self, trainer): self.t = trainer
-        def on_epoch_begin(self, args, state, control, **kwargs): self.t._close_epoch()
-        def on_train_end(self, args, state, control, **kwargs): self.t._close_epoch()
-
-    class BucketTrainer(Trainer):
-        "A `Trainer` with bucket batches (same shape on every worker), unscored filler rows in evaluation, "
-        "input shapes and compiled graphs counted, evaluation time kept apart, and `run_args` in every checkpoint."
-        def __init__(self, *a, run_args:dict|None=None, **kw):
-            super().__init__(*a, **kw)
-            self.shapes, self.epoch_callback = {'train': {}, 'eval': {}}, None
-            self.pad_id = getattr(self.processing_class, 'pad_token_id', None) or 0
-            self.xla = self.args.device.type == 'xla'
-            self.graphs = {'train': 0, 'eval': 0, 'per_epoch': [], 'per_evaluation': []} if self.xla else None
-            self.compile_s = {'train': 0.0, 'eval': 0.0} if self.xla else None
-            self.eval_s = {'in_train': 0.0, 'all': 0.0}
-            self.eval_rows, self._mark = 0, None
-            self.add_callback(LossGuard()); self.add_callback(Sealer(run_args))
-            if os.environ.get('NEURON_EXTRACT_GRAPHS_ONLY', '0') not in ('', '0'):
-                # `neuron_parallel_compile`'s trial: tensors are placeholders, and accelerate's padding across workers fails on
-                # them (the Neuron HF Trainer guide patches it out). Our evaluation batches already match on every worker.
-                self.accelerator.pad_across_processes = lambda tensor, *a, **kw: tensor
-            if self.xla: self.add_callback(EpochGraphs(self))
-            def count(module, args, kwargs):
-                x = kwargs.get('input_ids')
-                if x is not None:
-                    seen = self.shapes['train' if module.training else 'eval']
-                    seen[tuple(x.shape)] = seen.get(tuple(x.shape), 0) + 1
-            self.model.register_forward_pre_hook(count, with_kwargs=True)
-
-        def _sync(self):
-            "On XLA: run what is pending now, so it is neither timed nor compiled as part of what follows."
-            if self.xla:
-                import torch_xla.core.xla_model as xm
-                xm.mark_step(); xm.wait_device_ops()
-
-        def _close_epoch(self):
-            self._sync()
-            n, s = _xla_compiles()
-            train_n, train_s = n - self.graphs['eval'], s - self.compile_s['eval']   # all compiles so far that were not evaluation's
-            if self._mark is not None: self.graphs['per_epoch'].append(train_n - self._mark)
-            self._mark = train_n
-            self.graphs['train'], self.compile_s['train'] = train_n - self._first, train_s - self._first_s
-
-        def train(self, *a, **kw):
-            if self.xla: self._first, self._first_s = _xla_compiles(); self._first -= self.graphs['eval']; self._first_s -= self.compile_s['eval']
-            return super().train(*a, **kw)
-
-        def _timed(self, method, *a, **kw):
-            "Run `evaluate` or `predict`, keeping its time, compiled graphs and random numbers apart from training's."
-            import random, torch
-            self._sync()
-            c0, t0 = _xla_compiles() if self.xla else None, time.perf_counter()
-            # Building an evaluation loader draws a seed from torch's global generator. A run resumed from a checkpoint
-            # written at an epoch's end skips that epoch's evaluation, so without this its dropout would differ from then on.
-            rng = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-            try: out = getattr(super(), method)(*a, **kw)
-            finally: random.setstate(rng[0]); np.random.set_state(rng[1]); torch.random.set_rng_state(rng[2])
-            self._sync()
-            dt = time.perf_counter() - t0
-            self.eval_s['all'] += dt
-            if self.is_in_train: self.eval_s['in_train'] += dt
-            if self.xla:
-                n, s = _xla_compiles()
-                self.graphs['eval'] += n - c0[0]; self.compile_s['eval'] += s - c0[1]
-                self.graphs['per_evaluation'].append(n - c0[0])
-            return out
-
-        def create_optimizer(self, *a, **kw):
-            opt = super().create_optimizer(*a, **kw)
-            if self.xla: _lr_as_data(self.optimizer, self.args.device)
-            return opt
-
-        def evaluate(self, *a, **kw): return self._timed('evaluate', *a, **kw)
-        def predict(self, *a, **kw): return self._timed('predict', *a, **kw)
-
-        def _loader(self, ds, batch_sampler, n:int|None=None):
-            a = self.args
-            dl = self.accelerator.prepare(DataLoader(PaddedRows(ds, self.pad_id, n), batch_sampler=batch_sampler, collate_fn=self.data_collator,
-                                                     num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory))
-            shard = getattr(dl, 'batch_sampler', None)
-            if shard is not batch_sampler and getattr(shard, 'batch_sampler', None) is batch_sampler:
-                shard.num_processes, shard.process_index = 1, 0   # already split per worker: pass through
-            return dl
-
-        def get_train_dataloader(self):
-            ds, a = self._remove_unused_columns(self.train_dataset, description='training'), self.args
-            self.sampler = BucketBatchSampler(row_lengths(ds), self._train_batch_size, a.world_size, a.process_index, a.seed,
-                                              fill_last=a.dataloader_drop_last, pad_to_batch=True)
-            if self.epoch_callback is None: self.epoch_callback = SetEpoch(self.sampler); self.add_callback(self.epoch_callback)
-            self.epoch_callback.sampler = self.sampler
-            return self._loader(ds, self.sampler)
-
-        def _scoring_loader(self, ds, description:str):
-            ds, a = self._remove_unused_columns(ds, description=description), self.args
-            s = EvalBatchSampler(row_lengths(ds), a.per_device_eval_batch_size, a.world_size, a.process_index)
-            return self._loader(ds, s, s.fed_rows())
-
-        def get_eval_dataloader(self, eval_dataset=None):
-            return self._scoring_loader(self.eval_dataset if eval_dataset is None else eval_dataset, 'evaluation')
-
-        def get_test_dataloader(self, test_dataset): return self._scoring_loader(test_dataset, 'test')
-
-        def _load_optimizer_and_scheduler(self, checkpoint):
-            if checkpoint is None or self.args.device.type != 'cpu': return super()._load_optimizer_and_scheduler(checkpoint)
-            # on CPU workers transformers 4.57 maps the saved state to the device 'cpu:0', which torch.load cannot restore
-            import torch
-            load = lambda name: torch.load(os.path.join(checkpoint, name), map_location='cpu', weights_only=True)
-            self.optimizer.load_state_dict(load('optimizer.pt'))
-            self.lr_scheduler.load_state_dict(load('scheduler.pt'))
-    return BucketTrainer
-
-# %% ../nbs/04_train.ipynb #d6ce2c7e
-def _flat(x) -> np.ndarray:
-    "Logits or labels as one array, from an array, a tuple (logits first) or a list of per-batch arrays."
-    if isinstance(x, tuple): x = x[0]
-    if isinstance(x, list): x = np.concatenate([np.asarray(b[0] if isinstance(b, tuple) else b) for b in x])
-    return np.asarray(x)
-
-def _scores(p, names:list[str]) -> dict:
-    "Metrics of a `Trainer` prediction output (`EvalPrediction` or `PredictionOutput`)."
-    preds, labels = _flat(p.predictions).argmax(-1), _flat(p.label_ids)
-    keep = labels >= 0   # filler rows (label -100) fill a batch up; they are never scored
-    return classification_metrics(labels[keep], preds[keep], names) | {'rows': int(keep.sum())}
-
-def _versions() -> dict:
-    out = {'python': platform.python_version()}
-    for pkg in ('trn-tutorials', 'torch', 'transformers', 'datasets', 'accelerate', 'torch-neuronx', 'torch-xla', 'optimum-neuron'):
-        try: out[pkg] = version(pkg)
-        except PackageNotFoundError: pass
-    return out
-
-# %% ../nbs/04_train.ipynb #c73f1267
-_CKPT = re.compile(r'^checkpoint-(\d+)$')
-COMPLETE = 'trn_tutorials_complete.json'  # written last into each checkpoint: the size and sha256 of every file in it
-
-def _sha256(p:Path) -> str:
-    h = hashlib.sha256()
-    with open(p, 'rb') as f:
-        while (b := f.read(1 << 20)): h.update(b)
-    return h.hexdigest()
-
-def _files(d:Path) -> list[Path]:
-    "The files of checkpoint `d`, its record and temporary files aside."
-    return sorted(p for p in d.rglob('*') if p.is_file() and p.name != COMPLETE and not p.name.startswith(f'.{COMPLETE}'))
-
-def seal_checkpoint(folder:str|Path # a `checkpoint-<step>` folder the Trainer has finished writing
-                   ) -> Path:
-    "Write the completion record `COMPLETE` into `folder`, last and atomically: every file's size and sha256."
-    d = Path(folder)
-    files = {}
-    for p in _files(d):
-        with open(p, 'rb') as f: os.fsync(f.fileno())   # on disk before the record says so
-        files[p.relative_to(d).as_posix()] = {'size': p.stat().st_size, 'sha256': _sha256(p)}
-    tmp = d/f'.{COMPLETE}.tmp-{os.getpid()}'
-    with open(tmp, 'w') as f: json.dump({'step': int(_CKPT.match(d.name)[1]), 'files': files}, f, indent=1); f.flush(); os.fsync(f.fileno())
-    os.replace(tmp, d/COMPLETE)
-    return d/COMPLETE
-
-def _size(n:int) -> str: return next(f"{n / k:.1f} {u}" for k, u in ((1e9, 'GB'), (1e6, 'MB'), (1e3, 'kB'), (1, 'B')) if n >= k or k == 1)
-
-def checkpoint_problem(folder:str|Path, # a `checkpoint-<step>` folder
-                       verify:bool=False # also compare every file's sha256 with the record (reads the whole checkpoint)
-                      ) -> str|None:
-    "Why `folder` is not a complete checkpoint (e.g. 'optimizer.pt: 1.2 MB of 3.4 MB written'), or `None` if it is."
-    d = Path(folder)
-    try: rec = json.loads((d/COMPLETE).read_text())
-    except FileNotFoundError: return 'no completion record'
-    except (OSError, ValueError): return f'its {COMPLETE} is unreadable'
-    m = _CKPT.match(d.name)
-    if not (m and isinstance(rec, dict) and rec.get('step') == int(m[1]) and isinstance(rec.get('files'), dict)):
-        return f"its {COMPLETE} is for step {rec.get('step') if isinstance(rec, dict) else '?'}, not this folder"
-    for name, want in rec['files'].items():
-        p = d/name
-        try: size = p.stat().st_size
-        except OSError: return f'{name} is missing'
-        if size != want['size']: return f"{name}: {_size(size)} of {_size(want['size'])} written"
-        try: same = not verify or _sha256(p) == want['sha256']
-        except OSError: return f'{name} is missing'   # removed meanwhile: another worker is deleting this incomplete checkpoint
-        if not same: return f'{name} has changed since it was written (sha256 differs)'
-    return None
-
-def checkpoint_complete(folder:str|Path # a `checkpoint-<step>` folder
-                       ) -> bool:
-    "Whether `folder` holds its completion record and every file the record lists, each of the recorded size."
-    return checkpoint_problem(folder) is None
-
-def checkpoints(output_dir:str|Path # a run's output folder
-               ) -> list[tuple[Path, bool]]:
-    "The `checkpoint-<step>` folders of `output_dir`, newest first, each with whether it is complete."
-    d = Path(output_dir)
-    found = [p for p in d.iterdir() if p.is_dir() and _CKPT.match(p.name)] if d.is_dir() else []
-    return [(p, checkpoint_complete(p)) for p in sorted(found, key=lambda p: -int(_CKPT.match(p.name)[1]))]
-
-def newest_complete(output_dir:str|Path # a run's output folder
-                   ) -> tuple[Path|None, list[tuple[Path, str]]]:
-    "The newest checkpoint whose files match their record byte for byte (sha256), and the newer ones skipped, with why."
-    skipped = []
-    for p, _ in checkpoints(output_dir):
-        if (why := checkpoint_problem(p, verify=True)) is None: return p, skipped
-        skipped.append((p, why))
-    return None, skipped
-
-def skipped_note(skipped:list, # `(checkpoint, why)` pairs, from `newest_complete`
-                 start:Path|None # the checkpoint the run continues from
-                ) -> str|None:
-    "One warning line for the incomplete checkpoints a run skips, or `None` if there are none."
-    if not skipped: return None
-    what = '; '.join(f"{p.name} is incomplete ({why})" for p, why in skipped)
-    return f"warning: {what}: {f'resuming from {start.name}' if start else 'starting from the beginning'}"
-
-def planned_steps(args:TrainArguments, # the run's arguments
-                  rows, # padded length of each training row
-                  workers:int, # torchrun workers
-                  fill_last:bool=False # fill the epoch's last, smaller batch up (the XLA backends do)
-                 ) -> int:
-    "The optimizer steps a run of `args` takes on `workers` workers, counted as the Trainer counts them."
-    if args.max_steps > 0: return args.max_steps
-    return math.ceil(args.epochs * len(BucketBatchSampler(rows, args.per_device_train_batch_size, workers, 0, args.seed, fill_last)))
-
-RUN_ARGS = 'trn_tutorials_args.json'  # the run's `TrainArguments`, written into each of its checkpoints
-SAME_RUN = ('learning_rate', 'epochs', 'max_steps', 'per_device_train_batch_size', 'warmup_ratio', 'weight_decay', 'seed', 'bf16')
-
-def _opts(d:dict, names) -> str: return ' '.join(f"--{n} {str(d[n]).lower() if isinstance(d[n], bool) else d[n]}" for n in names)
-
-def _free(p:Path) -> Path:
-    "`p` if it is new or empty, else the first of `p-2`, `p-3`, ... that is: a folder to suggest."
-    return next(q for q in (p, *(p.with_name(f'{p.name}-{i}') for i in range(2, 1000))) if not q.exists() or (q.is_dir() and not any(q.iterdir())))
-
-_DATA_PARTS = {'label_names': 'labels', 'rows': 'rows', 'tokenizer': 'tokenizer', 'max_length': 'padded length',
-               'bucket_lengths': 'bucket lengths', 'content_sha256': 'texts'}   # what of the data's fingerprint a run depends on
-
-def _show(v) -> str:
-    if isinstance(v, dict): return ', '.join(f"{k} {x}" for k, x in v.items())
-    return ', '.join(map(str, v[:6])) + ', ...' * (len(v) > 6) if isinstance(v, list) else str(v)
-
-def _data_changed(was:dict, now:dict) -> str|None:
-    "What differs between two `data_fingerprint`s, e.g. 'labels were sadness, joy, ... now neg, pos'; `None` if nothing a run depends on."
-    out = []
-    for k, name in _DATA_PARTS.items():
-        a, b = was.get(k), now.get(k)
-        if a is None or b is None or a == b: continue
-        out.append(f"the tokenizer differs ({_differs(a, b)})" if k == 'tokenizer' else 'the texts differ' if k == 'content_sha256'
-                   else f"{name} were {_show(a)}; now {_show(b)}")
-    return '; '.join(out) or None
-
-def _other_run(last:Path, args:TrainArguments, data:dict|None=None) -> str|None:
-    "Why checkpoint `last` belongs to another run than `args` on data of fingerprint `data` (what differs), or `None`."
-    try: was = json.loads((last/RUN_ARGS).read_text())
-    except (OSError, ValueError): return None   # not written (older checkpoint, or cut off): the step count still decides
-    new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}"
-    if data and isinstance(was.get('data'), dict) and (what := _data_changed(was['data'], data)):
-        return f"{last} was trained on other data than {args.dataset_path} holds now ({what}): it cannot continue on it; {new} to start over"
-    diff = [n for n in SAME_RUN if n in was and was[n] != getattr(args, n)]
-    if diff: return f"{last} was written by a run with {_opts(was, diff)}, not {_opts(asdict(args), diff)}: use {_opts(was, diff)} to continue it, or {new}"
-
-def resume_from(args:TrainArguments, # the run's arguments
-                workers:int|None=None, # if given, the checkpoint must have been planned for as many steps as this run
-                fill_last:bool=False, # as in `planned_steps`
-                found:tuple|None=None, # `newest_complete(args.output_dir)`, if already known (it reads every file)
-                data:dict|None=None # the data's `data_fingerprint`, compared with the checkpoint's
-               ) -> Path|None:
-    "The newest complete checkpoint a run of `args` continues from, or `None`; a one-line error if the run cannot continue it."
-    last = (found or newest_complete(args.output_dir))[0]
-    if last and not args.resume:
-        raise UsageError(f"{args.output_dir} holds checkpoints (newest: {last.name}): pass --resume true to continue from it, or another --output_dir")
-    if last and (why := _other_run(last, args, data)): raise UsageError(why)
-    if last and workers:
-        was = json.loads((last/'trainer_state.json').read_text()).get('max_steps')
-        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, fill_last)
-        if was != now:
-            raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, batch size, "
-                         f"--epochs and --max_steps, or pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}")
-    return last
-
-# %% ../nbs/04_train.ipynb #e33e2e7f
-SEAL_TIMEOUT_S = 7200  # seconds the workers wait for each other at a checkpoint: the first one reads every file of it once
-
-@functools.cache
-def _agent_store(addr:str, port:int):
-    "A client of the key-value store torchrun's agent keeps for its workers."
-    from torch.distributed import TCPStore
-    return TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=SEAL_TIMEOUT_S))
-
-def _host_store():
-    "The key-value store torchrun's agent keeps on the host, which every worker reaches; `None` outside torchrun."
-    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True' and os.environ.get('MASTER_ADDR'):
-        return _agent_store(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']))
-
-class CheckpointGuard:
-    "Seal each checkpoint, then meet: with every worker's part written the first checks the weights and seals; the others wait on the host."
-    def __init__(self, run_args:dict|None=None, # the run's arguments, written into each checkpoint as `RUN_ARGS`
-                 timeout:float=SEAL_TIMEOUT_S # seconds the workers wait for each other at a checkpoint
-                ):
-        self.run_args, self.timeout, self.saves = run_args, timeout, 0
-
-    def seal(self, d:Path, # the checkpoint folder
-             step:int, # its optimizer step
-             args # the Trainer's arguments: `learning_rate` and `bf16` name the likely cause of nan weights
-            ) -> str|None:
-        "On the first worker: the line that stops the run if `d`'s weights are not finite (`d` deleted), else `None` once `d` is sealed."
-        if not d.is_dir(): return None
-        if not _finite_weights(d):   # read back from the files on the CPU: no device sync, no extra graph
-            shutil.rmtree(d, ignore_errors=True)
-            return diverged('the weights became nan or inf', step, args.learning_rate, args.bf16)
-        if self.run_args is not None: (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
-        seal_checkpoint(d)
-
-    def on_save(self, args, # the Trainer's `TrainingArguments` (`output_dir`, `world_size`, `process_index`)
-                state, # its `TrainerState` (`global_step`, `is_world_process_zero`)
-                control, **kwargs):
-        "The Trainer calls this on every worker once a checkpoint is written: it returns when the checkpoint is sealed, or raises on all."
-        self.saves += 1
-        d, step, first, world = Path(args.output_dir)/f'checkpoint-{state.global_step}', state.global_step, state.is_world_process_zero, args.world_size
-        store = _host_store() if world > 1 else None
-        if world == 1: word = self.seal(d, step, args)
-        elif store is None: word = self._on_device(d, step, args, first)
-        else:
-            key = f"trn_tutorials/seal/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{self.saves}"
-            wait = lambda keys: store.wait(keys, timedelta(seconds=self.timeout))
-            store.set(f'{key}/written/{args.process_index}', '1')   # this worker's part is on disk
-            if first:
-                wait([f'{key}/written/{r}' for r in range(world)])
-                try: word = self.seal(d, step, args)
-                except BaseException as e:   # a failed seal stops the others too, rather than leaving them waiting
-                    store.set(f'{key}/word', f"the first worker could not seal {d.name}: {e}"); raise
-                store.set(f'{key}/word', word or '')
-            else:
-                wait([f'{key}/word'])
-                word = store.get(f'{key}/word').decode() or None
-        if word: raise UsageError(word)
-
-    def _on_device(self, d:Path, step:int, args, first:bool) -> str|None:
-        "The same meeting through accelerate's collectives, where no host store exists (not under torchrun)."
-        from accelerate import PartialState
-        from accelerate.utils import broadcast_object_list
-        PartialState().wait_for_everyone()
-        word, err = [None], None
-        if first:
-            try: word[0] = self.seal(d, step, args)
-            except BaseException as e: word[0], err = f"the first worker could not seal {d.name}: {e}", e
-        broadcast_object_list(word)
-        if err: raise err
-        return word[0]
-
 
 # %% ../nbs/04_train.ipynb #185bc1d2
 MIN_OPTIMIZER_STEPS = 200  # fewer steps than this, at a global batch above the recipe's, and fine-tuning is likely cut short
@@ -678,97 +135,6 @@ def few_steps_warning(args:TrainArguments, # the run's arguments
             f"undertrained. Use {', '.join(fixes[:-1])}, or {fixes[-1]}")
 
 
-# %% ../nbs/04_train.ipynb #c5c52b7c
-PROGRESS_PREFIX = 'trn_tutorials.train: progress: '  # a progress line: this prefix, then one JSON object
-PROGRESS_ENV = 'TRN_TUTORIALS_PROGRESS'  # '1': the first worker prints progress lines (`launch` sets it)
-
-def progress_line(event:str, # 'begin', 'step', 'log', 'eval', 'note' or 'end'
-                  **values # what happened: step, epoch, loss, f1, ...
-                 ) -> str:
-    "A progress line: `PROGRESS_PREFIX`, then the event and its values as one JSON object."
-    return PROGRESS_PREFIX + json.dumps({'event': event, **values})
-
-def read_progress(line:str # a line of a worker's output
-                 ) -> dict|None:
-    "The record in a progress line; `None` for any other line."
-    if not line.startswith(PROGRESS_PREFIX): return None
-    try: return json.loads(line[len(PROGRESS_PREFIX):])
-    except ValueError: return None
-
-# %% ../nbs/04_train.ipynb #01277675
-def progress_callback(every:float=0.5 # seconds between two step lines, at least
-                     ):
-    "A `TrainerCallback` with which the first worker prints progress lines: start, steps, logged losses, evaluations, end."
-    from transformers import TrainerCallback
-
-    class ProgressLines(TrainerCallback):
-        def __init__(self): self.last = 0.0
-        def emit(self, state, event, **values):
-            if state.is_world_process_zero: print(progress_line(event, **values), flush=True)
-        def on_train_begin(self, args, state, control, **kw):
-            per = len(kw['train_dataloader']) // args.gradient_accumulation_steps if kw.get('train_dataloader') else 0
-            epochs = min(args.num_train_epochs, state.max_steps / per) if per else args.num_train_epochs   # --max_steps may end it sooner
-            self.emit(state, 'begin', step=state.global_step, max_steps=state.max_steps, epochs=round(epochs, 2))
-        def on_step_end(self, args, state, control, **kw):
-            if time.monotonic() - self.last >= every or state.global_step >= state.max_steps:
-                self.last = time.monotonic()
-                self.emit(state, 'step', step=state.global_step, epoch=round(state.epoch or 0, 3))
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and 'loss' in logs: self.emit(state, 'log', step=state.global_step, loss=logs['loss'])
-        def on_evaluate(self, args, state, control, metrics=None, **kw):
-            m = metrics or {}
-            self.emit(state, 'eval', step=state.global_step, epoch=round(state.epoch or 0, 3),
-                      **{k[5:]: m[k] for k in ('eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc') if k in m})
-        def on_train_end(self, args, state, control, **kw): self.emit(state, 'end', step=state.global_step)
-    return ProgressLines()
-
-# %% ../nbs/04_train.ipynb #0d684c7d
-PLOTS = ('curves.png', 'confusion.png')  # what `save_plots` writes into `output_dir`
-
-def plot_history(metrics:dict # what `train` returns: its `history` and `baseline`
-                ):
-    "Training and validation loss, and validation F1, over the optimizer steps (a matplotlib `Figure`)."
-    from matplotlib.figure import Figure
-    h, b = metrics['history'], metrics['baseline']
-    fig = Figure(figsize=(9, 3.4), layout='constrained')
-    loss, f1 = fig.subplots(1, 2)
-    tr, ev = [r for r in h if 'loss' in r], [r for r in h if 'eval_loss' in r]
-    loss.plot([r['step'] for r in tr], [r['loss'] for r in tr], label='training')
-    loss.plot([r['step'] for r in ev], [r['eval_loss'] for r in ev], 'o-', label='validation')
-    loss.set(xlabel='step', ylabel='loss', title='Loss'); loss.legend()
-    f1.plot([r['step'] for r in ev], [r['eval_f1'] for r in ev], 'o-', color='C1', label='validation')
-    f1.axhline(b['f1'], ls='--', color='grey', label=f"always '{b['label']}'")
-    f1.set(xlabel='step', ylabel='weighted F1', title='Validation F1', ylim=(0, 1)); f1.legend()
-    return fig
-
-def plot_confusion(metrics:dict, # what `train` returns
-                   split:str|None=None # a scored split; default: the final one
-                  ):
-    "The confusion matrix on `split`: true labels down, predictions across (a matplotlib `Figure`)."
-    from matplotlib.figure import Figure
-    from sklearn.metrics import ConfusionMatrixDisplay
-    split = split or metrics['final_split']
-    cm = np.array(metrics[split]['confusion'])
-    fig = Figure(figsize=(5.5, 4.8), layout='constrained')
-    ax = fig.subplots()
-    ConfusionMatrixDisplay(cm, display_labels=metrics['label_names']).plot(ax=ax, colorbar=False, xticks_rotation=45)
-    ax.set_title(f"{split}: {cm.sum()} rows, accuracy {metrics[split]['accuracy']:.3f}")
-    return fig
-
-def save_plots(metrics:dict, # what `train` returns
-               output_dir:str|Path # the run's folder
-              ) -> list[Path]:
-    "Write `PLOTS` (the curves and the confusion matrix) into `output_dir`; return their paths."
-    paths = [Path(output_dir)/n for n in PLOTS]
-    for p, fig in zip(paths, (plot_history(metrics), plot_confusion(metrics))): _atomic(p, lambda t: fig.savefig(t, dpi=96, format='png'))
-    return paths
-
-def _atomic(p:Path, write):
-    "`write(tmp)` then rename over `p`: a reader sees the previous file or the new one; a failed run leaves the previous one."
-    tmp = p.with_name(f'.{p.name}.tmp-{os.getpid()}')
-    try: write(tmp); os.replace(tmp, p)
-    finally: tmp.unlink(missing_ok=True)
-
 # %% ../nbs/04_train.ipynb #4f5b9a53
 def check_output_dir(args:TrainArguments # the run's arguments
                     ) -> Path:
@@ -791,6 +157,7 @@ def claim_output_dir(args:TrainArguments, # the run's arguments
                                    'data': {'dataset_path': os.path.abspath(args.dataset_path), 'fingerprint': data_fingerprint(manifest)}})
     return Path(args.output_dir)
 
+# %% ../nbs/04_train.ipynb #56584f64
 def _weights_size(model_id:str) -> int:
     "Bytes of a local model folder's weight files (0 if none are found here)."
     p = Path(model_id)
@@ -812,12 +179,7 @@ def check_space(args:TrainArguments, # the run's arguments
                      f"{_size(need(args.save_total_limit))} (the model and {(args.save_total_limit + 1) * bool(args.save_steps)} "
                      f"checkpoint(s) with optimizer state): {fix}")
 
-def _differs(want:dict, have:dict) -> str:
-    "What differs between two tokenizer fingerprints, e.g. 'vocabulary 30522 vs 596, pad id 0 vs 1'."
-    out = [f"vocabulary {want.get('vocab_size')} vs {have.get('vocab_size')}"] * (want.get('vocab_size') != have.get('vocab_size'))
-    w, h = want.get('special_ids') or {}, have.get('special_ids') or {}
-    return ', '.join(out + [f"{k} id {w.get(k)} vs {h.get(k)}" for k in sorted(set(w) | set(h)) if w.get(k) != h.get(k)])
-
+# %% ../nbs/04_train.ipynb #08d47d4d
 def check_model(args:TrainArguments, # the run's arguments
                 manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
                ):
@@ -842,6 +204,7 @@ def check_model(args:TrainArguments, # the run's arguments
         raise UsageError(f"{short_path(model_id)} has {vocab} token embeddings, fewer than the {need} token ids of the tokenizer {args.dataset_path} "
                          f"was prepared with ({short_path(was)}): {redo}")
 
+# %% ../nbs/04_train.ipynb #772dfda1
 def check_batch(args:TrainArguments, # the run's arguments
                 rows:dict, # rows per split (`{'train': 360, ...}`), or the manifest that holds them
                 workers:int # torchrun workers
@@ -907,15 +270,17 @@ def _check_runtime(backend:str, world_size:int, args):
         raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
                          f"run training in its own process (`{torchrun_command(args)}`, or `launch`)")
 
+# %% ../nbs/04_train.ipynb #c86bf2ad
 _HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc')   # kept from the Trainer's log
 
 def _note(text:str):
     "A line for the reader: a progress line when a launcher reads them, else plain."
     print(progress_line('note', text=text) if os.environ.get(PROGRESS_ENV) == '1' else text, flush=True)
 
-def train(args:TrainArguments # the run's arguments
-         ) -> dict:
-    "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
+
+def _prepare(args:TrainArguments # the run's arguments
+            ) -> tuple:
+    "Every check before anything slow; on the first worker the output folder's record and the notes. The run's backend, data and start."
     check_args(args)
     backend = check_backend(args.backend)
     check_torchrun(backend, args=args)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
@@ -929,24 +294,36 @@ def train(args:TrainArguments # the run's arguments
     few_steps = few_steps_warning(args, len(ds['train']), world)
     set_backend_env(backend)
     _check_runtime(backend, world, args)
-    xla = backend in XLA_BACKENDS
     found = newest_complete(args.output_dir)
-    start = resume_from(args, world, fill_last=xla, found=found, data=data)
+    start = resume_from(args, world, fill_last=backend in XLA_BACKENDS, found=found, data=data)
     if int(os.environ.get('RANK', 0)) == 0:
         claim_output_dir(args, manifest)   # before anything is written into it (`launch` did it already; the same record again)
         if batch_note: _note(batch_note)
         if few_steps: _note(few_steps)
         for p, _ in found[1]: shutil.rmtree(p, ignore_errors=True)   # the resumed run writes them again
         if (note := skipped_note(found[1], start) or (start and f"resuming from {start.name}")): _note(note)
-    model_id = args.model_id or manifest['model_id']
-    names = manifest['label_names']
+    return backend, ds, manifest, start, few_steps, data
+
+# %% ../nbs/04_train.ipynb #1b1e3f67
+def _model(args:TrainArguments, manifest:dict, xla:bool) -> tuple:
+    "The model's id, its tokenizer, and the classifier with the data's label names."
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+    model_id, names = args.model_id or manifest['model_id'], manifest['label_names']
     tokenizer = AutoTokenizer.from_pretrained(model_id)
     set_seed(args.seed)   # before the model: its new head is drawn at random
     # a checkpoint with another head (2 labels, or none) gets a fresh one sized for our labels
     model = AutoModelForSequenceClassification.from_pretrained(
         model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         ignore_mismatched_sizes=True, **({'attn_implementation': 'eager'} if xla else {}))
+    return model_id, tokenizer, model
+
+# %% ../nbs/04_train.ipynb #0f634f3d
+def train(args:TrainArguments # the run's arguments
+         ) -> dict:
+    "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
+    backend, ds, manifest, start, few_steps, data = _prepare(args)
+    names = manifest['label_names']
+    model_id, tokenizer, model = _model(args, manifest, backend in XLA_BACKENDS)
     targs = training_arguments(args, backend)
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=asdict(args) | {'data': data},
                               processing_class=tokenizer,
@@ -958,20 +335,29 @@ def train(args:TrainArguments # the run's arguments
     result = trainer.train(resume_from_checkpoint=str(start) if start else None)
     if not _finite(trainer.model):   # every worker: the same weights, the same answer; nothing of it is saved
         raise UsageError(diverged('the weights became nan or inf', result.global_step, args.learning_rate, args.bf16))
-    train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
-    scores = {}
-    for split in [s for s in ('validation', 'test') if s in ds]: scores[split] = _scores(trainer.predict(ds[split]), names)
+    scores = {split: _scores(trainer.predict(ds[split]), names) for split in ('validation', 'test') if split in ds}
     trainer.save_model(args.output_dir)   # on every worker: a collective on XLA; only the first one writes
     shapes = _gather_shapes(trainer)
     if not trainer.is_world_process_zero(): return {}
-    final = 'test' if 'test' in scores else 'validation'
+    metrics = _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, start, few_steps, t0)
+    if (collapse := collapse_warning(metrics)): metrics['warnings'].insert(0, collapse)
+    save_plots(metrics, args.output_dir)
+    _atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(json.dumps(metrics, indent=2)))   # last: the run is complete
+    if collapse: print(collapse, file=sys.stderr, flush=True)   # where a person looks, not only in train.log
+    print(summary(metrics))
+    return metrics
+
+# %% ../nbs/04_train.ipynb #fc040821
+def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, start, few_steps, t0) -> dict:
+    "What `metrics.json` holds: the run, training and evaluation apart, the scores against the baseline, the graphs, the history."
+    final, names = 'test' if 'test' in scores else 'validation', manifest['label_names']
     baseline = majority_baseline(ds['train']['labels'], ds[final]['labels'], names)
-    fed = shapes.pop('train_rows_fed')
-    scored = sum(s['rows'] for s in scores.values())
-    metrics = {
-        'model_id': model_id, 'dataset_path': str(args.dataset_path), 'max_length': manifest['max_length'],
+    fed, scored = shapes.pop('train_rows_fed'), sum(s['rows'] for s in scores.values())
+    train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
+    return {
+        'model_id': args.model_id or manifest['model_id'], 'dataset_path': str(args.dataset_path), 'max_length': manifest['max_length'],
         'bucket_lengths': manifest.get('bucket_lengths', [manifest['max_length']]),
-        'label_names': names, 'backend': backend, 'world_size': targs.world_size, 'torchrun': torchrun_worker(),
+        'label_names': names, 'backend': backend, 'world_size': trainer.args.world_size, 'torchrun': torchrun_worker(),
         'train': {'samples_per_second': fed / train_only_s, 'runtime_s': train_only_s,
                   'runtime_with_eval_s': result.metrics.get('train_runtime'),
                   'trainer_samples_per_second': result.metrics.get('train_samples_per_second'), 'loss': result.metrics.get('train_loss'),
@@ -984,70 +370,6 @@ def train(args:TrainArguments # the run's arguments
         'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'], 'warnings': [few_steps] if few_steps else [],
         'wall_s': time.time() - t0, 'versions': _versions(), 'args': asdict(args),
         'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
-    if (collapse := collapse_warning(metrics)): metrics['warnings'].insert(0, collapse)
-    save_plots(metrics, args.output_dir)
-    _atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(json.dumps(metrics, indent=2)))   # last: the run is complete
-    if collapse: print(collapse, file=sys.stderr, flush=True)   # where a person looks, not only in train.log
-    print(summary(metrics))
-    return metrics
-
-# %% ../nbs/04_train.ipynb #5f52faa7
-def _gather_shapes(trainer) -> dict|None:
-    "On the first worker: the input shapes every worker fed its model, in training and evaluation, gathered from every node."
-    rank, world = trainer.args.process_index, trainer.args.world_size
-    mine = json.dumps({k: [[*s, n] for s, n in v.items()] for k, v in trainer.shapes.items()})
-    store = _host_store() if world > 1 else None
-    if world == 1: per = [mine]
-    elif store is not None:   # torchrun's agent store: one per job, on the first node, reached from every node
-        key = f"trn_tutorials/shapes/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-        store.set(f'{key}/{rank}', mine)
-        if rank != 0: return None
-        keys = [f'{key}/{r}' for r in range(world)]
-        store.wait(keys, timedelta(seconds=SEAL_TIMEOUT_S))
-        per = [store.get(k).decode() for k in keys]
-    else:   # not under torchrun: torch.distributed's own collective (accelerate's gather_object refuses XLA)
-        import torch.distributed as dist
-        per = [None] * world
-        dist.all_gather_object(per, mine)
-    if rank != 0: return None
-    per = [json.loads(w) for w in per]
-    union = lambda k: sorted({(r, l) for w in per for r, l, _ in w[k]})
-    return {'input_shapes': [list(s) for s in union('train')], 'shapes_per_worker': [len(w['train']) for w in per],
-            'eval_shapes': [list(s) for s in union('eval')], 'train_rows_fed': sum(r * n for w in per for r, _, n in w['train'])}
-
-# %% ../nbs/04_train.ipynb #fc7362b2
-def summary(metrics:dict # what `train` returns
-           ) -> str:
-    "A few lines a person reads at the end of a run."
-    s, b, t = metrics[metrics['final_split']], metrics['baseline'], metrics['train']
-    mcc = f", Matthews correlation {s['mcc']:.4f}" if 'mcc' in s else ''
-    lines = [f"{metrics['final_split']}: weighted F1 {s['f1']:.4f}, accuracy {s['accuracy']:.4f}{mcc} "
-             f"(always '{b['label']}': accuracy {b['accuracy']:.4f})",
-             f"train: {t['samples_per_second']:.1f} samples/s, {t['runtime_s']:.1f} s without evaluation, "
-             f"{t['steps']} steps on {metrics['world_size']} {metrics['backend']} worker(s), "
-             f"{len(t.get('input_shapes', []))} input shape(s) for {len(metrics['bucket_lengths'])} bucket(s)"]
-    if (g := metrics.get('compiled_graphs')):
-        lines.append(f"graphs compiled: {g['train']} in training (per epoch: {', '.join(map(str, g['per_epoch']))}), "
-                     f"{g['eval']} in evaluation (per evaluation: {', '.join(map(str, g['per_evaluation']))}); "
-                     f"{sum(metrics['compile_s'].values()):.1f} s compiling")
-    warnings = metrics.get('warnings', [])   # the collapse below, too few optimizer steps for the global batch
-    if (w := collapse_warning(metrics)) and w not in warnings: warnings = [w, *warnings]   # a metrics.json from before it was kept
-    return '\n'.join(lines + warnings)
-
-USUAL_LR = (1e-6, 1e-3)  # peak learning rates fine-tuning uses (around 2e-5 to 1e-4): far outside, a collapse is likely the rate's
-
-def collapse_warning(metrics:dict # what `train` returns
-                    ) -> str|None:
-    "One warning line when the final split's accuracy is no better than always predicting the majority label: the likely cause and fix."
-    if metrics['beats_baseline']: return None
-    a, split, b = metrics.get('args') or {}, metrics['final_split'], metrics['baseline']
-    lr = a.get('learning_rate', 5e-5)
-    if lr > USUAL_LR[1]: why = f"--learning_rate {lr:g} is far above fine-tuning's usual range (1e-05 to 1e-04): lower it (e.g. --learning_rate 5e-05)"
-    elif lr < USUAL_LR[0]: why = f"--learning_rate {lr:g} is far below fine-tuning's usual range (1e-05 to 1e-04): raise it (e.g. --learning_rate 5e-05)"
-    elif a.get('bf16'): why = "bfloat16 may have lost the small updates: retry with --bf16 false (or NEURON_RT_STOCHASTIC_ROUNDING_EN=1)"
-    else: why = "the run may be too short for this data: train longer (more --epochs), or check that the labels fit the texts"
-    return (f"warning: {split} accuracy {metrics[split]['accuracy']:.4f} is no better than always predicting the majority label "
-            f"'{b['label']}' ({b['accuracy']:.4f}): {why}")
 
 # %% ../nbs/04_train.ipynb #c330ab87
 ERROR_PREFIX = 'trn_tutorials.train: error: '  # how a worker's one-line error starts; the launcher looks for it
@@ -1071,50 +393,7 @@ def relaunch_command(argv:list[str], # this script's arguments
     return [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '--master_addr', '127.0.0.1',
             '--master_port', str(port or _free_port()), '-m', 'trn_tutorials.train', *argv]
 
-def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
-         relaunch:bool=False # on a Neuron backend outside torchrun: re-run under torchrun with one worker (`python -m`), not refuse
-        ) -> dict:
-    "Parse the arguments and train, holding `output_dir`'s lock unless the launcher holds it."
-    torchrun = torchrun_worker()
-    if torchrun:   # a worker of torchrun: ends with it, rather than training on, orphaned, after a kill
-        die_with_parent()
-        if os.getppid() == 1: sys.exit(1)   # torchrun died before that was set: nobody is waiting for this worker
-    argv = sys.argv[1:] if argv is None else argv
-    backend = _resolve_backend(argv)
-    if backend and not {'-h', '--help'} & set(argv):
-        try: check_torchrun(backend, args=argv)
-        except UsageError as e:
-            if not relaunch: print(f"{ERROR_PREFIX}{e}", file=sys.stderr); sys.exit(2)
-            print(f"trn_tutorials.train: --backend {backend} without torchrun hangs (a single worker, transformers >= 4.44): "
-                  "running it as `torchrun --nproc_per_node 1 -m trn_tutorials.train ...`", flush=True)
-            sys.stderr.flush()
-            os.execv(sys.executable, relaunch_command(argv))   # the same process: torchrun takes its pid, its signals and its exit status
-    if backend: set_backend_env(backend)
-    args, = parse_args([TrainArguments], argv, prog='trn_tutorials.train')
-    if backend: args.backend = backend   # resolved once: `auto` does not detect again
-    import datasets, transformers   # progress bars redraw lines: noise in a log or a notebook cell
-    datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
-    if int(os.environ.get('RANK', 0)) > 0: transformers.utils.logging.set_verbosity_error()   # the first worker speaks for all
-    try:
-        out = check_output_dir(args)   # before the lock, which lives beside the folder
-        mine = os.environ.get(LOCK_ENV) != os.path.abspath(out) and int(os.environ.get('LOCAL_RANK', 0)) == 0
-        lock = folder_lock(args.output_dir, 'output_dir', root=os.getppid() if torchrun else os.getpid()) if mine else contextlib.nullcontext()
-        with lock: return train(args)
-    except UsageError as e:
-        print(f"{ERROR_PREFIX}{e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:   # Ctrl-C: what is kept, and the command that continues
-        if int(os.environ.get('RANK', 0)) == 0:
-            py = 'python' if (w := shutil.which('python')) and os.path.samefile(w, sys.executable) else sys.executable   # as the user typed it
-            again = shlex.join([py, '-m', 'trn_tutorials.train', *_full_paths(argv)])
-            print(f"{ERROR_PREFIX}interrupted: {_kept(args.output_dir)}; run `{again}` to continue", file=sys.stderr, flush=True)
-        sys.exit(130)
-    except (OSError, RuntimeError) as e:   # a full disk, however the library that wrote reports it
-        if getattr(e, 'errno', None) != errno.ENOSPC and 'No space left on device' not in str(e): raise
-        print(f"{ERROR_PREFIX}the disk holding {os.path.abspath(args.output_dir)} is full (No space left on device): {_kept(args.output_dir)}; "
-              "free space on it and run the same command again", file=sys.stderr, flush=True)
-        sys.exit(2)
-
+# %% ../nbs/04_train.ipynb #e76a97b3
 def _full_paths(argv:list[str]) -> list[str]:
     "`argv` with the paths of `--dataset_path`, `--output_dir` and a local `--model_id` made absolute: a command to paste anywhere."
     out, prev = [], ''
@@ -1131,6 +410,69 @@ def _kept(output_dir) -> str:
     try: last = newest_complete(output_dir)[0]
     except OSError: last = None
     return f"kept {Path(os.path.abspath(last))}, the newest complete checkpoint" if last else "no checkpoint was kept (none was complete yet)"
+
+# %% ../nbs/04_train.ipynb #0fdc585b
+def _as_worker(argv:list[str], relaunch:bool) -> str|None:
+    "End with torchrun if it started us; on a Neuron backend outside torchrun refuse, or re-run under it. The resolved backend."
+    if torchrun_worker():   # a worker of torchrun: ends with it, rather than training on, orphaned, after a kill
+        die_with_parent()
+        if os.getppid() == 1: sys.exit(1)   # torchrun died before that was set: nobody is waiting for this worker
+    backend = _resolve_backend(argv)
+    if backend and not {'-h', '--help'} & set(argv):
+        try: check_torchrun(backend, args=argv)
+        except UsageError as e:
+            if not relaunch: print(f"{ERROR_PREFIX}{e}", file=sys.stderr); sys.exit(2)
+            print(f"trn_tutorials.train: --backend {backend} without torchrun hangs (a single worker, transformers >= 4.44): "
+                  "running it as `torchrun --nproc_per_node 1 -m trn_tutorials.train ...`", flush=True)
+            sys.stderr.flush()
+            os.execv(sys.executable, relaunch_command(argv))   # the same process: torchrun takes its pid, its signals and its exit status
+    if backend: set_backend_env(backend)
+    return backend
+
+def _quiet_logs():
+    "No progress bars (they redraw lines: noise in a log or a notebook cell); only the first worker speaks."
+    import datasets, transformers
+    datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
+    if int(os.environ.get('RANK', 0)) > 0: transformers.utils.logging.set_verbosity_error()
+
+# %% ../nbs/04_train.ipynb #779ff6fe
+@contextlib.contextmanager
+def _one_line_errors(args:TrainArguments, argv:list[str]):
+    "What stops a run, as one line and an exit status: 2 for bad input or a full disk, 130 for Ctrl-C (with the command that continues)."
+    try: yield
+    except UsageError as e:
+        print(f"{ERROR_PREFIX}{e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:   # Ctrl-C: what is kept, and the command that continues
+        if int(os.environ.get('RANK', 0)) == 0:
+            py = 'python' if (w := shutil.which('python')) and os.path.samefile(w, sys.executable) else sys.executable   # as the user typed it
+            again = shlex.join([py, '-m', 'trn_tutorials.train', *_full_paths(argv)])
+            print(f"{ERROR_PREFIX}interrupted: {_kept(args.output_dir)}; run `{again}` to continue", file=sys.stderr, flush=True)
+        sys.exit(130)
+    except (OSError, RuntimeError) as e:   # a full disk, however the library that wrote reports it
+        if getattr(e, 'errno', None) != errno.ENOSPC and 'No space left on device' not in str(e): raise
+        print(f"{ERROR_PREFIX}the disk holding {os.path.abspath(args.output_dir)} is full (No space left on device): {_kept(args.output_dir)}; "
+              "free space on it and run the same command again", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+def _output_lock(args:TrainArguments):
+    "`output_dir`'s lock, unless the launcher holds it for its workers (or another worker of this node does)."
+    out = check_output_dir(args)   # before the lock, which lives beside the folder
+    mine = os.environ.get(LOCK_ENV) != os.path.abspath(out) and int(os.environ.get('LOCAL_RANK', 0)) == 0
+    root = os.getppid() if torchrun_worker() else os.getpid()
+    return folder_lock(args.output_dir, 'output_dir', root=root) if mine else contextlib.nullcontext()
+
+# %% ../nbs/04_train.ipynb #aa648552
+def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
+         relaunch:bool=False # on a Neuron backend outside torchrun: re-run under torchrun with one worker (`python -m`), not refuse
+        ) -> dict:
+    "Parse the arguments and train, holding `output_dir`'s lock unless the launcher holds it."
+    argv = sys.argv[1:] if argv is None else argv
+    backend = _as_worker(argv, relaunch)   # before transformers is imported: it reads USE_TORCH_XLA once
+    args, = parse_args([TrainArguments], argv, prog='trn_tutorials.train')
+    if backend: args.backend = backend   # resolved once: `auto` does not detect again
+    _quiet_logs()
+    with _one_line_errors(args, argv), _output_lock(args): return train(args)
 
 # %% ../nbs/04_train.ipynb #c6b90374
 #| eval: false
