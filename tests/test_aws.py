@@ -15,6 +15,7 @@ from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.instance import (DLAMI, Dlami, InstanceArguments, StatusArguments, caller_ip, dlami_for, explain, find_ami,
                                     find_instance, find_instances, instance_family, launch_instance, launch_subnets, tag_filters)
 from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
+import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from local_services import LATEST_DLAMI, NO_XLA_DLAMI, TRN1_DLAMI, TRN2_DLAMI, free_port
 
 IP = '203.0.113.7'

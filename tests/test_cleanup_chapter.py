@@ -14,6 +14,7 @@ from trn_tutorials.core import UsageError
 from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
 from trn_tutorials.instance import find_instances, launch_instance
 from trn_tutorials.ssh import open_jupyter
+import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from local_services import MY_IP, free_port, jupyter_command
 
 NOTHING = {'instances': [], 'volumes': [], 'security_groups': [], 'key_pairs': [],
@@ -72,3 +73,25 @@ def test_cleanup_arguments_match_cleanup():
     params = [(k, p) for k, p in inspect.signature(cleanup).parameters.items() if k != 'sessions']   # all but `sessions`
     assert [f.name for f in fields(CleanupArguments)] == [k for k, _ in params]
     assert {f.name: f.default for f in fields(CleanupArguments)} == {k: p.default for k, p in params}
+
+
+def test_later_chapters_register_their_cleaners():
+    "Chapter 06 names no later chapter: the SageMaker chapters register how to find and remove what they tag; endpoints first."
+    from trn_tutorials.cleanup import CLEANERS, Scope, register
+    assert [c.name for c in CLEANERS] == ['endpoints', 'training jobs']
+    register('a test', lambda scope: {'test_things': [scope.run_id]}, lambda scope: {'things removed': ['x']}, order=99)
+    try:
+        assert [c.name for c in CLEANERS][-1] == 'a test'
+        register('a test', lambda scope: {}, lambda scope: {}, order=0)   # declared again: replaced, not added
+        assert [c.name for c in CLEANERS].count('a test') == 1 and CLEANERS[0].name == 'a test'
+    finally: CLEANERS[:] = [c for c in CLEANERS if c.name != 'a test']
+
+
+def test_every_option_has_help():
+    "Each option of the AWS commands is documented once, as an inline comment (docments), which --help and the docs read."
+    from trn_tutorials.core import field_help
+    from trn_tutorials.instance import InstanceArguments, StatusArguments
+    from trn_tutorials.ssh import TunnelArguments
+    from trn_tutorials.training_job import JobArguments
+    for cls in (CleanupArguments, InstanceArguments, StatusArguments, TunnelArguments, JobArguments):
+        assert [k for k, v in field_help(cls).items() if not v] == [], cls

@@ -11,9 +11,11 @@ import json, re, warnings
 import boto3, pytest
 from botocore.awsrequest import AWSResponse
 
-from trn_tutorials.cleanup import COMPILE_CACHE_PREFIX, CleanupArguments, cleanup, leftovers
+from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
+from trn_tutorials.training_job import COMPILE_CACHE_PREFIX
 from trn_tutorials.core import UsageError
 from trn_tutorials.instance import run_tags
+import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from local_services import sagemaker_role
 
 REGION, ACCOUNT = 'us-east-1', '123456789012'   # moto's default account

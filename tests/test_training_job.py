@@ -19,6 +19,7 @@ from trn_tutorials.core import UsageError, parse_args, tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
 from trn_tutorials.launch import Results, train_argv
 from trn_tutorials.train import TrainArguments
+import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, run_prefix,
                                         sm_cost, stage_source, stop_job, submit, wait_job)
 from local_services import SageMakerStandIn
@@ -401,7 +402,7 @@ def test_access_denied_on_get_role_warns_and_goes_on(aws, prepared):
 
 def test_one_compile_cache_for_the_project(aws, prepared):
     "Every job of the project reads and fills one Neuron compile cache, which cleanup keeps."
-    from trn_tutorials.cleanup import COMPILE_CACHE_PREFIX
+    from trn_tutorials.training_job import COMPILE_CACHE_PREFIX
     bucket = aws.bucket()
     plans = [submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=aws.role(), bucket=bucket, run_id=r, dry_run=True))
              for r in ('c1', 'c2')]

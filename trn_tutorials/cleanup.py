@@ -4,167 +4,79 @@
 
 # %% ../nbs/06_cleanup.ipynb #4a22a619
 from __future__ import annotations
-import re, time, warnings
+import math, time
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import CATALOG, Limit, UsageError, check_number, check_numbers, run_cost
+from .core import CATALOG, Limit, UsageError, arguments_of, check_number, run_cost
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instances, key_file, tag_filters
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['SM_KINDS', 'COMPILE_CACHE_PREFIX', 'CLEANUP_LIMITS', 'leftovers', 'CleanupReport', 'cleanup', 'CleanupArguments']
+__all__ = ['CLEANERS', 'CLEANUP_LIMITS', 'CleanupArguments', 'Scope', 'Cleaner', 'register', 'leftovers', 'CleanupReport',
+           'cleanup']
 
 # %% ../nbs/06_cleanup.ipynb #43741634
-SM_KINDS = {'training-job': 'training_jobs', 'endpoint': 'endpoints', 'endpoint-config': 'endpoint_configs', 'model': 'models'}
+@dataclass
+class Scope:
+    "What one cleanup looks at: each registered cleaner reads it."
+    run_id: str|None              # one run's id; `None`: every run of the project
+    region: str                   # AWS region
+    bucket: str|None = None       # a bucket the user gave the run (`--bucket`)
+    compile_cache: bool = False   # remove the project's Neuron compile cache too
+    until: float = math.inf       # `time.monotonic()` at which waits give up
+    shared: dict = field(default_factory=dict)  # what one cleaner leaves for the next (a client, the buckets it saw)
 
-_LISTS = {'endpoint': ('list_endpoints', 'Endpoints', 'EndpointName', 'EndpointArn'),
-          'endpoint-config': ('list_endpoint_configs', 'EndpointConfigs', 'EndpointConfigName', 'EndpointConfigArn'),
-          'model': ('list_models', 'Models', 'ModelName', 'ModelArn')}
-_DENIED = ('AccessDenied', 'AccessDeniedException')
+@dataclass
+class Cleaner:
+    "How a chapter finds and removes what it tagged."
+    name: str          # what it removes, e.g. 'endpoints'
+    find: Callable     # `find(scope)`: {kind: [names still tagged]}, as `leftovers` lists them
+    remove: Callable   # `remove(scope)`: {what was done: [names]}, as the report lists them
+    order: int = 50    # lower runs first: what bills by the hour goes first
 
-class _SageMakerFinder:
-    "The run's (or the project's) SageMaker resources: by their tags, or by name once the tagging API or ListTags is denied."
-    def __init__(self, run_id:str|None, region:str):
-        self.run_id, self.region, self.by_name = run_id, region, False
-        self.sm = boto3.client('sagemaker', region_name=region)
-        # the names this package gives: `trn-tutorials-<run id>` (endpoint.deploy), the SDK's timestamp after it (training jobs)
-        base = re.escape(re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}')) if run_id else re.escape(PROJECT) + '-.+'
-        self.name_ok = re.compile(base + r'(-\d{4}(-\d\d){5}-\d+)?').fullmatch
-        self.names = f'{PROJECT}-{run_id}' if run_id else f'{PROJECT}-'
+CLEANERS: list[Cleaner] = []   # filled by the chapters that tag more than EC2 (the SageMaker ones)
 
-    def ours(self, tags:dict) -> bool:
-        return tags.get('project') == PROJECT and (self.run_id is None or tags.get('run-id') == self.run_id)
+def register(name:str, # what it removes, e.g. 'endpoints'
+             find:Callable, # `find(scope)` -> {kind: [names still tagged]}
+             remove:Callable, # `remove(scope)` -> {what was done: [names]}
+             order:int=50 # lower runs first
+            ) -> Cleaner:
+    "Declare how to find and remove what a chapter tagged: `leftovers` and `cleanup` call every one declared."
+    c = Cleaner(name, find, remove, order)
+    CLEANERS[:] = sorted([x for x in CLEANERS if x.name != name] + [c], key=lambda x: x.order)
+    return c
 
-    def denied(self, e:ClientError):
-        "Switch to names (and warn, once) if `e` is AccessDenied; raise anything else."
-        if e.response['Error']['Code'] not in _DENIED: raise e
-        if not self.by_name:
-            warnings.warn(f"AWS refused {e.operation_name} ({e.response['Error']['Code']}): finding SageMaker resources by name "
-                          f"instead, those named {self.names}*; one you named yourself is not found (allow tag:GetResources "
-                          f"and sagemaker:ListTags to find it by its tags)", stacklevel=3)
-        self.by_name = True
-
-    def find(self, kind:str) -> list[str]:
-        "Names of the run's resources of `kind` (a key of `SM_KINDS`)."
-        if kind == 'training-job': return self._jobs()
-        call, key, name, arn = _LISTS[kind]
-        out = []
-        # endpoints, their configs and models are few, and exist only while they cost or could: list them, read their tags
-        for page in self.sm.get_paginator(call).paginate():
-            for r in page[key]:
-                if not self.by_name:
-                    try:
-                        if self.ours({t['Key']: t['Value'] for t in self.sm.list_tags(ResourceArn=r[arn]).get('Tags', [])}): out.append(r[name])
-                        continue
-                    except ClientError as e: self.denied(e)
-                if self.name_ok(r[name]): out.append(r[name])
-        return out
-
-    def _jobs(self) -> list[str]:
-        # training jobs pile up (SageMaker keeps every finished one): the tagging API finds the few of ours
-        if not self.by_name:
-            tagging = boto3.client('resourcegroupstaggingapi', region_name=self.region)
-            filters = [{'Key': 'project', 'Values': [PROJECT]}] + ([{'Key': 'run-id', 'Values': [self.run_id]}] if self.run_id else [])
-            try: return [r['ResourceARN'].split('/', 1)[1] for p in tagging.get_paginator('get_resources').paginate(
-                             TagFilters=filters, ResourceTypeFilters=['sagemaker:training-job']) for r in p['ResourceTagMappingList']]
-            except ClientError as e: self.denied(e)
-        return [j['TrainingJobName'] for p in self.sm.get_paginator('list_training_jobs').paginate(NameContains=PROJECT)
-                for j in p['TrainingJobSummaries'] if self.name_ok(j['TrainingJobName'])]
-
-    def buckets(self, jobs:list[str], models:list[str]) -> set[str]:
-        "The buckets the run's jobs and models keep files in under the project's prefix."
-        uris = []
-        for j in jobs:
-            try: d = self.sm.describe_training_job(TrainingJobName=j)
-            except ClientError: continue   # deleted meanwhile
-            uris += [d.get('OutputDataConfig', {}).get('S3OutputPath', ''), d.get('CheckpointConfig', {}).get('S3Uri', '')]
-        for m in models:
-            try: uris.append(self.sm.describe_model(ModelName=m).get('PrimaryContainer', {}).get('ModelDataUrl', ''))
-            except ClientError: continue
-        return {u[5:].split('/', 1)[0] for u in uris if u.startswith('s3://') and u[5:].partition('/')[2].startswith(f'{PROJECT}/')}
 
 # %% ../nbs/06_cleanup.ipynb #c1ea5301
-def _default_bucket(region:str) -> str:
-    "SageMaker's default bucket, `sagemaker-<region>-<account>`: where the training job and endpoint chapters put a run's files."
-    return f"sagemaker-{region}-{boto3.client('sts', region_name=region).get_caller_identity()['Account']}"
+def _ec2_leftovers(run_id:str|None, region:str) -> dict[str, list[str]]:
+    c, f = boto3.client('ec2', region_name=region), tag_filters(run_id)
+    return {'instances': [i.instance_id for i in find_instances(run_id, region)],
+            'volumes': [v['VolumeId'] for p in c.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes']],
+            'security_groups': [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']],
+            'key_pairs': [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]}
 
-def _objects(s3, bucket:str, prefix:str) -> list[dict]:
-    "Every object under `prefix` (`Key`, `Size`); in a versioned bucket every version and delete marker (with `VersionId`)."
-    try:
-        if s3.get_bucket_versioning(Bucket=bucket).get('Status') in ('Enabled', 'Suspended'):
-            return [{'Key': v['Key'], 'VersionId': v['VersionId'], 'Size': v.get('Size', 0)}
-                    for p in s3.get_paginator('list_object_versions').paginate(Bucket=bucket, Prefix=prefix)
-                    for v in p.get('Versions', []) + p.get('DeleteMarkers', [])]
-        return [{'Key': o['Key'], 'Size': o['Size']} for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=prefix)
-                for o in p.get('Contents', [])]
-    except ClientError as e:
-        if e.response['Error']['Code'] == 'NoSuchBucket': return []
-        raise
-
-def _run_prefixes(s3, bucket:str, run_id:str|None) -> list[str]:
-    "`trn-tutorials/<run id>/`, or with no run every run's prefix in `bucket` (never the compile cache's)."
-    if run_id: found = [f'{PROJECT}/{run_id}/']
-    else:
-        try: found = [c['Prefix'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=f'{PROJECT}/', Delimiter='/')
-                      for c in p.get('CommonPrefixes', [])]
-        except ClientError as e:
-            if e.response['Error']['Code'] == 'NoSuchBucket': return []
-            raise
-    return [p for p in found if p != f'{COMPILE_CACHE_PREFIX}/']
-
-def _s3(finder:_SageMakerFinder, bucket:str|None, compile_cache:bool, jobs:list[str], models:list[str]) -> tuple[dict, dict]:
-    "({(bucket, prefix): objects} of the run's prefixes (and the compile cache if `compile_cache`), {bucket: cache objects} kept)."
-    s3 = boto3.client('s3', region_name=finder.region)
-    buckets = sorted({_default_bucket(finder.region), *([bucket] if bucket else []), *finder.buckets(jobs, models)})
-    found, kept = {}, {}
-    for b in buckets:
-        for p in _run_prefixes(s3, b, finder.run_id): found[(b, p)] = _objects(s3, b, p)
-        cache = _objects(s3, b, f'{COMPILE_CACHE_PREFIX}/')
-        if compile_cache: found[(b, f'{COMPILE_CACHE_PREFIX}/')] = cache
-        elif cache: kept[b] = cache
-    return {k: v for k, v in found.items() if v}, kept
-
-def _uris(found:dict) -> list[str]: return sorted({f's3://{b}/{o["Key"]}' for (b, _), objs in found.items() for o in objs})
-
-def _sagemaker_leftovers(finder:_SageMakerFinder, bucket:str|None, compile_cache:bool) -> dict[str, list[str]]:
-    left = {v: finder.find(k) for k, v in SM_KINDS.items() if k != 'training-job'}
-    jobs = finder.find('training-job')
-    for j in jobs:
-        try: st = finder.sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus']
-        except ClientError: continue
-        if st in ('InProgress', 'Stopping'): left.setdefault('training_jobs', []).append(j)   # ended: no cost, kept in SageMaker's history
-    left = {v: left.get(v, []) for v in SM_KINDS.values()}
-    left['s3_objects'] = _uris(_s3(finder, bucket, compile_cache, jobs, left['models'])[0])
-    return left
+def _found(scope:Scope) -> dict[str, list[str]]: return {k: v for c in CLEANERS for k, v in c.find(scope).items()}
 
 def leftovers(run_id:str|None=None, # one run's id; `None` = every run of this project
               region:str|None=None, # AWS region; default: your AWS configuration
               ec2:bool=True, # look at EC2 (instances, volumes, security groups, key pairs)
-              sagemaker:bool=True, # look at SageMaker (running jobs, endpoints, configs, models) and the run's S3 prefix
+              sagemaker:bool=True, # ask every registered cleaner too (the SageMaker chapters': jobs, endpoints, S3 files)
               bucket:str|None=None, # a bucket you gave the run (`--bucket`); SageMaker's default bucket is always looked in
               compile_cache:bool=False # count the project's Neuron compile cache in S3 as left too
              ) -> dict[str, list[str]]:
-    "What still carries the run's (or the project's) tags, by kind, and the files under its S3 prefix."
+    "What still carries the run's (or the project's) tags, by kind."
     region = aws_region(region)
-    f, out = tag_filters(run_id), {}
     with aws_errors(region):
-        if ec2:
-            c = boto3.client('ec2', region_name=region)
-            out.update({
-                'instances': [i.instance_id for i in find_instances(run_id, region)],
-                'volumes': [v['VolumeId'] for p in c.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes']],
-                'security_groups': [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']],
-                'key_pairs': [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]})
-        if sagemaker: out.update(_sagemaker_leftovers(_SageMakerFinder(run_id, region), bucket, compile_cache))
+        out = _ec2_leftovers(run_id, region) if ec2 else {}
+        if sagemaker: out.update(_found(Scope(run_id, region, bucket, compile_cache)))
     return out
 
-# %% ../nbs/06_cleanup.ipynb #23ea7168
-COMPILE_CACHE_PREFIX = f'{PROJECT}/neuron-compile-cache'   # one for the project: every job reuses what earlier jobs compiled
 
 # %% ../nbs/06_cleanup.ipynb #23571cc3
 @dataclass
@@ -214,51 +126,34 @@ def _retry(fn, until:float, codes=('DependencyViolation',)):
             if e.response['Error']['Code'] not in codes or time.monotonic() > until: raise
             time.sleep(5)
 
-def _gone(e:ClientError) -> bool: return 'Could not find' in str(e)   # deleted meanwhile
+def _terminate(c, insts:list, timeout:float) -> tuple[float, float]:
+    "Terminate `insts`, wait until they are, and return their instance-hours and on-demand cost."
+    if not insts: return 0.0, 0.0
+    ended, ids, hours, cost = datetime.now(timezone.utc), [i.instance_id for i in insts], 0.0, 0.0
+    c.terminate_instances(InstanceIds=ids)
+    try: c.get_waiter('instance_terminated').wait(InstanceIds=ids, WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int(timeout // 5))})
+    except WaiterError as e:
+        raise UsageError(f"instances not terminated after {timeout:.0f} s: run `trn-tutorials down` again, or see the EC2 console") from e
+    for i in insts:
+        secs = max(60.0, (ended - i.launch_time).total_seconds())   # per second, one minute at least
+        hours += secs / 3600
+        if i.instance_type in CATALOG: cost += run_cost(i.instance_type, secs) or 0.0   # Trn2: no price known
+    return hours, cost
 
-def _remove_sagemaker(finder:_SageMakerFinder, bucket:str|None, compile_cache:bool, until:float) -> tuple[dict, int, dict]:
-    "Delete the run's endpoints first (they bill by the hour), then configs and models, stop its jobs, empty its S3 prefix."
-    sm, s3 = finder.sm, boto3.client('s3', region_name=finder.region)
-    done = {'endpoints': [], 'endpoint configs': [], 'models': [], 'jobs stopped': []}
-    for e in sorted(finder.find('endpoint')):
-        try: sm.delete_endpoint(EndpointName=e); done['endpoints'].append(e)
-        except ClientError as x:
-            if not _gone(x): raise
-    for e in done['endpoints']:
-        sm.get_waiter('endpoint_deleted').wait(EndpointName=e, WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int((until - time.monotonic()) // 5))})
-    for c in sorted(finder.find('endpoint-config')):
-        try: sm.delete_endpoint_config(EndpointConfigName=c); done['endpoint configs'].append(c)
-        except ClientError as x:
-            if not _gone(x): raise
-    models, jobs = sorted(finder.find('model')), sorted(finder.find('training-job'))
-    found, kept = _s3(finder, bucket, compile_cache, jobs, models)   # before the models go: their archives name buckets
-    for m in models:
-        try: sm.delete_model(ModelName=m); done['models'].append(m)
-        except ClientError as x:
-            if not _gone(x): raise
-    for j in jobs:
-        try: st = sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus']
-        except ClientError: continue
-        if st == 'InProgress': sm.stop_training_job(TrainingJobName=j); done['jobs stopped'].append(j)
-    for j in done['jobs stopped']:   # a stopping job still writes its checkpoints: wait, then list the prefix again
-        while time.monotonic() < until and sm.describe_training_job(TrainingJobName=j)['TrainingJobStatus'] == 'Stopping': time.sleep(10)
-    if done['jobs stopped']: found = {**found, **_s3(finder, bucket, compile_cache, jobs, [])[0]}
-    n = 0
-    for (b, p), objs in sorted(found.items()):
-        for i in range(0, len(objs), 1000):   # delete_objects takes at most 1000 keys
-            batch = [{k: o[k] for k in ('Key', 'VersionId') if k in o} for o in objs[i:i + 1000]]
-            errors = s3.delete_objects(Bucket=b, Delete={'Objects': batch, 'Quiet': True}).get('Errors', [])
-            if errors: raise UsageError(f"S3 refused to delete {len(errors)} objects under s3://{b}/{p}, "
-                                        f"{errors[0]['Key']} first ({errors[0]['Code']}): see the S3 console")
-            n += len(batch)
-    return done, n, kept
+def _remove_tagged(c, f:list, until:float, key_dir:str) -> tuple[list, list, list, list]:
+    "Delete the tagged volumes left, security groups (retried until AWS lets go of them), key pairs and their key files."
+    vols = [v['VolumeId'] for p in c.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes'] if v['State'] == 'available']
+    for v in vols: c.delete_volume(VolumeId=v)
+    groups = [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']]
+    for g in groups: _retry(lambda: c.delete_security_group(GroupId=g), until)
+    pairs, files = [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']], []
+    for k in pairs:
+        c.delete_key_pair(KeyName=k)
+        if (p := key_file(k, key_dir)).exists(): p.unlink(); files.append(str(key_file(k, key_dir, expand=False)))
+    return vols, groups, pairs, files
 
-def _size(n:float) -> str:
-    for unit in ('B', 'kB', 'MB', 'GB'):
-        if n < 1000: return f'{n:.0f} B' if unit == 'B' else f'{n:.1f} {unit}'
-        n /= 1000
-    return f'{n:.1f} TB'
 
+# %% ../nbs/06_cleanup.ipynb #cd31ce73
 def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status`)
             region:str|None=None, # AWS region; default: your AWS configuration
             all_project:bool=False, # remove every run of trn-tutorials in the region instead
@@ -267,7 +162,7 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
             timeout:float=600, # seconds to wait for termination and for security groups to come free
             sessions:list|None=None, # more tunnels/Jupyter sessions to stop first (e.g. to another host)
             ec2:bool=True, # remove the run's EC2 instances, security groups, key pairs and volumes
-            sagemaker:bool=True, # remove the run's SageMaker endpoints, configs, models, running jobs (stopped) and S3 prefix
+            sagemaker:bool=True, # run every registered cleaner too (SageMaker endpoints, configs, models, running jobs, S3 prefix)
             bucket:str|None=None, # a bucket you gave the run (`--bucket`); SageMaker's default bucket is always emptied of the run
             compile_cache:bool=False # delete the project's Neuron compile cache in S3 too (kept by default: it saves every job's compile)
            ) -> CleanupReport:
@@ -275,58 +170,24 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
     check_number('timeout', timeout, float, CLEANUP_LIMITS['timeout'])
     if bool(run_id) == bool(all_project):
         raise UsageError("pass --run_id RUN (`trn-tutorials status` lists them) or --all_project to remove every run, not both")
-    run_id = check_run_id(run_id) if run_id else None
-    region = aws_region(region)
-    c, f, until = boto3.client('ec2', region_name=region), tag_filters(run_id), time.monotonic() + timeout
+    run_id, region = check_run_id(run_id) if run_id else None, aws_region(region)
+    c, until = boto3.client('ec2', region_name=region), time.monotonic() + timeout
     insts = [i for i in find_instances(run_id, region, key_dir) if i.state != 'terminated'] if ec2 else []
     stopped = []
     for s in sessions or []: s.stop(); stopped.append(repr(s))
     stopped += stop_all(hosts={i.host for i in insts if i.host})
-    hours = cost = 0.0
-    groups, pairs, files, vols = [], [], [], []
-    finder = _SageMakerFinder(run_id, region) if sagemaker else None
+    scope = Scope(run_id, region, bucket, compile_cache, until)
     with aws_errors(region):
-        sm_done, n_s3, kept = _remove_sagemaker(finder, bucket, compile_cache, until) if sagemaker else ({}, 0, {})
-        if insts:
-            ended = datetime.now(timezone.utc)
-            c.terminate_instances(InstanceIds=[i.instance_id for i in insts])
-            try: c.get_waiter('instance_terminated').wait(InstanceIds=[i.instance_id for i in insts],
-                                                            WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int(timeout // 5))})
-            except WaiterError as e:
-                raise UsageError(f"instances not terminated after {timeout:.0f} s: run `trn-tutorials down` again, or see the EC2 console") from e
-            for i in insts:
-                secs = max(60.0, (ended - i.launch_time).total_seconds())
-                hours += secs / 3600
-                if i.instance_type in CATALOG: cost += run_cost(i.instance_type, secs) or 0.0   # Trn2: no price known
-        if ec2: vols = [v['VolumeId'] for p in c.get_paginator('describe_volumes').paginate(Filters=f) for v in p['Volumes'] if v['State'] == 'available']
-        for v in vols: c.delete_volume(VolumeId=v)
-        if ec2: groups = [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']]
-        for g in groups: _retry(lambda: c.delete_security_group(GroupId=g), until)
-        if ec2: pairs = [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]
-        for k in pairs:
-            c.delete_key_pair(KeyName=k)
-            if (p := key_file(k, key_dir)).exists(): p.unlink(); files.append(str(key_file(k, key_dir, expand=False)))
-        left = {**leftovers(run_id, region, ec2, sagemaker=False), **(_sagemaker_leftovers(finder, bucket, compile_cache) if sagemaker else {})}
+        done = {k: v for cl in CLEANERS for k, v in cl.remove(scope).items()} if sagemaker else {}   # endpoints bill by the hour: first
+        hours, cost = _terminate(c, insts, timeout)
+        vols, groups, pairs, files = _remove_tagged(c, tag_filters(run_id), until, key_dir) if ec2 else ([], [], [], [])
+        left = {**leftovers(run_id, region, ec2, sagemaker=False), **(_found(scope) if sagemaker else {})}
     for i in insts:
         if i.host: forget_host(i.host, 22, known_hosts)
     return CleanupReport(region, run_id, stopped, [i.instance_id for i in insts], groups, pairs, files, vols, left,
-                         round(hours, 4), round(cost, 4), sm_done, n_s3,
-                         [f's3://{b}/{COMPILE_CACHE_PREFIX}/ ({len(o)} object{"s" * (len(o) != 1)}, {_size(sum(x["Size"] for x in o))})'
-                          for b, o in sorted(kept.items())])
+                         round(hours, 4), round(cost, 4), done, scope.shared.get('s3_objects', 0), scope.shared.get('kept', []))
+
 
 # %% ../nbs/06_cleanup.ipynb #77c3de0e
-@dataclass
-class CleanupArguments:
-    "Options of `trn-tutorials down`: the arguments of `cleanup`."
-    run_id: str|None = field(default=None, metadata={'help': 'the run to remove (`trn-tutorials status` lists them)'})
-    region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
-    all_project: bool = field(default=False, metadata={'help': 'remove every run of trn-tutorials in the region'})
-    key_dir: str = field(default='~/.ssh', metadata={'help': 'folder of the private keys setup wrote'})
-    known_hosts: str = field(default=KNOWN_HOSTS, metadata={'help': 'known-hosts file to forget the instances in'})
-    timeout: float = field(default=600, metadata={'help': 'seconds to wait for termination'})
-    ec2: bool = field(default=True, metadata={'help': "remove the run's EC2 instances, security groups, key pairs and volumes"})
-    sagemaker: bool = field(default=True, metadata={'help': "remove the run's SageMaker endpoints, configs, models, running jobs (stopped) and S3 prefix"})
-    bucket: str|None = field(default=None, metadata={'help': "a bucket you gave the run (--bucket); SageMaker's default bucket is always emptied of the run"})
-    compile_cache: bool = field(default=False, metadata={'help': "delete the project's Neuron compile cache in S3 too (kept by default: it saves every job's compile)"})
+CleanupArguments = arguments_of(cleanup, CLEANUP_LIMITS, skip=('sessions',), name='CleanupArguments')
 
-    def __post_init__(self): check_numbers(self, CLEANUP_LIMITS)

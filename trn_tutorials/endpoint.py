@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_endpoint.ipynb #fc59eec4
 from __future__ import annotations
-import difflib, json, re, tarfile, tempfile, warnings
+import difflib, json, re, tarfile, tempfile, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
@@ -12,16 +12,17 @@ from urllib.parse import urlencode
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
+from .cleanup import Scope, register
 from .core import Limit, UsageError, check_number, short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, padded_lengths, texts_of
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
-from .training_job import DLC_ACCOUNTS, check_role, default_bucket, dlc_registry, run_prefix
+from .training_job import DLC_ACCOUNTS, SageMakerFinder, check_role, default_bucket, dlc_registry, project_buckets, run_prefix, sm_finder
 
 # %% auto #0
 __all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'REQUIREMENTS', 'INSTANCES',
            'trace', 'check_instance_type', 'image_kind', 'inference_image', 'requirements', 'neuron_compiler',
            'package', 'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'create_endpoint', 'deploy',
-           'predict', 'delete']
+           'predict', 'delete', 'find_endpoints', 'remove_endpoints']
 
 # %% ../nbs/12_endpoint.ipynb #fa859dd1
 def _model_folder(model_dir) -> list[str]:
@@ -36,6 +37,8 @@ def _Logits(model):
         def forward(self, input_ids, attention_mask): return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
     return Logits(model)
 
+
+# %% ../nbs/12_endpoint.ipynb #5670a395
 def trace(model_dir:str, # a model folder (`train`'s output_dir)
           tolerance:float=1e-4, # largest difference in logits accepted between the traced and the eager model
           lengths:list[int]|None=None, # lengths to check; default: the recorded padded lengths, else 128
@@ -83,6 +86,7 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
             'max_abs_diff': float(f'{diff:.2g}'), 'tolerance': tolerance}
     (d/TRACE_INFO).write_text(json.dumps(info, indent=2))
     return info
+
 
 # %% ../nbs/12_endpoint.ipynb #9370af2d
 DEFAULT_INSTANCE_TYPE = 'ml.m5.large'  # 2 vCPU, 8 GiB: room for the model, torch and the pip install at start
@@ -135,6 +139,8 @@ def image_kind(instance_type:str # a SageMaker hosting instance type
     if family in ('m', 'c', 'r', 't', 'x', 'z'): return 'cpu'
     raise UsageError(f"{instance_type} needs a serving image this package does not choose: use a CPU type such as {DEFAULT_INSTANCE_TYPE}, a GPU (ml.g5) or ml.inf2")
 
+
+# %% ../nbs/12_endpoint.ipynb #38428c2c
 def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosting instance type
                     region:str|None=None # AWS region; default: your AWS configuration
                    ) -> str:
@@ -145,6 +151,7 @@ def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosti
         raise UsageError(f"{repo}:{tag} is not published in {region}: deploy in a region that has it, e.g. us-east-1 "
                          f"(IMAGE_REGIONS[{kind!r}], read {IMAGES_CHECKED})")
     return f"{dlc_registry(region)}/{repo}:{tag}"   # the one registry table: training_job.DLC_ACCOUNTS
+
 
 # %% ../nbs/12_endpoint.ipynb #ad755a9e
 _LEFT_OUT = ('*.png', '*.log', 'training_args.bin', '.*', '*.tar.gz')   # training leftovers the endpoint does not need
@@ -179,6 +186,8 @@ def _ships_trace(model_dir, instance_type:str, torchscript:bool) -> bool:
         return False
     return has_trace and torchscript
 
+
+# %% ../nbs/12_endpoint.ipynb #6f8a475e
 def package(model_dir:str, # a model folder (`train`'s output_dir), traced or not
             dest:str='model.tar.gz', # the archive to write
             instance_type:str=DEFAULT_INSTANCE_TYPE, # the endpoint's instance type: its image decides the trace and the requirements
@@ -197,6 +206,7 @@ def package(model_dir:str, # a model folder (`train`'s output_dir), traced or no
         tar.add(handler.__file__, arcname='code/inference.py')
         tar.add(Path(tmp)/'requirements.txt', arcname='code/requirements.txt')
     return dest
+
 
 # %% ../nbs/12_endpoint.ipynb #994b4799
 INSTANCES = Limit(1, example=1)   # instances behind an endpoint
@@ -258,6 +268,8 @@ def check_endpoint_name(name:str, # the endpoint's name
                                  f"or remove it first with delete({name!r})")
     return name
 
+
+# %% ../nbs/12_endpoint.ipynb #04436181
 def upload(archive:str, # model.tar.gz
            run_id:str, # the run: the S3 prefix trn-tutorials/<run id>/endpoint/ and the object's tags
            bucket:str|None=None, # S3 bucket; default: SageMaker's default bucket
@@ -270,6 +282,7 @@ def upload(archive:str, # model.tar.gz
     with aws_errors(region):
         boto3.client('s3', region_name=region).upload_file(str(archive), bucket, key, ExtraArgs={'Tagging': urlencode(run_tags(run_id))})
     return f's3://{bucket}/{key}'
+
 
 # %% ../nbs/12_endpoint.ipynb #f531ec9c
 def _delete_quietly(fn, **kw):
@@ -285,6 +298,8 @@ def _undo(sm, s3, made:list[str], name:str, model_data:str|None):
         bucket, key = model_data[len('s3://'):].split('/', 1)
         _delete_quietly(s3.delete_object, Bucket=bucket, Key=key)
 
+
+# %% ../nbs/12_endpoint.ipynb #0f72ff6f
 def create_endpoint(archive:str|Path, # model.tar.gz to serve (from `package`, or `hf_package` for the Hugging Face image)
                     requests, # `model_data -> dict`: the three create requests for the uploaded archive (`endpoint_requests`)
                     name:str, # the endpoint's name (checked), also its model's and its configuration's
@@ -327,6 +342,9 @@ def create_endpoint(archive:str|Path, # model.tar.gz to serve (from `package`, o
                          f"it was deleted with its configuration and model; its log: CloudWatch /aws/sagemaker/Endpoints/{name}") from None
     ep.status = 'InService'
     return ep
+
+
+# %% ../nbs/12_endpoint.ipynb #a493b468
 def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
            role:str|None=None, # IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com
            endpoint_name:str|None=None, # default: trn-tutorials-<run id>
@@ -393,3 +411,58 @@ def delete(endpoint_name:str, # the endpoint, or the name its configuration and 
         for m in models:
             if _exists(sm.describe_model, ModelName=m): sm.delete_model(ModelName=m); done.append(f'model {m}')
     return done
+
+# %% ../nbs/12_endpoint.ipynb #05cbc4c6
+_LISTS = {'endpoints': ('list_endpoints', 'Endpoints', 'EndpointName', 'EndpointArn'),
+          'endpoint_configs': ('list_endpoint_configs', 'EndpointConfigs', 'EndpointConfigName', 'EndpointConfigArn'),
+          'models': ('list_models', 'Models', 'ModelName', 'ModelArn')}
+
+def _listed(f:SageMakerFinder, kind:str) -> list[str]:
+    "The run's resources of `kind`: few, and only while they cost or could, so list them all and read their tags."
+    call, key, name, arn = _LISTS[kind]
+    out = []
+    for page in f.sm.get_paginator(call).paginate():
+        for r in page[key]:
+            if not f.by_name:
+                try:
+                    if f.ours({t['Key']: t['Value'] for t in f.sm.list_tags(ResourceArn=r[arn]).get('Tags', [])}): out.append(r[name])
+                    continue
+                except ClientError as e: f.denied(e)
+            if f.name_ok(r[name]): out.append(r[name])
+    return out
+
+def find_endpoints(scope:Scope # what the cleanup looks at
+                  ) -> dict[str, list[str]]:
+    "The run's endpoints, endpoint configurations and models; the buckets the models' archives are in go to `scope`."
+    f = sm_finder(scope)
+    left = {k: _listed(f, k) for k in _LISTS}
+    for m in left['models']:   # the archive outlives its model: the S3 cleaner of the training-job chapter empties its bucket
+        try: scope.shared.setdefault('buckets', set()).update(project_buckets([f.sm.describe_model(ModelName=m).get('PrimaryContainer', {}).get('ModelDataUrl', '')]))
+        except ClientError: continue   # deleted meanwhile
+    return left
+
+
+# %% ../nbs/12_endpoint.ipynb #be5411a9
+def _each(delete, names:list[str]) -> list[str]:
+    "Call `delete(name)` for each; one deleted meanwhile is not an error."
+    done = []
+    for n in sorted(names):
+        try: delete(n); done.append(n)
+        except ClientError as e:
+            if 'Could not find' not in str(e): raise
+    return done
+
+def remove_endpoints(scope:Scope # what the cleanup removes
+                    ) -> dict[str, list[str]]:
+    "Delete the run's endpoints first (they bill every hour), wait until they are gone, then their configurations and models."
+    f = sm_finder(scope)
+    left = find_endpoints(scope)   # notes the models' buckets before the models go
+    done = {'endpoints': _each(lambda e: f.sm.delete_endpoint(EndpointName=e), left['endpoints'])}
+    for e in done['endpoints']:
+        f.sm.get_waiter('endpoint_deleted').wait(EndpointName=e, WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int((scope.until - time.monotonic()) // 5))})
+    done['endpoint configs'] = _each(lambda c: f.sm.delete_endpoint_config(EndpointConfigName=c), left['endpoint_configs'])
+    done['models'] = _each(lambda m: f.sm.delete_model(ModelName=m), left['models'])
+    return done
+
+register('endpoints', find_endpoints, remove_endpoints, order=10)   # first: an endpoint bills every hour until deleted
+

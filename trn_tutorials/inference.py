@@ -79,6 +79,8 @@ class Classifier:
 
 def _log(line:str): print(f'inference.py: {line}', file=sys.stderr, flush=True)   # the model server's log (CloudWatch)
 
+
+# %% ../nbs/11_inference.ipynb #305fd042
 def model_fn(model_dir:str, # where SageMaker unpacked model.tar.gz (/opt/ml/model)
              context=None # the model server's context (unused)
             ) -> Classifier:
@@ -109,6 +111,7 @@ def model_fn(model_dir:str, # where SageMaker unpacked model.tar.gz (/opt/ml/mod
     _log(f"serving {what} on {device} with torch {torch.__version__.split('+')[0]}")
     max_length = lengths[-1] if lengths else min(tokenizer.model_max_length, getattr(config, 'max_position_embeddings', 512))
     return Classifier(model, tokenizer, labels, lengths, max_length, traced, device)
+
 
 # %% ../nbs/11_inference.ipynb #54915eac
 _JSON_TYPES = {int: 'a number', float: 'a number', bool: 'true/false', type(None): 'null', dict: 'an object', list: 'a list'}

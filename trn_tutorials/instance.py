@@ -13,14 +13,14 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, ParamValidationError, WaiterError
 
-from .core import STACKS, Limit, UsageError, check_folder, check_number, check_numbers, instance_family, instance_type as _instance_type, run_cost
+from .core import STACKS, Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, documented, instance_family, instance_type as _instance_type, run_cost
 
 # %% auto #0
 __all__ = ['PROJECT', 'NEURON_PIP', 'DLAMI', 'CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB',
-           'INSTANCE_LIMITS', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'aws_region', 'explain',
-           'aws_errors', 'Dlami', 'dlami_for', 'find_ami', 'image_note', 'launch_subnets', 'caller_ip', 'ssh_cidr',
-           'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance',
-           'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments', 'StatusArguments']
+           'INSTANCE_LIMITS', 'StatusArguments', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'aws_region',
+           'explain', 'aws_errors', 'Dlami', 'dlami_for', 'find_ami', 'image_note', 'launch_subnets', 'caller_ip',
+           'ssh_cidr', 'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance',
+           'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments']
 
 # %% ../nbs/01_setup.ipynb #e39169ac
 PROJECT = 'trn-tutorials'
@@ -85,6 +85,8 @@ def explain(e:ClientError, # an error from a boto3 call
     fix = _FIXES.get(code)
     return fix.format(region=region, itype=itype or 'the instance', op=e.operation_name) if fix else f"AWS refused {e.operation_name} ({code}): {msg}"
 
+
+# %% ../nbs/01_setup.ipynb #829dae57
 @contextmanager
 def aws_errors(region:str, # the region of the calls
                itype:str='' # the instance type being launched
@@ -97,6 +99,7 @@ def aws_errors(region:str, # the region of the calls
     except EndpointConnectionError as e:
         raise UsageError(f"cannot reach AWS at {e.kwargs.get('endpoint_url')}: check your network and --region {region} (and AWS_ENDPOINT_URL if set)") from e
     except ParamValidationError as e: raise UsageError(' '.join(str(e).split())) from e
+
 
 # %% ../nbs/01_setup.ipynb #67b59f8a
 NEURON_PIP = 'https://pip.repos.neuron.amazonaws.com'   # AWS's pip repository of the Neuron packages
@@ -134,6 +137,8 @@ DLAMI = {
 }
 DLAMI['trn3'] = DLAMI['trn2']
 
+
+# %% ../nbs/01_setup.ipynb #9578b38e
 def dlami_for(instance_type:str # an instance type, e.g. 'trn1.2xlarge'
              ) -> Dlami:
     "The DLAMI (and environment) for `instance_type`'s generation."
@@ -156,6 +161,8 @@ def _image(im:dict, found_by:str, d:Dlami) -> dict:
     return {'id': im['ImageId'], 'name': im.get('Name', ''), 'created': im.get('CreationDate', ''), 'sdk': sdk.group(1) if sdk else '',
             'venv': d.venv, 'root_device': im.get('RootDeviceName', '/dev/sda1'), 'found_by': found_by, 'deprecated': _deprecated(im)}
 
+
+# %% ../nbs/01_setup.ipynb #81778e56
 def find_ami(region:str|None=None, # AWS region; default: your AWS configuration
              ami:str|None=None, # an explicit AMI id, checked to exist in `region`
              instance_type:str='trn1.2xlarge', # the type to launch: its generation picks the entry of `DLAMI`
@@ -190,6 +197,8 @@ def find_ami(region:str|None=None, # AWS region; default: your AWS configuration
     best = max(ims, key=lambda im: (_deprecated(im) is None, -rank(im), im.get('CreationDate', '')))   # current first, then name, then newest
     return _image(best, 'ssm' if from_ssm and best['ImageId'] == from_ssm['ImageId'] else 'filter', d)
 
+
+# %% ../nbs/01_setup.ipynb #2aab19d8
 def image_note(image:dict, # what `find_ami` returned
                dlami:Dlami # the entry of `DLAMI` it was looked up with
               ) -> str|None:
@@ -197,6 +206,7 @@ def image_note(image:dict, # what `find_ami` returned
     if not image.get('deprecated'): return None
     why = f', and it is {dlami.last}' if dlami.last and image.get('found_by') != 'given' else ''
     return f"note: {image['name'] or image['id']} ({image['id']}) is deprecated by AWS since {image['deprecated'][:10]}: it still launches{why}"
+
 
 # %% ../nbs/01_setup.ipynb #78fc9758
 def launch_subnets(instance_type:str='trn1.2xlarge', # the instance type to launch
@@ -283,6 +293,8 @@ def _write_key(path:Path, material:str):
     finally:
         if os.path.exists(tmp): os.unlink(tmp)
 
+
+# %% ../nbs/01_setup.ipynb #6edb2e36
 def ensure_key_pair(key_name:str, # name of the EC2 key pair to reuse or create
                     region:str|None=None, # AWS region; default: your AWS configuration
                     key_dir:str='~/.ssh', # folder for the private key
@@ -317,6 +329,7 @@ def ensure_key_pair(key_name:str, # name of the EC2 key pair to reuse or create
         raise UsageError(f"could not write the private key {named} ({why}), {undo}: "
                          f"pass a --key_dir you can write to, with free space, and retry") from e
     return path, True
+
 
 # %% ../nbs/01_setup.ipynb #6141f224
 def create_ssh_group(vpc_id:str, # the VPC to create the group in
@@ -405,6 +418,8 @@ def _instance(d:dict, region:str, key_dir:str='~/.ssh') -> Instance:
                     str(key_file(d['KeyName'], key_dir, expand=False)) if d.get('KeyName') else '', region, tags.get('run-id', ''),
                     d['LaunchTime'], d.get('ImageId', ''))
 
+
+# %% ../nbs/01_setup.ipynb #9c7b84c4
 def find_instances(run_id:str|None=None, # one run's id; `None` = every instance of this project
                    region:str|None=None, # AWS region; default: your AWS configuration
                    key_dir:str='~/.ssh', # folder holding the private keys
@@ -430,6 +445,7 @@ def find_instance(run_id:str|None=None, # the run's id; `None` = the only runnin
     if len(found) > 1: raise UsageError(f"{len(found)} running instances of {where}: pass --run_id, one of {', '.join(i.run_id for i in found)}")
     return found[0]
 
+
 # %% ../nbs/01_setup.ipynb #7736b9a7
 MIN_VOLUME_GB = 120
 INSTANCE_LIMITS = {   # the numbers `launch_instance` takes
@@ -452,6 +468,8 @@ def _undo(ec2, sg:str|None, key_name:str|None, key:Path|None):
         except ClientError: pass
     if key and key.exists(): key.unlink()
 
+
+# %% ../nbs/01_setup.ipynb #d4c9feaa
 def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `core.TRN1`
            region:str|None=None, # AWS region; default: your AWS configuration
            ami:str|None=None, # AMI id; default: the Neuron DLAMI of the type's generation (`DLAMI`)
@@ -516,24 +534,24 @@ def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `c
         except UsageError as e: raise UsageError(f"{e}; {iid} is running (and billed): `trn-tutorials down --run_id {run_id}` removes it") from e
     return inst
 
+
 # %% ../nbs/01_setup.ipynb #6bbc4e58
+@documented
 @dataclass
 class InstanceArguments:
     "Options of `trn-tutorials up`: the arguments of `launch_instance`."
-    instance_type: str = field(default='trn1.2xlarge', metadata={'help': 'instance type: trn1.2xlarge, trn1.32xlarge or trn1n.32xlarge '
-        '(PyTorch/XLA, Neuron SDK 2.31 DLAMI), or trn2.3xlarge, trn2.48xlarge or trn2u.48xlarge (TorchNeuron beta, torch-neuronx 2.14 DLAMI)'})
-    region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
-    ami: str|None = field(default=None, metadata={'help': "AMI id (default: the Neuron DLAMI of the type's generation: SDK 2.31 "
-        "with PyTorch/XLA on Trn1, torch-neuronx 2.14 on Trn2/Trn3)"})
-    my_ip: str|None = field(default=None, metadata={'help': 'IPv4 address SSH is opened to (default: from https://checkip.amazonaws.com)'})
-    key_name: str|None = field(default=None, metadata={'help': 'existing EC2 key pair to reuse (default: a new one for this run)'})
-    key_dir: str = field(default='~/.ssh', metadata={'help': 'folder of the private keys (<key_name>.pem)'})
-    volume_gb: int = field(default=256, metadata={'help': f'root volume in GB, gp3, {MIN_VOLUME_GB} to 16384'})
-    max_hours: float = field(default=8.0, metadata={'help': f'cost guard: power off and terminate after this many hours, at most {MAX_HOURS} (0 = off)'})
-    run_id: str|None = field(default=None, metadata={'help': 'id tagged on everything created (default: a new one)'})
-    subnet_id: str|None = field(default=None, metadata={'help': 'subnet to launch into (default: a default subnet in a zone with the type)'})
-    wait_ssh: bool = field(default=True, metadata={'help': 'wait until SSH answers'})
-    timeout: float = field(default=900, metadata={'help': 'seconds to wait for running and for SSH'})
+    instance_type: str = 'trn1.2xlarge' # instance type: trn1.2xlarge, trn1.32xlarge or trn1n.32xlarge (PyTorch/XLA, Neuron SDK 2.31 DLAMI), or trn2.3xlarge, trn2.48xlarge or trn2u.48xlarge (TorchNeuron beta, torch-neuronx 2.14 DLAMI)
+    region: str|None = None # AWS region (default: your AWS configuration)
+    ami: str|None = None # AMI id (default: the Neuron DLAMI of the type's generation: SDK 2.31 with PyTorch/XLA on Trn1, torch-neuronx 2.14 on Trn2/Trn3)
+    my_ip: str|None = None # IPv4 address SSH is opened to (default: from https://checkip.amazonaws.com)
+    key_name: str|None = None # existing EC2 key pair to reuse (default: a new one for this run)
+    key_dir: str = '~/.ssh' # folder of the private keys (<key_name>.pem)
+    volume_gb: int = 256 # root volume in GB, gp3, 120 to 16384
+    max_hours: float = 8.0 # cost guard: power off and terminate after this many hours, at most 720 (0 = off)
+    run_id: str|None = None # id tagged on everything created (default: a new one)
+    subnet_id: str|None = None # subnet to launch into (default: a default subnet in a zone with the type)
+    wait_ssh: bool = True # wait until SSH answers
+    timeout: float = 900 # seconds to wait for running and for SSH
 
     def __post_init__(self):
         _check_volume(self.volume_gb)
@@ -541,9 +559,5 @@ class InstanceArguments:
         if self.my_ip: ssh_cidr(self.my_ip)
 
 # %% ../nbs/01_setup.ipynb #6ccc59b7
-@dataclass
-class StatusArguments:
-    "Options that find a run's instance: the arguments of `find_instances`."
-    run_id: str|None = field(default=None, metadata={'help': 'the run (default: every run of trn-tutorials)'})
-    region: str|None = field(default=None, metadata={'help': 'AWS region (default: your AWS configuration)'})
-    key_dir: str = field(default='~/.ssh', metadata={'help': 'folder of the private keys (<key_name>.pem)'})
+StatusArguments = arguments_of(find_instances, skip=('states',), name='StatusArguments')   # options that find a run's instance
+

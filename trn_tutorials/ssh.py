@@ -87,6 +87,8 @@ def ssh_args(host:str, # the instance's address
             'UserKnownHostsFile': kh, 'ServerAliveInterval': 30, 'ServerAliveCountMax': 3, 'LogLevel': 'ERROR', 'ControlPath': 'none'}
     return [exe, '-i', str(Path(key_path).expanduser()), '-p', str(port)] + [a for k, v in opts.items() for a in ('-o', f'{k}={v}')] + [f'{user}@{host}']
 
+
+# %% ../nbs/02_ssh.ipynb #4d447c10
 def explain_ssh(err:str, # what ssh wrote to stderr
                 host:str, # the instance's address
                 port:int=22, # SSH port
@@ -116,6 +118,8 @@ def explain_ssh(err:str, # what ssh wrote to stderr
         return f"cannot reach {where} ({l.split(':')[-1].strip()}): is the instance running, and does its security group admit your current IP?"
     return f"ssh to {where} failed: {lines[-1] if lines else 'no message'}"
 
+
+# %% ../nbs/02_ssh.ipynb #63ed5694
 def run_remote(script:str, # bash script to run on the instance (sent on stdin, so nothing in it shows in a command line)
                host:str, # the instance's address
                key_path:str, # its private key
@@ -133,6 +137,7 @@ def run_remote(script:str, # bash script to run on the instance (sent on stdin, 
     if r.returncode == 255: raise UsageError(explain_ssh(r.stderr, host, port, key_path, user, known_hosts=known_hosts))
     return r
 
+
 # %% ../nbs/02_ssh.ipynb #d50e7ffb
 _live = []  # tunnels and Jupyter servers started by this process and not stopped yet
 
@@ -147,6 +152,8 @@ def _answers(port:int) -> bool:
         with socket.create_connection(('127.0.0.1', port), timeout=1): return True
     except OSError: return False
 
+
+# %% ../nbs/02_ssh.ipynb #9fba04f0
 class Tunnel:
     "`ssh -N -L 127.0.0.1:local_port:localhost:remote_port`, run in the background and watched."
     def __init__(self, host:str, # the instance's address
@@ -209,10 +216,13 @@ class Tunnel:
         state = f'running, pid {self.proc.pid}' if self.alive else 'stopped'
         return f'Tunnel(127.0.0.1:{self.local_port} -> {self.user}@{self.host}:{self.port} -> localhost:{self.remote_port}, {state})'
 
+
 # %% ../nbs/02_ssh.ipynb #69febd0a
 NEURON_VENV = DLAMI['trn1'].venv                     # Trn1's PyTorch/XLA environment (the Neuron SDK 2.31 DLAMI)
 NEURON_BIN = '/opt/aws/neuron/bin'                  # the Neuron tools: neuron-ls, neuron-top
 
+
+# %% ../nbs/02_ssh.ipynb #c4fd2c4a
 def _start_script(token:str, remote_port:int, jupyter:str, venv:str|None, workdir:str, timeout:float) -> str:
     return f"""set -u
 umask 077
@@ -250,6 +260,8 @@ done
 kill $PID; exit 14
 """
 
+
+# %% ../nbs/02_ssh.ipynb #47796633
 def _stop_script(pid:int, remote_port:int, timeout:float) -> str:
     return f"""PID={int(pid)}; PORT={int(remote_port)}
 alive() {{ [ -e /proc/$PID ] && ! grep -q '^State:[[:space:]]*Z' /proc/$PID/status 2>/dev/null; }}
@@ -286,6 +298,8 @@ class RemoteJupyter:
         run_remote(_stop_script(self.pid, self.remote_port, timeout), self.host, self.key_path, self.user, self.port,
                    self.known_hosts, timeout + 30)
 
+
+# %% ../nbs/02_ssh.ipynb #c5512377
 _JUPYTER_FAILS = {
     10: "the folder {workdir} does not exist on {host}: pass an existing --workdir",
     11: "no JupyterLab {where}: install it (`{pip} install jupyterlab` there) or pass --jupyter with the command to run",
@@ -309,6 +323,8 @@ def missing_venv(host:str, # the instance's address
             f"or with --ami of an image that has it, or install the Neuron {d.sdk} pair there (`{d.pip_install}` in a venv at {venv}), "
             f"or pass --venv with an environment it has: {has}")
 
+
+# %% ../nbs/02_ssh.ipynb #9bbd9744
 def start_jupyter(host:str, # the instance's address
                   key_path:str, # its private key
                   remote_port:int=8888, # Jupyter's port on the instance's 127.0.0.1
@@ -336,6 +352,7 @@ def start_jupyter(host:str, # the instance's address
     _live.append(j)
     return j
 
+
 # %% ../nbs/02_ssh.ipynb #816ffe51
 def api_status(local_port:int, # the tunnel's local port
                token:str|None, # Jupyter's token; `None` sends none
@@ -348,6 +365,8 @@ def api_status(local_port:int, # the tunnel's local port
     except urllib.error.HTTPError as e: return e.code
     except OSError: return 0
 
+
+# %% ../nbs/02_ssh.ipynb #05c7c3c9
 @dataclass
 class JupyterSession:
     "Jupyter on the instance and the tunnel to it."
@@ -381,6 +400,8 @@ class JupyterSession:
         return (f'JupyterSession(http://127.0.0.1:{self.tunnel.local_port}/?token=... -> Jupyter on 127.0.0.1:{j.remote_port} '
                 f'of {j.user}@{j.host}, pid {j.pid}, tunnel {"running" if self.tunnel.alive else "stopped"})')
 
+
+# %% ../nbs/02_ssh.ipynb #9628a298
 def open_jupyter(host:str, # the instance's address
                  key_path:str, # its private key
                  local_port:int=8888, # port on this machine
@@ -410,6 +431,7 @@ def open_jupyter(host:str, # the instance's address
         if 't' in locals(): t.stop()
         j.stop(); raise
     return JupyterSession(j, t)
+
 
 # %% ../nbs/02_ssh.ipynb #29ed3ce3
 def stop_all(hosts:set|None=None # only those to these addresses; `None` = all

@@ -8,7 +8,11 @@ import json, os, re, shutil, sys, tarfile, tempfile, time, warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from .core import CATALOG, Limit, UsageError, check_number, check_numbers, short_path
+import boto3
+from botocore.exceptions import ClientError
+
+from .cleanup import Scope, register
+from .core import CATALOG, Limit, UsageError, check_number, check_numbers, documented, short_path
 from .data import load_prepared
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .launch import NEURON_ENV, Progress, Results, worker_error
@@ -17,10 +21,11 @@ from .train import PROGRESS_ENV, TrainArguments, check_args
 # %% auto #0
 __all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'DLC_ACCOUNTS', 'DLC_DOMAINS',
            'NEURON_TRAINING_REGIONS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS',
-           'IMAGE_DATASETS', 'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'dlc_registry',
-           'training_image', 'JobArguments', 'check_job', 'check_role', 'job_hyperparameters', 'stage_source',
-           'export_model', 'job_main', 'run_prefix', 'default_bucket', 'upload_folder', 'compile_cache_url',
-           'model_trainer', 'image_can_read', 'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
+           'COMPILE_CACHE_PREFIX', 'IMAGE_DATASETS', 'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost',
+           'dlc_registry', 'training_image', 'JobArguments', 'check_job', 'check_role', 'job_hyperparameters',
+           'stage_source', 'export_model', 'job_main', 'run_prefix', 'default_bucket', 'upload_folder',
+           'compile_cache_url', 'model_trainer', 'image_can_read', 'submit', 'JobError', 'wait_job', 'job_results',
+           'sm_train', 'stop_job', 'SageMakerFinder', 'sm_finder', 'project_buckets', 'find_jobs', 'remove_jobs']
 
 # %% ../nbs/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -76,6 +81,8 @@ def dlc_registry(region:str # an AWS region
         raise UsageError(f"no Deep Learning Containers are listed for {region!r} (see DLC_ACCOUNTS): use a region such as us-east-1")
     return f"{DLC_ACCOUNTS[region]}.dkr.ecr.{region}.{DLC_DOMAINS.get(region, 'amazonaws.com')}"
 
+
+# %% ../nbs/09_training_job.ipynb #4060ea48
 def training_image(region:str, # the job's AWS region
                    image_uri:str|None=None # your own image instead (it must have torch-neuronx)
                   ) -> str:
@@ -96,30 +103,32 @@ def training_image(region:str, # the job's AWS region
                          f"(e.g. us-east-1, us-west-2), or pass --image_uri")
     return f'{dlc_registry(region)}/{NEURON_TRAINING_IMAGE}'
 
+
 # %% ../nbs/09_training_job.ipynb #9244c80c
 SM_MAX_HOURS = 28 * 24   # SageMaker's longest training job: 28 days
 JOB_LIMITS = {'instance_count': Limit(1, example=2), 'volume_gb': Limit(1, 16384, example=100),   # an EBS volume: 1 GB to 16 TiB
               'max_run_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=2),
               'max_wait_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=4), 'poll_s': Limit(0, 3600, lo_open=True, example=15)}
 
+@documented
 @dataclass
 class JobArguments:
     "A SageMaker training job: where and how `trn_tutorials.train` runs (parsed by `HfArgumentParser` for `sm-train`)."
-    role: str|None = field(default=None, metadata={'help': "IAM role the job runs as (ARN or name); it must trust sagemaker.amazonaws.com"})
-    instance_type: str = field(default='ml.trn1.2xlarge', metadata={'help': "SageMaker instance type: ml.trn1.2xlarge, ml.trn1.32xlarge or ml.trn1n.32xlarge"})
-    instance_count: int = field(default=1, metadata={'help': "instances (more than 1: data-parallel over several nodes)"})
-    spot: bool = field(default=False, metadata={'help': "managed spot training: cheaper, may be interrupted (resumes from the S3 checkpoints)"})
-    max_wait_hours: float|None = field(default=None, metadata={'help': "with --spot: hours the job may wait for capacity and run, in total (at least --max_run_hours)"})
-    max_run_hours: float = field(default=2.0, metadata={'help': f"hours of training after which SageMaker stops the job (at most {SM_MAX_HOURS}: 28 days)"})
-    volume_gb: int = field(default=100, metadata={'help': "disk per instance (GB): data, checkpoints, the compile cache"})
-    region: str|None = field(default=None, metadata={'help': "AWS region; default: your AWS configuration"})
-    bucket: str|None = field(default=None, metadata={'help': "S3 bucket for data, code, checkpoints and the model; default: SageMaker's default bucket"})
-    image_uri: str|None = field(default=None, metadata={'help': "training image; default: the Neuron training image of the region"})
-    job_name: str|None = field(default=None, metadata={'help': "base of the job's name (SageMaker adds a timestamp); default: trn-tutorials-<run id>"})
-    run_id: str|None = field(default=None, metadata={'help': "the run the job belongs to (its S3 prefix and tags); default: a new one"})
-    download_dir: str = field(default='runs', metadata={'help': "where the job's model.tar.gz is unpacked (into <download_dir>/<job name>)"})
-    poll_s: float = field(default=15.0, metadata={'help': "seconds between two looks at the job's status and logs"})
-    dry_run: bool = field(default=False, metadata={'help': "print the request the job would be created with; create and upload nothing"})
+    role: str|None = None # IAM role the job runs as (ARN or name); it must trust sagemaker.amazonaws.com
+    instance_type: str = 'ml.trn1.2xlarge' # SageMaker instance type: ml.trn1.2xlarge, ml.trn1.32xlarge or ml.trn1n.32xlarge
+    instance_count: int = 1 # instances (more than 1: data-parallel over several nodes)
+    spot: bool = False # managed spot training: cheaper, may be interrupted (resumes from the S3 checkpoints)
+    max_wait_hours: float|None = None # with --spot: hours the job may wait for capacity and run, in total (at least --max_run_hours)
+    max_run_hours: float = 2.0 # hours of training after which SageMaker stops the job (at most 672: 28 days)
+    volume_gb: int = 100 # disk per instance (GB): data, checkpoints, the compile cache
+    region: str|None = None # AWS region; default: your AWS configuration
+    bucket: str|None = None # S3 bucket for data, code, checkpoints and the model; default: SageMaker's default bucket
+    image_uri: str|None = None # training image; default: the Neuron training image of the region
+    job_name: str|None = None # base of the job's name (SageMaker adds a timestamp); default: trn-tutorials-<run id>
+    run_id: str|None = None # the run the job belongs to (its S3 prefix and tags); default: a new one
+    download_dir: str = 'runs' # where the job's model.tar.gz is unpacked (into <download_dir>/<job name>)
+    poll_s: float = 15.0 # seconds between two looks at the job's status and logs
+    dry_run: bool = False # print the request the job would be created with; create and upload nothing
 
     def __post_init__(self): check_numbers(self, JOB_LIMITS)
 
@@ -156,6 +165,8 @@ def _trusts_sagemaker(doc) -> bool:
             return True
     return False
 
+
+# %% ../nbs/09_training_job.ipynb #974946eb
 def check_role(role:str|None, # IAM role ARN or name
                region:str|None=None # AWS region; default: your AWS configuration
               ) -> str:
@@ -183,6 +194,7 @@ def check_role(role:str|None, # IAM role ARN or name
         raise UsageError(f"IAM role {name!r} does not trust sagemaker.amazonaws.com, so SageMaker cannot run as it: "
                          f"add that service to its trust policy, or pass a SageMaker execution role")
     return r['Arn']
+
 
 # %% ../nbs/09_training_job.ipynb #5431b370
 CONTAINER = {'data': '/opt/ml/input/data/train', 'model': '/opt/ml/input/data/model', 'checkpoints': '/opt/ml/checkpoints'}
@@ -273,6 +285,10 @@ def upload_folder(folder:str|Path, # a local folder, e.g. the prepared data
         if p.is_file(): s3.upload_file(str(p), bucket, f'{prefix}/{p.relative_to(folder).as_posix()}')
     return f's3://{bucket}/{prefix}'
 
+# %% ../nbs/09_training_job.ipynb #cc5e2318
+COMPILE_CACHE_PREFIX = f'{PROJECT}/neuron-compile-cache'   # one for the project: every job reuses what earlier jobs compiled
+
+
 # %% ../nbs/09_training_job.ipynb #827ca721
 def _session(region:str, bucket:str|None, run_id:str, boto_session=None):
     import boto3
@@ -283,9 +299,10 @@ def _session(region:str, bucket:str|None, run_id:str, boto_session=None):
 def compile_cache_url(bucket:str # the job's S3 bucket
                      ) -> str:
     "The project's one Neuron compile cache in `bucket`: every job reads the graphs earlier jobs compiled, and adds its own."
-    from trn_tutorials.cleanup import COMPILE_CACHE_PREFIX   # here, not at the top: the job's workers import this module, not boto3
     return f's3://{bucket}/{COMPILE_CACHE_PREFIX}'
 
+
+# %% ../nbs/09_training_job.ipynb #30398aa6
 def model_trainer(args:TrainArguments, # the run's arguments, as for a local `launch`
                   job:JobArguments, # the job's options (checked, `run_id` and `bucket` set)
                   role_arn:str, # from `check_role`
@@ -317,6 +334,7 @@ def model_trainer(args:TrainArguments, # the run's arguments, as for a local `la
         hyperparameters=job_hyperparameters(args),
         environment={PROGRESS_ENV: '1', **NEURON_ENV, 'NEURON_COMPILE_CACHE_URL': compile_cache_url(job.bucket)},
         tags=[Tag(key=k, value=v) for k, v in run_tags(job.run_id).items()])
+
 
 # %% ../nbs/09_training_job.ipynb #f6cff7e9
 _READ_ONLY = ('Describe', 'Get', 'List', 'Head', 'Simulate')
@@ -375,6 +393,8 @@ def _running(sm, base:str) -> list[str]:
     jobs = sm.list_training_jobs(NameContains=base, StatusEquals='InProgress').get('TrainingJobSummaries', [])
     return [j['TrainingJobName'] for j in jobs if re.fullmatch(re.escape(base) + r'(-\d{14})?', j['TrainingJobName'])]
 
+
+# %% ../nbs/09_training_job.ipynb #e2360126
 def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
            job:JobArguments # the job's options
           ) -> str|dict:
@@ -431,6 +451,7 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
         return seen['name']
     finally: shutil.rmtree(src, ignore_errors=True)
 
+
 # %% ../nbs/09_training_job.ipynb #860f66ec
 class JobError(RuntimeError):
     "A training job that ended Failed or Stopped."
@@ -453,6 +474,8 @@ def _log_lines(logs, job_name:str, tokens:dict) -> list[str]:
             if done or not r['events']: break
     return out
 
+
+# %% ../nbs/09_training_job.ipynb #19767b04
 def wait_job(job_name:str, # the training job
              region:str|None=None, # AWS region
              log:str|Path|None=None, # file that receives the job's log lines
@@ -487,6 +510,7 @@ def wait_job(job_name:str, # the training job
         why = d.get('FailureReason') or worker_error(lines) or 'see its log'
         raise JobError(f"training job {job_name} ended {d['TrainingJobStatus']}: {why}")
     return d
+
 
 # %% ../nbs/09_training_job.ipynb #a4ab687b
 def job_results(job_name:str, # a Completed training job
@@ -536,3 +560,143 @@ def stop_job(job_name:str, # a training job
         st = sm.describe_training_job(TrainingJobName=job_name)['TrainingJobStatus']
         if st == 'InProgress': sm.stop_training_job(TrainingJobName=job_name); st = 'Stopping'
     return st
+
+# %% ../nbs/09_training_job.ipynb #3a28d112
+_DENIED = ('AccessDenied', 'AccessDeniedException')
+
+class SageMakerFinder:
+    "The run's (or the project's) SageMaker resources: by their tags, or by name once the tagging API or ListTags is denied."
+    def __init__(self, run_id:str|None, region:str):
+        self.run_id, self.region, self.by_name = run_id, region, False
+        self.sm = boto3.client('sagemaker', region_name=region)
+        # the names this package gives: `trn-tutorials-<run id>` (endpoint.deploy), the SDK's timestamp after it (training jobs)
+        base = re.escape(re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}')) if run_id else re.escape(PROJECT) + '-.+'
+        self.name_ok = re.compile(base + r'(-\d{4}(-\d\d){5}-\d+)?').fullmatch
+        self.names = f'{PROJECT}-{run_id}' if run_id else f'{PROJECT}-'
+
+    def ours(self, tags:dict) -> bool:
+        return tags.get('project') == PROJECT and (self.run_id is None or tags.get('run-id') == self.run_id)
+
+    def denied(self, e:ClientError):
+        "Switch to names (and warn, once) if `e` is AccessDenied; raise anything else."
+        if e.response['Error']['Code'] not in _DENIED: raise e
+        if not self.by_name:
+            warnings.warn(f"AWS refused {e.operation_name} ({e.response['Error']['Code']}): finding SageMaker resources by name "
+                          f"instead, those named {self.names}*; one you named yourself is not found (allow tag:GetResources "
+                          f"and sagemaker:ListTags to find it by its tags)", stacklevel=3)
+        self.by_name = True
+
+def sm_finder(scope:Scope # the cleanup's scope: its one finder is kept there
+             ) -> SageMakerFinder:
+    "The cleanup's one `SageMakerFinder` (so that it warns once)."
+    if 'sagemaker' not in scope.shared: scope.shared['sagemaker'] = SageMakerFinder(scope.run_id, scope.region)
+    return scope.shared['sagemaker']
+
+def project_buckets(uris:list[str]) -> set[str]:
+    "The buckets of `uris` (`s3://...`) that hold files under the project's prefix."
+    return {u[5:].split('/', 1)[0] for u in uris if u.startswith('s3://') and u[5:].partition('/')[2].startswith(f'{PROJECT}/')}
+
+
+# %% ../nbs/09_training_job.ipynb #14444b6f
+def _objects(s3, bucket:str, prefix:str) -> list[dict]:
+    "Every object under `prefix` (`Key`, `Size`); in a versioned bucket every version and delete marker (with `VersionId`)."
+    try:
+        if s3.get_bucket_versioning(Bucket=bucket).get('Status') in ('Enabled', 'Suspended'):
+            return [{'Key': v['Key'], 'VersionId': v['VersionId'], 'Size': v.get('Size', 0)}
+                    for p in s3.get_paginator('list_object_versions').paginate(Bucket=bucket, Prefix=prefix)
+                    for v in p.get('Versions', []) + p.get('DeleteMarkers', [])]
+        return [{'Key': o['Key'], 'Size': o['Size']} for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=prefix)
+                for o in p.get('Contents', [])]
+    except ClientError as e:
+        if e.response['Error']['Code'] == 'NoSuchBucket': return []
+        raise
+
+def _run_prefixes(s3, bucket:str, run_id:str|None) -> list[str]:
+    "`trn-tutorials/<run id>/`, or with no run every run's prefix in `bucket` (never the compile cache's)."
+    if run_id: found = [f'{PROJECT}/{run_id}/']
+    else:
+        try: found = [c['Prefix'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=f'{PROJECT}/', Delimiter='/')
+                      for c in p.get('CommonPrefixes', [])]
+        except ClientError as e:
+            if e.response['Error']['Code'] == 'NoSuchBucket': return []
+            raise
+    return [p for p in found if p != f'{COMPILE_CACHE_PREFIX}/']
+
+def _size(n:float) -> str:
+    for unit in ('B', 'kB', 'MB', 'GB'):
+        if n < 1000: return f'{n:.0f} B' if unit == 'B' else f'{n:.1f} {unit}'
+        n /= 1000
+    return f'{n:.1f} TB'
+
+
+# %% ../nbs/09_training_job.ipynb #6cd579b6
+def _jobs(f:SageMakerFinder) -> list[str]:
+    "The run's training jobs, ended ones too: the tagging API finds the few of ours (SageMaker keeps every finished job)."
+    if not f.by_name:
+        tagging = boto3.client('resourcegroupstaggingapi', region_name=f.region)
+        filters = [{'Key': 'project', 'Values': [PROJECT]}] + ([{'Key': 'run-id', 'Values': [f.run_id]}] if f.run_id else [])
+        try: return [r['ResourceARN'].split('/', 1)[1] for p in tagging.get_paginator('get_resources').paginate(
+                         TagFilters=filters, ResourceTypeFilters=['sagemaker:training-job']) for r in p['ResourceTagMappingList']]
+        except ClientError as e: f.denied(e)
+    return [j['TrainingJobName'] for p in f.sm.get_paginator('list_training_jobs').paginate(NameContains=PROJECT)
+            for j in p['TrainingJobSummaries'] if f.name_ok(j['TrainingJobName'])]
+
+def _status(f:SageMakerFinder, job:str) -> str|None:
+    try: return f.sm.describe_training_job(TrainingJobName=job)['TrainingJobStatus']
+    except ClientError: return None   # deleted meanwhile
+
+def _run_files(scope:Scope, jobs:list[str]) -> tuple[dict, dict]:
+    "({(bucket, prefix): objects} of the run's prefixes (and the compile cache if asked), {bucket: cache objects} kept)."
+    f, s3 = sm_finder(scope), boto3.client('s3', region_name=scope.region)
+    uris = []
+    for j in jobs:
+        try: d = f.sm.describe_training_job(TrainingJobName=j)
+        except ClientError: continue   # deleted meanwhile
+        uris += [d.get('OutputDataConfig', {}).get('S3OutputPath', ''), d.get('CheckpointConfig', {}).get('S3Uri', '')]
+    account = boto3.client('sts', region_name=scope.region).get_caller_identity()['Account']
+    buckets = {f'sagemaker-{scope.region}-{account}', *([scope.bucket] if scope.bucket else []), *project_buckets(uris),
+               *scope.shared.get('buckets', ())}   # SageMaker's default bucket, yours, the jobs' and (endpoint chapter) the models'
+    found, kept = {}, {}
+    for b in sorted(buckets):
+        for p in _run_prefixes(s3, b, scope.run_id): found[(b, p)] = _objects(s3, b, p)
+        cache = _objects(s3, b, f'{COMPILE_CACHE_PREFIX}/')
+        if scope.compile_cache: found[(b, f'{COMPILE_CACHE_PREFIX}/')] = cache
+        elif cache: kept[b] = cache
+    return {k: v for k, v in found.items() if v}, kept
+
+
+# %% ../nbs/09_training_job.ipynb #daebaf58
+def find_jobs(scope:Scope # what the cleanup looks at
+             ) -> dict[str, list[str]]:
+    "The run's training jobs still running (an ended one costs nothing), and its files in S3."
+    f = sm_finder(scope)
+    jobs = _jobs(f)
+    found = _run_files(scope, jobs)[0]
+    return {'training_jobs': [j for j in jobs if _status(f, j) in ('InProgress', 'Stopping')],
+            's3_objects': sorted({f's3://{b}/{o["Key"]}' for (b, _), objs in found.items() for o in objs})}
+
+def remove_jobs(scope:Scope # what the cleanup removes
+               ) -> dict[str, list[str]]:
+    "Stop the run's running jobs, wait while they save their checkpoints, then delete every file under its S3 prefix."
+    f, s3 = sm_finder(scope), boto3.client('s3', region_name=scope.region)
+    jobs = sorted(_jobs(f))
+    stopped = [j for j in jobs if _status(f, j) == 'InProgress']
+    for j in stopped: f.sm.stop_training_job(TrainingJobName=j)
+    for j in stopped:   # a stopping job still writes its checkpoints
+        while time.monotonic() < scope.until and _status(f, j) == 'Stopping': time.sleep(10)
+    found, kept = _run_files(scope, jobs)
+    n = 0
+    for (b, p), objs in sorted(found.items()):
+        for i in range(0, len(objs), 1000):   # delete_objects takes at most 1000 keys
+            batch = [{k: o[k] for k in ('Key', 'VersionId') if k in o} for o in objs[i:i + 1000]]
+            errors = s3.delete_objects(Bucket=b, Delete={'Objects': batch, 'Quiet': True}).get('Errors', [])
+            if errors: raise UsageError(f"S3 refused to delete {len(errors)} objects under s3://{b}/{p}, "
+                                        f"{errors[0]['Key']} first ({errors[0]['Code']}): see the S3 console")
+            n += len(batch)
+    scope.shared['s3_objects'] = n
+    scope.shared['kept'] = [f's3://{b}/{COMPILE_CACHE_PREFIX}/ ({len(o)} object{"s" * (len(o) != 1)}, {_size(sum(x["Size"] for x in o))})'
+                            for b, o in sorted(kept.items())]
+    return {'jobs stopped': stopped}
+
+register('training jobs', find_jobs, remove_jobs, order=20)   # after the endpoints: they bill by the hour
+
