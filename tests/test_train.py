@@ -246,5 +246,5 @@ def test_model_columns_without_private_api(prepared):
     targs = training_arguments(TrainArguments(output_dir=str(tmp/'columns')), 'cpu')
     assert targs.remove_unused_columns is False
     ds = load_prepared(str(tmp/'data'))[0]['validation']
-    kept = trainer_class()(model=model, args=targs).model_columns(ds.add_column('note', ['x'] * len(ds))).column_names
+    kept = trainer_class()(model=model, args=targs, eval_dataset=ds).model_columns(ds.add_column('note', ['x'] * len(ds))).column_names
     assert 'note' not in kept and 'labels' in kept and 'input_ids' in kept and set(kept) <= set(ds.column_names)

@@ -5,13 +5,15 @@
 # %% ../nbs/04a_samplers.ipynb #6aa74f77
 from __future__ import annotations
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from .core import UsageError
 
 # %% auto #0
-__all__ = ['bucket_batches', 'BucketBatchSampler', 'EvalBatchSampler', 'PaddedRows', 'planned_steps']
+__all__ = ['MIN_OPTIMIZER_STEPS', 'REFERENCE_GLOBAL_BATCH', 'bucket_batches', 'BucketBatchSampler', 'EvalBatchSampler',
+           'PaddedRows', 'planned_steps', 'few_steps_warning']
 
 # %% ../nbs/04a_samplers.ipynb #189d47f9
 def bucket_batches(lengths:np.ndarray, # padded length of each row (its bucket)
@@ -133,3 +135,31 @@ def planned_steps(args, # the run's `TrainArguments` (`max_steps`, `epochs`, `pe
     "The optimizer steps a run of `args` takes on `workers` workers, counted as the Trainer counts them."
     if args.max_steps > 0: return args.max_steps
     return math.ceil(args.epochs * len(BucketBatchSampler(rows, args.per_device_train_batch_size, workers, 0, args.seed, fill_last)))
+
+# %% ../nbs/04a_samplers.ipynb #185bc1d2
+MIN_OPTIMIZER_STEPS = 200  # fewer steps than this, at a global batch above the recipe's, and fine-tuning is likely cut short
+REFERENCE_GLOBAL_BATCH = 32  # the original recipe's global batch: 2 workers x 16 rows on a trn1.2xlarge
+_SUGGESTED_WORKERS = (1, 2, 8, 32)  # worker counts to suggest: those Neuron's data parallelism runs on a Trn1
+
+def few_steps_warning(args, # the run's `TrainArguments`
+                      train_rows:int, # rows of the training split
+                      workers:int # torchrun workers
+                     ) -> str|None:
+    "A one-line warning naming the fixes when a global batch above `REFERENCE_GLOBAL_BATCH` leaves fewer than `MIN_OPTIMIZER_STEPS` steps."
+    b = args.per_device_train_batch_size; g = b * workers
+    if args.max_steps > 0 or g <= REFERENCE_GLOBAL_BATCH or train_rows < workers: return None   # --max_steps: counted on purpose
+    rows = np.zeros(train_rows, dtype=int)   # one bucket: buckets may add a step
+    steps = lambda w=workers, **kw: planned_steps(replace(args, **kw), rows, w)
+    if (n := steps()) >= MIN_OPTIMIZER_STEPS: return None
+    enough = lambda k: k >= MIN_OPTIMIZER_STEPS
+    fixes = [f"fewer workers ({w} workers: {steps(w)} steps)" for w in sorted(_SUGGESTED_WORKERS, reverse=True) if w < workers and enough(steps(w))][:1]
+    fixes += [f"--per_device_train_batch_size {s} ({steps(per_device_train_batch_size=s)} steps)"
+              for s in (b >> k for k in range(1, b.bit_length())) if enough(steps(per_device_train_batch_size=s))][:1]
+    e = math.ceil(MIN_OPTIMIZER_STEPS / steps(epochs=1))
+    fixes += [f"--epochs {e} ({steps(epochs=e)} steps)"]
+    lr = args.learning_rate * math.sqrt(g / REFERENCE_GLOBAL_BATCH)
+    fixes += [f"a --learning_rate scaled with the batch (e.g. {lr:.2g} = {args.learning_rate:g} x sqrt({g}/{REFERENCE_GLOBAL_BATCH}), the square-root rule for Adam)"]
+    return (f"warning: {n} optimizer steps planned ({train_rows} training rows, {args.epochs:g} epoch{'s' * (args.epochs != 1)}, global batch {g} = {workers} workers x {b}), "
+            f"fewer than {MIN_OPTIMIZER_STEPS} for a batch {g / REFERENCE_GLOBAL_BATCH:g}x the recipe's {REFERENCE_GLOBAL_BATCH}: the model may stay "
+            f"undertrained. Use {', '.join(fixes[:-1])}, or {fixes[-1]}")
+

@@ -4,25 +4,25 @@
 
 # %% ../nbs/04_train.ipynb #60e0af2d
 from __future__ import annotations
-import contextlib, errno, json, math, os, shlex, shutil, sys, time
-from dataclasses import asdict, dataclass, field, fields, replace
+import contextlib, errno, json, os, shlex, shutil, sys, time
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-import numpy as np
 
 from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, check_numbers, check_owner, die_with_parent, documented,
                                  folder_lock, parse_args, set_backend_env, short_path, write_record)
 from .data import data_fingerprint, load_prepared, prep_command
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'MIN_OPTIMIZER_STEPS', 'REFERENCE_GLOBAL_BATCH', 'NEURON_BACKENDS', 'ERROR_PREFIX',
-           'LOCK_ENV', 'TrainArguments', 'check_args', 'training_arguments', 'few_steps_warning', 'check_output_dir',
-           'claim_output_dir', 'check_space', 'check_model', 'check_batch', 'torchrun_worker', 'torchrun_command',
-           'check_torchrun', 'check_workers', 'train', 'relaunch_command', 'main']
+__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'TrainArguments', 'check_args',
+           'training_arguments', 'check_output_dir', 'claim_output_dir', 'check_space', 'check_model', 'check_batch',
+           'torchrun_worker', 'torchrun_command', 'check_torchrun', 'check_workers', 'train', 'relaunch_command',
+           'main']
 
 # %% ../nbs/04_train.ipynb #f8efe212
 # the pieces of the other train chapters: imported here as well, where `launch`, `xla_loop`, the CLI and the tests find them
-from .samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows, planned_steps
+from .samplers import (MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, BucketBatchSampler, EvalBatchSampler, PaddedRows,
+                                    few_steps_warning, planned_steps)
 from .checkpoints import (COMPLETE, RUN_ARGS, SAME_RUN, SEAL_TIMEOUT_S, CheckpointGuard, _differs, _free, _host_store, _size,
                                        checkpoint_complete, checkpoint_problem, checkpoints, diverged, newest_complete, resume_from,
                                        seal_checkpoint, skipped_note)
@@ -106,34 +106,6 @@ def training_arguments(args:TrainArguments, # the run's arguments
         dataloader_drop_last=xla, eval_do_concat_batches=not xla, use_cpu=backend == 'cpu',
         # the classification loss is a mean over the batch: scaled by the worker count it read 2x on 2 workers (transformers 5)
         average_tokens_across_devices=False)
-
-# %% ../nbs/04_train.ipynb #185bc1d2
-MIN_OPTIMIZER_STEPS = 200  # fewer steps than this, at a global batch above the recipe's, and fine-tuning is likely cut short
-REFERENCE_GLOBAL_BATCH = 32  # the original recipe's global batch: 2 workers x 16 rows on a trn1.2xlarge
-_SUGGESTED_WORKERS = (1, 2, 8, 32)  # worker counts to suggest: those Neuron's data parallelism runs on a Trn1
-
-def few_steps_warning(args:TrainArguments, # the run's arguments
-                      train_rows:int, # rows of the training split
-                      workers:int # torchrun workers
-                     ) -> str|None:
-    "A one-line warning naming the fixes when a global batch above `REFERENCE_GLOBAL_BATCH` leaves fewer than `MIN_OPTIMIZER_STEPS` steps."
-    b = args.per_device_train_batch_size; g = b * workers
-    if args.max_steps > 0 or g <= REFERENCE_GLOBAL_BATCH or train_rows < workers: return None   # --max_steps: counted on purpose
-    rows = np.zeros(train_rows, dtype=int)   # one bucket: buckets may add a step
-    steps = lambda w=workers, **kw: planned_steps(replace(args, **kw), rows, w)
-    if (n := steps()) >= MIN_OPTIMIZER_STEPS: return None
-    enough = lambda k: k >= MIN_OPTIMIZER_STEPS
-    fixes = [f"fewer workers ({w} workers: {steps(w)} steps)" for w in sorted(_SUGGESTED_WORKERS, reverse=True) if w < workers and enough(steps(w))][:1]
-    fixes += [f"--per_device_train_batch_size {s} ({steps(per_device_train_batch_size=s)} steps)"
-              for s in (b >> k for k in range(1, b.bit_length())) if enough(steps(per_device_train_batch_size=s))][:1]
-    e = math.ceil(MIN_OPTIMIZER_STEPS / steps(epochs=1))
-    fixes += [f"--epochs {e} ({steps(epochs=e)} steps)"]
-    lr = args.learning_rate * math.sqrt(g / REFERENCE_GLOBAL_BATCH)
-    fixes += [f"a --learning_rate scaled with the batch (e.g. {lr:.2g} = {args.learning_rate:g} x sqrt({g}/{REFERENCE_GLOBAL_BATCH}), the square-root rule for Adam)"]
-    return (f"warning: {n} optimizer steps planned ({train_rows} training rows, {args.epochs:g} epoch{'s' * (args.epochs != 1)}, global batch {g} = {workers} workers x {b}), "
-            f"fewer than {MIN_OPTIMIZER_STEPS} for a batch {g / REFERENCE_GLOBAL_BATCH:g}x the recipe's {REFERENCE_GLOBAL_BATCH}: the model may stay "
-            f"undertrained. Use {', '.join(fixes[:-1])}, or {fixes[-1]}")
-
 
 # %% ../nbs/04_train.ipynb #4f5b9a53
 def check_output_dir(args:TrainArguments # the run's arguments
