@@ -180,3 +180,12 @@ def test_compile_cache_is_kept_unless_asked(moto_server):
 def test_the_cli_option():
     assert {f.name: f.default for f in CleanupArguments.__dataclass_fields__.values()}['compile_cache'] is False
     assert CleanupArguments(run_id='r1', compile_cache=True).compile_cache is True
+
+
+def test_a_fresh_kernel_cleans_what_every_chapter_declared():
+    "cleanup() in a new Python, before any SageMaker chapter is imported, still runs the endpoints' and jobs' cleaners."
+    import subprocess, sys
+    code = ("import sys; from trn_tutorials.cleanup import CLEANERS, declared_cleaners; before = [c.name for c in CLEANERS]; "
+            "print(before, [c.name for c in declared_cleaners()])")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[] ['endpoints', 'training jobs']", out

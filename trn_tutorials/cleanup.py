@@ -18,8 +18,8 @@ from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instan
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['CLEANERS', 'CLEANUP_LIMITS', 'CleanupArguments', 'Scope', 'Cleaner', 'register', 'leftovers', 'CleanupReport',
-           'cleanup']
+__all__ = ['CLEANERS', 'CLEANUP_LIMITS', 'CleanupArguments', 'Scope', 'Cleaner', 'register', 'declared_cleaners', 'leftovers',
+           'CleanupReport', 'cleanup']
 
 # %% ../nbs/06_cleanup.ipynb #43741634
 @dataclass
@@ -52,6 +52,15 @@ def register(name:str, # what it removes, e.g. 'endpoints'
     CLEANERS[:] = sorted([x for x in CLEANERS if x.name != name] + [c], key=lambda x: x.order)
     return c
 
+def declared_cleaners() -> list[Cleaner]:
+    "Every cleaner this package declares: each module that calls `register` is imported first, so a fresh kernel misses none."
+    import importlib, importlib.util, pkgutil, re, trn_tutorials
+    for m in pkgutil.iter_modules(trn_tutorials.__path__):
+        origin = importlib.util.find_spec(f'trn_tutorials.{m.name}').origin
+        text = Path(origin).read_text() if origin and origin.endswith('.py') else ''
+        if 'from .cleanup import' in text and re.search(r'^register\(', text, re.M): importlib.import_module(f'trn_tutorials.{m.name}')
+    return CLEANERS
+
 
 # %% ../nbs/06_cleanup.ipynb #c1ea5301
 def _ec2_leftovers(run_id:str|None, region:str) -> dict[str, list[str]]:
@@ -61,7 +70,7 @@ def _ec2_leftovers(run_id:str|None, region:str) -> dict[str, list[str]]:
             'security_groups': [g['GroupId'] for p in c.get_paginator('describe_security_groups').paginate(Filters=f) for g in p['SecurityGroups']],
             'key_pairs': [k['KeyName'] for k in c.describe_key_pairs(Filters=f)['KeyPairs']]}
 
-def _found(scope:Scope) -> dict[str, list[str]]: return {k: v for c in CLEANERS for k, v in c.find(scope).items()}
+def _found(scope:Scope) -> dict[str, list[str]]: return {k: v for c in declared_cleaners() for k, v in c.find(scope).items()}
 
 def leftovers(run_id:str|None=None, # one run's id; `None` = every run of this project
               region:str|None=None, # AWS region; default: your AWS configuration
@@ -178,7 +187,7 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
     stopped += stop_all(hosts={i.host for i in insts if i.host})
     scope = Scope(run_id, region, bucket, compile_cache, until)
     with aws_errors(region):
-        done = {k: v for cl in CLEANERS for k, v in cl.remove(scope).items()} if sagemaker else {}   # endpoints bill by the hour: first
+        done = {k: v for cl in declared_cleaners() for k, v in cl.remove(scope).items()} if sagemaker else {}   # endpoints bill by the hour: first
         hours, cost = _terminate(c, insts, timeout)
         vols, groups, pairs, files = _remove_tagged(c, tag_filters(run_id), until, key_dir) if ec2 else ([], [], [], [])
         left = {**leftovers(run_id, region, ec2, sagemaker=False), **(_found(scope) if sagemaker else {})}
