@@ -172,14 +172,17 @@ def test_similar_labels():
     assert similar_labels(dict.fromkeys(map(str, range(100)), 5)) == []   # integer ids are names too
 
 
-def test_similar_labels_scales():
-    "No comparison of every pair: 20,000 made-up labels take well under a second."
+def test_similar_labels_scales(monkeypatch):
+    "No comparison of every pair: 20,000 made-up labels (200 million pairs) need a handful of edit distances."
+    import trn_tutorials.data_checks as C
     rnd = random.Random(1)
     counts = {''.join(rnd.choices(string.ascii_lowercase, k=9)): 1 for _ in range(20_000)}
     counts |= {'abcdefghi': 5, 'abcdefgh': 1, 'ABCDEFGHI': 2}
-    t = time.perf_counter()
+    calls = []
+    monkeypatch.setattr(C, 'edit_distance', lambda a, b: calls.append(1) or edit_distance(a, b))
     found = similar_labels(counts)
-    assert time.perf_counter() - t < 3
+    assert len(calls) < 20_000, len(calls)   # counted, not timed: a timed test fails on a busy machine
+    monkeypatch.undo()
     assert ('abcdefgh', 'abcdefghi', 'one letter') in found and ('ABCDEFGHI', 'abcdefghi', 'case') in found
     brute = {(a, b) for a, b in itertools.combinations([l for l in sorted(counts) if l.islower()][:300], 2) if edit_distance(a, b) <= 1}
     assert brute <= {tuple(sorted(p[:2])) for p in found}
