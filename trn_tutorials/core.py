@@ -232,13 +232,9 @@ def arguments_of(fn, # the one function that takes the options, e.g. `stop_cmd`
 
 def _param_docs(fn) -> dict:
     "Parameter name -> its inline comment (docments) in the source of the function `fn`."
-    import ast, inspect, io, textwrap, tokenize
-    try: src = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError): return {}
-    said = {t.start[0]: t.string.lstrip('#').strip() for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
-    d = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-    return {a.arg: said[a.end_lineno] for a in [*d.args.posonlyargs, *d.args.args, *d.args.kwonlyargs] if a.end_lineno in said}
-
+    from fastcore.docments import docments
+    try: return {k: v for k, v in docments(fn).items() if v and k != 'return'}
+    except (OSError, TypeError): return {}   # no source to read (a builtin, a lambda typed in a shell)
 
 # %% ../nbs/00_core.ipynb #a7e0c007
 def check_type(value, # what the caller passed
