@@ -42,7 +42,7 @@ class BucketBatches:
 
     def get_train_dataloader(self):
         ds, a = self.model_columns(self.train_dataset), self.args
-        self.sampler = BucketBatchSampler(row_lengths(ds), self._train_batch_size, a.world_size, a.process_index, a.seed,
+        self.sampler = BucketBatchSampler(row_lengths(ds), a.train_batch_size, a.world_size, a.process_index, a.seed,
                                           fill_last=a.dataloader_drop_last, pad_to_batch=True)
         if self.epoch_callback is None: self.epoch_callback = as_callback(SetEpoch)(self.sampler); self.add_callback(self.epoch_callback)
         self.epoch_callback.sampler = self.sampler
