@@ -138,7 +138,7 @@ _LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)[^)]*\)|<(https?://[^>]+)>|href="([^"]
 
 def pages():
     "The site's pages: each notebook's name without its number (nbdev's output-file)."
-    return {re.sub(r'^\d+_', '', p.stem) + '.html' for p in NBS}
+    return {re.sub(r'^\d+[a-zA-Z0-9]*_', '', p.stem.lower()) + '.html' for p in NBS}   # as nbdev names them: 03b_data_files -> data_files
 
 
 def test_readme_links_absolute():
