@@ -13,7 +13,7 @@ from typing import Callable
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import CATALOG, Limit, UsageError, arguments_of, check_number, run_cost
+from .core import CATALOG, Limit, UsageError, arguments_of, check_number, documented, run_cost
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instances, key_file, tag_filters
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
@@ -22,6 +22,7 @@ __all__ = ['CLEANERS', 'CLEANUP_LIMITS', 'CleanupArguments', 'Scope', 'Cleaner',
            'CleanupReport', 'cleanup']
 
 # %% ../nbs/06_cleanup.ipynb #43741634
+@documented
 @dataclass
 class Scope:
     "What one cleanup looks at: each registered cleaner reads it."
@@ -32,6 +33,7 @@ class Scope:
     until: float = math.inf       # `time.monotonic()` at which waits give up
     shared: dict = field(default_factory=dict)  # what one cleaner leaves for the next (a client, the buckets it saw)
 
+@documented
 @dataclass
 class Cleaner:
     "How a chapter finds and removes what it tagged."

@@ -14,7 +14,7 @@ from datasets import Dataset, DatasetDict, Features, Value, concatenate_datasets
 from datasets.utils import logging as datasets_logging
 
 import trn_tutorials
-from .core import UsageError, hub_reachable
+from .core import UsageError, documented, hub_reachable
 
 # %% auto #0
 __all__ = ['HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'sample_data', 'default_data', 'KnownData', 'known_defaults', 'data_files',
@@ -35,6 +35,7 @@ def default_data(online:bool|None=None # whether the Hub is reachable; `None` ch
     if online is None: online = hub_reachable()
     return HUB_DATA if online else sample_data()
 
+@documented
 @dataclass(frozen=True)
 class KnownData:
     "Where a dataset of the tutorials lives on the Hub, and how to read it."

@@ -104,6 +104,7 @@ def aws_errors(region:str, # the region of the calls
 # %% ../nbs/01_setup.ipynb #67b59f8a
 NEURON_PIP = 'https://pip.repos.neuron.amazonaws.com'   # AWS's pip repository of the Neuron packages
 
+@documented
 @dataclass(frozen=True)
 class Dlami:
     "Which Amazon images are the Neuron DLAMI of one Trainium generation, and the environment the tutorials use on it."

@@ -8,7 +8,7 @@ import atexit, os, secrets, shlex, shutil, socket, subprocess, tempfile, time, u
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from .core import Limit, UsageError, check_number, check_numbers
+from .core import Limit, UsageError, check_number, check_numbers, documented
 from .instance import DLAMI
 
 # %% auto #0
@@ -459,6 +459,7 @@ def forget_host(host:str, # the instance's address
     return found
 
 # %% ../nbs/02_ssh.ipynb #3510619d
+@documented
 @dataclass
 class TunnelArguments:
     "Options of `trn-tutorials tunnel`: the arguments of `open_jupyter`."

@@ -67,6 +67,7 @@ def loop_backend(backend:str='auto' # one of `LOOP_BACKENDS`
     return found
 
 # %% ../nbs/10_xla_loop.ipynb #a06be211
+@documented
 @dataclass
 class Workers:
     "Where this process trains, and how many train together."
