@@ -218,6 +218,7 @@ def test_stage_source_is_this_package(tmp_path):
     extra = configparser.ConfigParser(); extra.read(Path(__file__).parent.parent/'settings.ini')
     assert set(extra['DEFAULT']['trn1_requirements'].split()) <= set(req)   # transformers 4.57: what the package needs on Neuron
     assert 'numpy<2' in req and not any(r.startswith(('torch', 'numpy=', 'numpy>')) for r in req)   # the image's torch and numpy stay
+    assert any(r.startswith('fastcore') for r in req)   # the package's modules read their options' help with it when they load
 
 
 def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
