@@ -258,78 +258,7 @@ if want docs; then
   stage_end docs
 fi
 
-# The reader environments' and the containers' stages run beside pytest (each is mostly one busy process: two cores
-# finish both sooner): their output goes to a log printed when pytest ends, their counts and seconds to files.
-late_stages() {
-  passed=0; failed=0; timings=()
-  if want trn1; then
-    stage_start "Trn1 DLAMI stand-in: Python 3.12, torch 2.9 + torch-xla 2.9 (for torch-neuronx), pip install \"trn-tutorials[trn1]\""
-    if stand_in trn1-dlami .venv-trn1; then count 1 0; run_env_tests trn1-dlami .venv-trn1 pytest nbdev fastcore execnb
-    else fail "trn1-dlami stand-in (above)"; fi
-    stage_end trn1
-  fi
-
-  if want trn2; then
-    stage_start "Trn2/Trn3 TorchNeuron stand-in: Python 3.12, torch 2.14.0 (no torch-neuronx on the CPU), pip install \"trn-tutorials[trn2]\""
-    if stand_in trn2-torchneuron .venv-trn2; then count 1 0; run_env_tests trn2-torchneuron .venv-trn2 pytest
-    else fail "trn2-torchneuron stand-in (above)"; fi
-    stage_end trn2
-  fi
-
-  container_stage() {  # container_stage TABLE: the image's stand-in (a fresh copy of its base), then the table's tests run by
-    # .venv's pytest on the host side (the SDK, moto), the container side in the copy (TRN_TUTORIALS_CONTAINER)
-    local t=$1 v=.venv-$1 b s f files=()
-    echo "$(env_field "$t" title)"
-    echo "image: $(env_field "$t" image_uri)"
-    echo "stands in: $(env_field "$t" stands_in)"
-    echo "start-up rehearsed: $(env_field "$t" start)"
-    [ -n "$py312" ] || { fail "$t: no Python 3.12 (pyenv's ~/.pyenv/versions/3.12*, or python3.12 on PATH)"; return; }
-    table_base "$t" || { fail "$t: the stand-in's base could not be built (above)"; return; }
-    b=$(cat "$tmp/base-of-$t"); s=$SECONDS
-    fresh_venv "$b" "$v" || { fail "$t: could not copy $b to $v"; return; }
-    echo "fresh $v from $b: $((SECONDS - s)) s"
-    "$v/bin/python" -m pip freeze > "$tmp/$t-image.txt"; echo "the stand-in holds:"; versions "$tmp/$t-image.txt"
-    "$BIN/python" - "$tmp/$t-image.txt" $(env_field "$t" image) <<'PY' || { fail "$t: the stand-in does not hold the image's pins (above)"; return; }
-import re, sys
-norm = lambda l: re.sub(r'[-_.]+', '-', l.split('==')[0]).lower() + '==' + l.split('==', 1)[-1].strip()
-held = {norm(l) for l in open(sys.argv[1]) if '==' in l}
-missing = [p for p in sys.argv[2:] if norm(p) not in held]
-if missing: print('  not held:', ', '.join(missing)); sys.exit(1)
-PY
-    count 1 0
-    for f in $(env_field "$t" tests); do [ -e "$f" ] && files+=("$f") || fail "$t: $f is missing (tools/environments.toml lists it)"; done
-    [ ${#files[@]} -gt 0 ] || return
-    mkdir -p "$tmp/logs-$t"
-    TRN_TUTORIALS_STANDIN=$t TRN_TUTORIALS_CONTAINER="$ROOT/$v" TRN_TUTORIALS_LOG_DIR="$tmp/logs-$t" \
-      "$BIN/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${files[@]}"
-    count $(pytest_counts "$tmp/$t.xml")
-    for f in "$tmp/logs-$t"/*; do   # the logs the tests kept (the job's, the model server's): their ends
-      [ -f "$f" ] && { echo "--- $t log ${f##*/} (last 12 lines, cut at 200 characters):"; tail -12 "$f" | cut -c1-200; }
-    done
-  }
-  for st in sm-training sm-pytorch-inference sm-hf-inference; do
-    if want $st; then
-      stage_start "$st stand-in: $(env_field $st image | tr '\n' ' ')"
-      container_stage $st
-      stage_end $st
-    fi
-  done
-
-  echo "$passed $failed" > "$tmp/late.counts"; printf '%s\n' "${timings[@]}" > "$tmp/late.timings"
-}
-late_wanted() { local st; for st in trn1 trn2 sm-training sm-pytorch-inference sm-hf-inference; do want $st && return 0; done; return 1; }
-late_pid=
-late_start() { late_wanted || return 0; echo "the stand-in stages run beside pytest; their output follows it"; late_stages > "$tmp/late.log" 2>&1 & late_pid=$!; }
-late_end() {
-  [ -n "$late_pid" ] || late_start   # no pytest stage: they run now
-  [ -n "$late_pid" ] || return 0
-  wait "$late_pid"; cat "$tmp/late.log"
-  if [ -s "$tmp/late.counts" ]; then count $(cat "$tmp/late.counts"); mapfile -t -O ${#timings[@]} timings < "$tmp/late.timings"
-  else fail "the stand-in stages ended without their counts (log above)"; fi
-}
-
 if want pytest; then
-  late_start
   stage_start "pytest (.venv)"
   # tests/containers/ run in the container stages; the training tests the Trn1 stand-in runs (tools/environments.toml:
   # whole torchrun runs, killed at random moments too: minutes) run once, there, when that stage is on; here the
@@ -343,7 +272,59 @@ if want pytest; then
   count $(pytest_counts "$tmp/pytest.xml")
   stage_end pytest
 fi
-late_end
+
+if want trn1; then
+  stage_start "Trn1 DLAMI stand-in: Python 3.12, torch 2.9 + torch-xla 2.9 (for torch-neuronx), pip install \"trn-tutorials[trn1]\""
+  if stand_in trn1-dlami .venv-trn1; then count 1 0; run_env_tests trn1-dlami .venv-trn1 pytest nbdev fastcore execnb
+  else fail "trn1-dlami stand-in (above)"; fi
+  stage_end trn1
+fi
+
+if want trn2; then
+  stage_start "Trn2/Trn3 TorchNeuron stand-in: Python 3.12, torch 2.14.0 (no torch-neuronx on the CPU), pip install \"trn-tutorials[trn2]\""
+  if stand_in trn2-torchneuron .venv-trn2; then count 1 0; run_env_tests trn2-torchneuron .venv-trn2 pytest
+  else fail "trn2-torchneuron stand-in (above)"; fi
+  stage_end trn2
+fi
+
+container_stage() {  # container_stage TABLE: the image's stand-in (a fresh copy of its base), then the table's tests run by
+  # .venv's pytest on the host side (the SDK, moto), the container side in the copy (TRN_TUTORIALS_CONTAINER)
+  local t=$1 v=.venv-$1 b s f files=()
+  echo "$(env_field "$t" title)"
+  echo "image: $(env_field "$t" image_uri)"
+  echo "stands in: $(env_field "$t" stands_in)"
+  echo "start-up rehearsed: $(env_field "$t" start)"
+  [ -n "$py312" ] || { fail "$t: no Python 3.12 (pyenv's ~/.pyenv/versions/3.12*, or python3.12 on PATH)"; return; }
+  table_base "$t" || { fail "$t: the stand-in's base could not be built (above)"; return; }
+  b=$(cat "$tmp/base-of-$t"); s=$SECONDS
+  fresh_venv "$b" "$v" || { fail "$t: could not copy $b to $v"; return; }
+  echo "fresh $v from $b: $((SECONDS - s)) s"
+  "$v/bin/python" -m pip freeze > "$tmp/$t-image.txt"; echo "the stand-in holds:"; versions "$tmp/$t-image.txt"
+  "$BIN/python" - "$tmp/$t-image.txt" $(env_field "$t" image) <<'PY' || { fail "$t: the stand-in does not hold the image's pins (above)"; return; }
+import re, sys
+norm = lambda l: re.sub(r'[-_.]+', '-', l.split('==')[0]).lower() + '==' + l.split('==', 1)[-1].strip()
+held = {norm(l) for l in open(sys.argv[1]) if '==' in l}
+missing = [p for p in sys.argv[2:] if norm(p) not in held]
+if missing: print('  not held:', ', '.join(missing)); sys.exit(1)
+PY
+  count 1 0
+  for f in $(env_field "$t" tests); do [ -e "$f" ] && files+=("$f") || fail "$t: $f is missing (tools/environments.toml lists it)"; done
+  [ ${#files[@]} -gt 0 ] || return
+  mkdir -p "$tmp/logs-$t"
+  TRN_TUTORIALS_STANDIN=$t TRN_TUTORIALS_CONTAINER="$ROOT/$v" TRN_TUTORIALS_LOG_DIR="$tmp/logs-$t" \
+    "$BIN/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${files[@]}"
+  count $(pytest_counts "$tmp/$t.xml")
+  for f in "$tmp/logs-$t"/*; do   # the logs the tests kept (the job's, the model server's): their ends
+    [ -f "$f" ] && { echo "--- $t log ${f##*/} (last 12 lines, cut at 200 characters):"; tail -12 "$f" | cut -c1-200; }
+  done
+}
+for st in sm-training sm-pytorch-inference sm-hf-inference; do
+  if want $st; then
+    stage_start "$st stand-in: $(env_field $st image | tr '\n' ' ')"
+    container_stage $st
+    stage_end $st
+  fi
+done
 
 if want py310; then
   stage_start "Python 3.10 compiles the package"
