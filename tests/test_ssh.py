@@ -3,6 +3,7 @@
 "The instance" is this machine, reached through the test sshd as the current user.
 """
 import logging, os, shlex, shutil, socket, subprocess, sys, time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -223,7 +224,7 @@ def test_venv_option():
     assert t.venv == S.NEURON_VENV
     (t,) = parse_args([S.TunnelArguments], ['--venv', DLAMI['trn2'].venv])
     assert t.venv == '/opt/aws_neuronx_venv_torch_neuronx_2_14_0'
-    assert 'torch_neuronx_2_14_0' in {f.name: f.metadata['help'] for f in S.fields(S.TunnelArguments)}['venv']
+    assert 'torch_neuronx_2_14_0' in {f.name: f.metadata['help'] for f in fields(S.TunnelArguments)}['venv']
 
 
 def test_zz_nothing_left_running(sshd):

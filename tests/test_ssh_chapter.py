@@ -181,3 +181,12 @@ def test_tunnel_arguments_match_open_jupyter():
     assert [f.name for f in fields(S.TunnelArguments)] == list(sig)
     assert {f.name: f.default for f in fields(S.TunnelArguments) if f.name not in ('host', 'key_path')} == \
            {k: p.default for k, p in sig.items() if k not in ('host', 'key_path')}
+
+
+def test_jupyter_names_still_import_from_ssh():
+    "The Jupyter half moved to trn_tutorials.remote_jupyter (nbs/02b_jupyter.ipynb); every old import from trn_tutorials.ssh still works."
+    from trn_tutorials import remote_jupyter as J
+    for name in S._MOVED: assert getattr(S, name) is getattr(J, name), name
+    from trn_tutorials.ssh import NEURON_VENV, TunnelArguments, open_jupyter
+    assert (NEURON_VENV, TunnelArguments, open_jupyter) == (J.NEURON_VENV, J.TunnelArguments, J.open_jupyter)
+    with pytest.raises(AttributeError): S.no_such_name
