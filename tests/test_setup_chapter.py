@@ -3,7 +3,7 @@
 The chapter shows each step once and ends on its value; the edge cases and exact values it used to assert
 with `test_eq`/`test_fail` live here, in the chapter's order.
 """
-import base64, inspect
+import base64, inspect, subprocess, sys
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
@@ -90,6 +90,23 @@ def test_arguments_match_the_functions():
     assert [f.name for f in fields(InstanceArguments)] == list(sig)
     assert {f.name: f.default for f in fields(InstanceArguments)} == {k: p.default for k, p in sig.items()}
     assert [f.name for f in fields(StatusArguments)] == list(inspect.signature(find_instances).parameters)[:3]
+
+
+def test_options_classes_are_built_on_first_use():
+    "Importing `instance` or `cleanup` reads no function's source: `StatusArguments` and `CleanupArguments` are built when first asked for."
+    code = ("import sys; sys.modules['fastcore.docments'] = None   # reading a function's docments now fails\n"
+            "import trn_tutorials.instance as i, trn_tutorials.cleanup as c\n"
+            "print('BUILT', [n for m, n in ((i, 'StatusArguments'), (c, 'CleanupArguments')) if n in vars(m)])")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and 'BUILT []' in r.stdout, r.stderr[-2000:]
+    import trn_tutorials.cleanup as c, trn_tutorials.instance as i
+    from trn_tutorials.cli import command
+    assert command('status')[1] == [i.StatusArguments] and command('down')[1] == [c.CleanupArguments]   # the CLI's getattr finds them
+    assert i.StatusArguments is StatusArguments and i.StatusArguments.__module__ == 'trn_tutorials.instance'
+    assert c.CleanupArguments.__module__ == 'trn_tutorials.cleanup'
+    assert 'StatusArguments' in i.__all__ and 'CleanupArguments' in c.__all__
+    with pytest.raises(AttributeError): i.NoSuchArguments
+    with pytest.raises(AttributeError): c.NoSuchArguments
 
 
 def test_the_chapters_launch(moto_server, tmp_path, monkeypatch):

@@ -13,13 +13,14 @@ from typing import Callable
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import CATALOG, Limit, UsageError, arguments_of, check_number, documented, run_cost
+from .core import Limit, UsageError, arguments_of, check_number, documented
+from .backends import CATALOG, run_cost
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, find_instances, key_file, tag_filters
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['CLEANERS', 'CLEANUP_LIMITS', 'CleanupArguments', 'Scope', 'Cleaner', 'register', 'declared_cleaners', 'leftovers',
-           'CleanupReport', 'cleanup']
+__all__ = ['CLEANERS', 'CLEANUP_LIMITS', 'Scope', 'Cleaner', 'register', 'declared_cleaners', 'leftovers', 'CleanupReport',
+           'cleanup', 'CleanupArguments']
 
 # %% ../nbs/06_cleanup.ipynb #43741634
 @documented
@@ -200,5 +201,10 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
 
 
 # %% ../nbs/06_cleanup.ipynb #77c3de0e
-CleanupArguments = arguments_of(cleanup, CLEANUP_LIMITS, skip=('sessions',), name='CleanupArguments')
+_all_ = ['CleanupArguments']
 
+def __getattr__(name):
+    "`CleanupArguments` (the options of `trn-tutorials down`), built from `cleanup` on first use (PEP 562)."
+    if name != 'CleanupArguments': raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = made = arguments_of(cleanup, CLEANUP_LIMITS, skip=('sessions',), name='CleanupArguments')
+    return made

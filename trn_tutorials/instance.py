@@ -13,14 +13,15 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, ParamValidationError, WaiterError
 
-from .core import STACKS, Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, documented, instance_family, instance_type as _instance_type, run_cost
+from .core import Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, documented
+from .backends import STACKS, instance_family, instance_type as _instance_type, run_cost
 
 # %% auto #0
 __all__ = ['PROJECT', 'NEURON_PIP', 'DLAMI', 'CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB',
-           'INSTANCE_LIMITS', 'StatusArguments', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'aws_region',
-           'explain', 'aws_errors', 'Dlami', 'dlami_for', 'find_ami', 'image_note', 'launch_subnets', 'caller_ip',
-           'ssh_cidr', 'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance',
-           'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments']
+           'INSTANCE_LIMITS', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'aws_region', 'explain',
+           'aws_errors', 'Dlami', 'dlami_for', 'find_ami', 'image_note', 'launch_subnets', 'caller_ip', 'ssh_cidr',
+           'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance',
+           'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments', 'StatusArguments']
 
 # %% ../nbs/01_setup.ipynb #e39169ac
 PROJECT = 'trn-tutorials'
@@ -394,7 +395,7 @@ class Instance:
     key_path: str         # the private key, in the folder as you named it (`~/.ssh/...` by default)
     region: str
     run_id: str
-    launch_time: datetime
+    launch_time: datetime = field(repr=False)   # when EC2 started it (not shown: it differs at every launch)
     image_id: str
 
     def cost(self, until:datetime|None=None # end of the period; default now
@@ -470,21 +471,9 @@ def _undo(ec2, sg:str|None, key_name:str|None, key:Path|None):
     if key and key.exists(): key.unlink()
 
 
-# %% ../nbs/01_setup.ipynb #d4c9feaa
-def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `core.TRN1`
-           region:str|None=None, # AWS region; default: your AWS configuration
-           ami:str|None=None, # AMI id; default: the Neuron DLAMI of the type's generation (`DLAMI`)
-           my_ip:str|None=None, # the IPv4 address SSH is opened to; default: discovered via checkip.amazonaws.com
-           key_name:str|None=None, # existing EC2 key pair to reuse; default: a new one for this run
-           key_dir:str='~/.ssh', # folder of the private keys
-           volume_gb:int=256, # root volume size in GB (gp3), at least 120
-           max_hours:float=8.0, # cost guard: power off and terminate after this many hours; 0 = off
-           run_id:str|None=None, # id tagged on everything created; default: a new one
-           subnet_id:str|None=None, # subnet to launch into; default: a default subnet in a zone offering the type
-           wait_ssh:bool=True, # wait until SSH answers (needs your network to reach the instance)
-           timeout:float=900 # seconds to wait for running and for SSH
-          ) -> Instance:
-    "Launch a Trainium instance with its generation's Neuron DLAMI, SSH from `my_ip` only and a cost guard; wait until it is ready."
+# %% ../nbs/01_setup.ipynb #5e7a0c05
+def _launch_plan(instance_type, volume_gb, max_hours, timeout, run_id, my_ip, key_name, key_dir, region) -> tuple:
+    "`launch_instance`'s checks, before anything is created: `(type, user data, run id, SSH block, region)`."
     itype = _instance_type(instance_type).name
     _check_volume(volume_gb)
     for name, v, kind in (('volume_gb', volume_gb, int), ('max_hours', max_hours, float), ('timeout', timeout, float)):
@@ -494,31 +483,24 @@ def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `c
     cidr = ssh_cidr(my_ip) if my_ip else None
     if not key_name: check_folder(key_dir, 'key_dir')   # a new key pair's key is written there: refuse a folder we cannot write now
     region = aws_region(region)
-    cidr = cidr or ssh_cidr(caller_ip())
-    t0, tags = time.monotonic(), run_tags(run_id)
-    image = find_ami(region, ami, itype)
-    if note := image_note(image, dlami_for(itype)): print(note, flush=True)
-    subnets = launch_subnets(itype, region, subnet_id)
-    key_name = key_name or f'{PROJECT}-{run_id}'
-    key_path, key_created = ensure_key_pair(key_name, region, key_dir, tags)
-    ec2 = boto3.client('ec2', region_name=region)
-    sg = None
-    try:
-        sg = create_ssh_group(subnets[0]['VpcId'], cidr, run_id, region)
-        kw = dict(ImageId=image['id'], InstanceType=itype, MinCount=1, MaxCount=1, KeyName=key_name, SecurityGroupIds=[sg],
-                  InstanceInitiatedShutdownBehavior='terminate', UserData=user_data,
-                  BlockDeviceMappings=[{'DeviceName': image['root_device'],
-                                        'Ebs': {'VolumeSize': volume_gb, 'VolumeType': 'gp3', 'DeleteOnTermination': True}}],
-                  TagSpecifications=[_tag_spec('instance', tags), _tag_spec('volume', tags)])
-        with aws_errors(region, itype):
-            for i, s in enumerate(subnets):
-                try: d = ec2.run_instances(SubnetId=s['SubnetId'], **kw)['Instances'][0]; break
-                except ClientError as e:
-                    if e.response['Error']['Code'] not in ('InsufficientInstanceCapacity', 'Unsupported') or i == len(subnets) - 1: raise
-    except BaseException:
-        _undo(ec2, sg, key_name if key_created else None, key_path if key_created else None)
-        raise
-    iid = d['InstanceId']
+    return itype, user_data, run_id, cidr or ssh_cidr(caller_ip()), region
+
+def _run_in_a_zone(ec2, subnets:list, region:str, itype:str, image:dict, key_name:str, sg:str, user_data:str, volume_gb:int, tags:dict) -> dict:
+    "`run_instances` in the first of `subnets` whose zone has capacity for `itype`: the new instance's description."
+    kw = dict(ImageId=image['id'], InstanceType=itype, MinCount=1, MaxCount=1, KeyName=key_name, SecurityGroupIds=[sg],
+              InstanceInitiatedShutdownBehavior='terminate', UserData=user_data,
+              BlockDeviceMappings=[{'DeviceName': image['root_device'],
+                                    'Ebs': {'VolumeSize': volume_gb, 'VolumeType': 'gp3', 'DeleteOnTermination': True}}],
+              TagSpecifications=[_tag_spec('instance', tags), _tag_spec('volume', tags)])
+    with aws_errors(region, itype):
+        for i, s in enumerate(subnets):
+            try: return ec2.run_instances(SubnetId=s['SubnetId'], **kw)['Instances'][0]
+            except ClientError as e:
+                if e.response['Error']['Code'] not in ('InsufficientInstanceCapacity', 'Unsupported') or i == len(subnets) - 1: raise
+
+# %% ../nbs/01_setup.ipynb #5e7a0c06
+def _ready(ec2, iid:str, region:str, itype:str, run_id:str, key_dir:str, wait_ssh:bool, timeout:float, t0:float) -> Instance:
+    "The instance `iid` once it runs (and, with `wait_ssh`, answers SSH); else one line that names how to remove it."
     with aws_errors(region, itype):
         try: ec2.get_waiter('instance_running').wait(InstanceIds=[iid], WaiterConfig={'Delay': 5, 'MaxAttempts': max(1, int(timeout // 5))})
         except WaiterError as e:
@@ -535,6 +517,37 @@ def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `c
         except UsageError as e: raise UsageError(f"{e}; {iid} is running (and billed): `trn-tutorials down --run_id {run_id}` removes it") from e
     return inst
 
+# %% ../nbs/01_setup.ipynb #d4c9feaa
+def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `core.TRN1`
+           region:str|None=None, # AWS region; default: your AWS configuration
+           ami:str|None=None, # AMI id; default: the Neuron DLAMI of the type's generation (`DLAMI`)
+           my_ip:str|None=None, # the IPv4 address SSH is opened to; default: discovered via checkip.amazonaws.com
+           key_name:str|None=None, # existing EC2 key pair to reuse; default: a new one for this run
+           key_dir:str='~/.ssh', # folder of the private keys
+           volume_gb:int=256, # root volume size in GB (gp3), at least 120
+           max_hours:float=8.0, # cost guard: power off and terminate after this many hours; 0 = off
+           run_id:str|None=None, # id tagged on everything created; default: a new one
+           subnet_id:str|None=None, # subnet to launch into; default: a default subnet in a zone offering the type
+           wait_ssh:bool=True, # wait until SSH answers (needs your network to reach the instance)
+           timeout:float=900 # seconds to wait for running and for SSH
+          ) -> Instance:
+    "Launch a Trainium instance with its generation's Neuron DLAMI, SSH from `my_ip` only and a cost guard; wait until it is ready."
+    itype, user_data, run_id, cidr, region = _launch_plan(instance_type, volume_gb, max_hours, timeout, run_id, my_ip, key_name, key_dir, region)
+    t0, tags = time.monotonic(), run_tags(run_id)
+    image = find_ami(region, ami, itype)
+    if note := image_note(image, dlami_for(itype)): print(note, flush=True)
+    subnets = launch_subnets(itype, region, subnet_id)
+    key_name = key_name or f'{PROJECT}-{run_id}'
+    key_path, key_created = ensure_key_pair(key_name, region, key_dir, tags)
+    ec2 = boto3.client('ec2', region_name=region)
+    sg = None
+    try:
+        sg = create_ssh_group(subnets[0]['VpcId'], cidr, run_id, region)
+        d = _run_in_a_zone(ec2, subnets, region, itype, image, key_name, sg, user_data, volume_gb, tags)
+    except BaseException:
+        _undo(ec2, sg, key_name if key_created else None, key_path if key_created else None)
+        raise
+    return _ready(ec2, d['InstanceId'], region, itype, run_id, key_dir, wait_ssh, timeout, t0)
 
 # %% ../nbs/01_setup.ipynb #6bbc4e58
 @documented
@@ -560,5 +573,10 @@ class InstanceArguments:
         if self.my_ip: ssh_cidr(self.my_ip)
 
 # %% ../nbs/01_setup.ipynb #6ccc59b7
-StatusArguments = arguments_of(find_instances, skip=('states',), name='StatusArguments')   # options that find a run's instance
+_all_ = ['StatusArguments']
 
+def __getattr__(name):
+    "`StatusArguments` (the options that find a run's instance), built from `find_instances` on first use (PEP 562)."
+    if name != 'StatusArguments': raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = made = arguments_of(find_instances, skip=('states',), name='StatusArguments')
+    return made
