@@ -4,103 +4,23 @@
 
 # %% ../nbs/01_setup.ipynb #072bc137
 from __future__ import annotations
-import fnmatch, ipaddress, math, os, re, secrets, socket, tempfile, time, urllib.request
-from contextlib import contextmanager
+import fnmatch, ipaddress, math, os, re, socket, tempfile, time, urllib.request
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
 import boto3
-from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, ParamValidationError, WaiterError
+from botocore.exceptions import ClientError, WaiterError
 
 from .core import Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, documented
+from .aws import PROJECT, _tag_spec, aws_errors, aws_region, check_run_id, explain, new_run_id, run_tags, tag_filters
 from .backends import STACKS, instance_family, instance_type as _instance_type, run_cost
 
 # %% auto #0
-__all__ = ['PROJECT', 'NEURON_PIP', 'DLAMI', 'CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB',
-           'INSTANCE_LIMITS', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'aws_region', 'explain',
-           'aws_errors', 'Dlami', 'dlami_for', 'find_ami', 'image_note', 'launch_subnets', 'caller_ip', 'ssh_cidr',
-           'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance',
-           'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments', 'StatusArguments']
-
-# %% ../nbs/01_setup.ipynb #e39169ac
-PROJECT = 'trn-tutorials'
-
-def new_run_id() -> str:
-    "A fresh run id: UTC time and a random suffix, e.g. '20261122-083015-3f9a'."
-    return datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S-') + secrets.token_hex(2)
-
-def check_run_id(run_id:str # a run id given by the user
-                ) -> str:
-    "`run_id` if it can name a key pair and a security group, else a `UsageError`."
-    if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._-]{0,62}', run_id or ''):
-        raise UsageError(f"run id {run_id!r} is not valid: use letters, digits, '.', '_' and '-' (at most 63)")
-    return run_id
-
-def run_tags(run_id:str # the run's id
-            ) -> dict:
-    "The tags on everything a run creates."
-    return {'project': PROJECT, 'run-id': run_id, 'Name': f'{PROJECT}-{run_id}'}
-
-def tag_filters(run_id:str|None=None # one run's id; `None` = everything this project made
-               ) -> list[dict]:
-    "EC2 `Filters` that match what a run (or the whole project) created."
-    return [{'Name': 'tag:project', 'Values': [PROJECT]}] + ([{'Name': 'tag:run-id', 'Values': [run_id]}] if run_id else [])
-
-def _tag_spec(kind:str, tags:dict) -> dict:
-    return {'ResourceType': kind, 'Tags': [{'Key': k, 'Value': v} for k, v in tags.items()]}
-
-# %% ../nbs/01_setup.ipynb #146744bc
-def aws_region(region:str|None=None # an AWS region; default: your AWS configuration
-              ) -> str:
-    "The region to use: `region`, else the one boto3 is configured with."
-    region = region or boto3.session.Session().region_name
-    if not region: raise UsageError("no AWS region: pass --region (e.g. us-east-1) or run `aws configure set region us-east-1`")
-    return region
-
-_FIXES = {
-    'VcpuLimitExceeded': "your vCPU quota for Trn instances in {region} is too low for {itype}: request more "
-        "'Running On-Demand Trn instances' vCPUs in the Service Quotas console (Amazon EC2), then retry",
-    'VPCIdNotSpecified': "no default VPC in {region}: create one with `aws ec2 create-default-vpc --region {region}`, or pass --subnet_id",
-    'InsufficientInstanceCapacity': "AWS has no spare {itype} capacity in {region} right now: retry in a while, or use another region",
-    'Unsupported': "{itype} is not available in the chosen zone of {region}: pass --subnet_id in another zone, or use another region",
-    'InvalidKeyPair.Duplicate': "an EC2 key pair with that name already exists in {region}: pass another --key_name",
-    'InvalidAMIID.NotFound': "that AMI does not exist in {region} (AMI ids differ per region): pass an id from {region}, or leave --ami out",
-    'InvalidAMIID.Malformed': "that is not an AMI id (ami-...): pass an id from {region}, or leave --ami out",
-    'InvalidBlockDeviceMapping': "the root volume is smaller than the AMI's snapshot: pass a larger --volume_gb",
-    'UnauthorizedOperation': "your AWS identity may not call {op}: ask for EC2 permissions (ec2:RunInstances and friends)",
-    'AuthFailure': "AWS rejected your credentials: check them with `aws sts get-caller-identity`",
-    'OptInRequired': "your AWS account is not subscribed to EC2 in {region} yet: finish the sign-up (payment method), then retry",
-    'PendingVerification': "your AWS account is still being verified: wait for AWS's e-mail, then retry",
-    'RequestExpired': "your AWS credentials expired: log in again (`aws sso login` or new keys)",
-    'ExpiredToken': "your AWS credentials expired: log in again (`aws sso login` or new keys)",
-}
-
-def explain(e:ClientError, # an error from a boto3 call
-            region:str, # the region of the call
-            itype:str='' # the instance type being launched
-           ) -> str:
-    "A one-line explanation of `e` that names the fix."
-    err = e.response.get('Error', {})
-    code, msg = err.get('Code', ''), ' '.join(str(err.get('Message', '')).split())
-    fix = _FIXES.get(code)
-    return fix.format(region=region, itype=itype or 'the instance', op=e.operation_name) if fix else f"AWS refused {e.operation_name} ({code}): {msg}"
-
-
-# %% ../nbs/01_setup.ipynb #829dae57
-@contextmanager
-def aws_errors(region:str, # the region of the calls
-               itype:str='' # the instance type being launched
-              ):
-    "Turn AWS errors a user can fix into a one-line `UsageError`."
-    try: yield
-    except ClientError as e: raise UsageError(explain(e, region, itype)) from e
-    except NoCredentialsError as e:
-        raise UsageError("no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE") from e
-    except EndpointConnectionError as e:
-        raise UsageError(f"cannot reach AWS at {e.kwargs.get('endpoint_url')}: check your network and --region {region} (and AWS_ENDPOINT_URL if set)") from e
-    except ParamValidationError as e: raise UsageError(' '.join(str(e).split())) from e
-
+__all__ = ['NEURON_PIP', 'DLAMI', 'CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB', 'INSTANCE_LIMITS', 'Dlami',
+           'dlami_for', 'find_ami', 'image_note', 'launch_subnets', 'caller_ip', 'ssh_cidr', 'key_file',
+           'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance', 'find_instances',
+           'find_instance', 'launch_instance', 'InstanceArguments', 'StatusArguments']
 
 # %% ../nbs/01_setup.ipynb #67b59f8a
 NEURON_PIP = 'https://pip.repos.neuron.amazonaws.com'   # AWS's pip repository of the Neuron packages
