@@ -43,6 +43,7 @@ class Cleaner:
     remove: Callable   # `remove(scope)`: {what was done: [names]}, as the report lists them
     order: int = 50    # lower runs first: what bills by the hour goes first
 
+# %% ../nbs/06_cleanup.ipynb #5e7a0c07
 CLEANERS: list[Cleaner] = []   # filled by the chapters that tag more than EC2 (the SageMaker ones)
 
 def register(name:str, # what it removes, e.g. 'endpoints'
@@ -63,7 +64,6 @@ def declared_cleaners() -> list[Cleaner]:
         text = Path(origin).read_text() if origin and origin.endswith('.py') else ''
         if 'from .cleanup import' in text and re.search(r'^register\(', text, re.M): importlib.import_module(f'trn_tutorials.{m.name}')
     return CLEANERS
-
 
 # %% ../nbs/06_cleanup.ipynb #c1ea5301
 def _ec2_leftovers(run_id:str|None, region:str) -> dict[str, list[str]]:
