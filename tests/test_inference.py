@@ -341,3 +341,17 @@ def test_served_over_http_by_multi_model_server(trained, tmp_path):
         assert status == 415 and reason.startswith('content type text/plain is not supported')
         with urllib.request.urlopen(url + '/ping', timeout=10) as r: assert json.loads(r.read())['status'] == 'Healthy'
     assert not procs_mentioning(str(work)), f"model server processes left: {procs_mentioning(str(work))}"
+
+
+def test_torchscript_pieces(tmp_path):
+    "`trace` lives in trn_tutorials.torchscript (nbs/11b_torchscript.ipynb) and still imports from endpoint; its example rows and its comparison."
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    from trn_tutorials import endpoint, torchscript as T
+    assert endpoint.trace is T.trace
+    ids, mask = T.example_inputs(50, 3, 8, torch.Generator().manual_seed(0))
+    assert mask.sum(1).tolist() == [8, 6, 4] and (ids[mask == 0] == 0).all() and (ids[mask == 1] > 0).all()
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert(str(tmp_path/'m'), ['a', 'b'])).eval()
+    same = lambda ids, mask: model(input_ids=ids, attention_mask=mask)
+    diff, shapes = T.logits_difference(model, same, [8, 16], torch.Generator().manual_seed(0))
+    assert diff == 0.0 and shapes == [[1, 8], [3, 8], [1, 16], [3, 16]]
