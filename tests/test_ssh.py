@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.core import UsageError, field_help, parse_args
 from trn_tutorials.instance import DLAMI, wait_for_ssh
 from trn_tutorials import ssh as S
 from local_services import alive, free_port, jupyter_command, listen_addresses, make_venv, procs_mentioning, port_open
@@ -224,7 +224,7 @@ def test_venv_option():
     assert t.venv == S.NEURON_VENV
     (t,) = parse_args([S.TunnelArguments], ['--venv', DLAMI['trn2'].venv])
     assert t.venv == '/opt/aws_neuronx_venv_torch_neuronx_2_14_0'
-    assert 'torch_neuronx_2_14_0' in {f.name: f.metadata['help'] for f in fields(S.TunnelArguments)}['venv']
+    assert 'torch_neuronx_2_14_0' in field_help(S.TunnelArguments)['venv']
 
 
 def test_zz_nothing_left_running(sshd):

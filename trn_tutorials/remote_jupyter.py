@@ -236,17 +236,16 @@ def open_jupyter(host:str, # the instance's address
 @dataclass
 class TunnelArguments:
     "Options of `trn-tutorials tunnel`: the arguments of `open_jupyter`."
-    host: str|None = field(default=None, metadata={'help': "the instance's address (default: the running instance of --run_id)"})
-    key_path: str|None = field(default=None, metadata={'help': "its private key (default: the run's key in --key_dir)"})
-    local_port: int = field(default=8888, metadata={'help': 'port on this machine (bound to 127.0.0.1)'})
-    remote_port: int = field(default=8888, metadata={'help': "Jupyter's port on the instance's 127.0.0.1"})
-    user: str = field(default=USER, metadata={'help': 'login user'})
-    port: int = field(default=22, metadata={'help': 'SSH port'})
-    known_hosts: str = field(default=KNOWN_HOSTS, metadata={'help': "file where the instance's host key is remembered"})
-    jupyter: str = field(default='auto', metadata={'help': "command to run on the instance ('auto': the JupyterLab of --venv)"})
-    venv: str|None = field(default=NEURON_VENV, metadata={'help': "the Neuron environment on the instance Jupyter runs in, first on PATH "
-        "(Trn2/Trn3: /opt/aws_neuronx_venv_torch_neuronx_2_14_0; '' = none)"})
-    workdir: str = field(default='~', metadata={'help': 'folder Jupyter shows, on the instance'})
-    timeout: float = field(default=120, metadata={'help': 'seconds to wait for Jupyter and the tunnel'})
+    host: str|None = None # the instance's address (default: the running instance of --run_id)
+    key_path: str|None = None # its private key (default: the run's key in --key_dir)
+    local_port: int = 8888 # port on this machine (bound to 127.0.0.1)
+    remote_port: int = 8888 # Jupyter's port on the instance's 127.0.0.1
+    user: str = USER # login user
+    port: int = 22 # SSH port
+    known_hosts: str = KNOWN_HOSTS # file where the instance's host key is remembered
+    jupyter: str = 'auto' # command to run on the instance ('auto': the JupyterLab of --venv)
+    venv: str|None = NEURON_VENV # the Neuron environment on the instance Jupyter runs in, first on PATH (Trn2/Trn3: /opt/aws_neuronx_venv_torch_neuronx_2_14_0; '' = none)
+    workdir: str = '~' # folder Jupyter shows, on the instance
+    timeout: float = 120 # seconds to wait for Jupyter and the tunnel
 
     def __post_init__(self): check_numbers(self, TUNNEL_LIMITS)
