@@ -108,7 +108,7 @@ CASES = [
     Case('cli prep --buckets 0', 'cli', lambda d, p: ['prep', '--buckets', '0'], ['--buckets', 'use 1 to 8']),
     Case('cli train on raw data', 'cli', lambda d, p: ['train', '--dataset_path', sample_data()],
          ['has no trn_tutorials.json', 'trn-tutorials prep']),
-    Case('cli train warmup_ratio 1', 'cli', lambda d, p: ['train', '--warmup_ratio', '1'], ['--warmup_ratio']),
+    Case('cli train warmup_steps -1', 'cli', lambda d, p: ['train', '--warmup_steps', '-1'], ['--warmup_steps -1', 'is out of range']),
     Case('cli train --save_steps -1', 'cli', lambda d, p: ['train', '--save_steps', '-1'], ['--save_steps']),
     Case('cli train --save_total_limit 0', 'cli', lambda d, p: ['train', '--save_total_limit', '0'], ['--save_total_limit']),
     Case('cli train checkpoint with --resume false', 'cli',
@@ -228,7 +228,7 @@ CASES = [
          ["--percentile '99' is a str, not a number"]),
     # --- issue 15: training (04_train)
     Case('cli train --learning_rate nan', 'cli', lambda d, p: ['train', '--learning_rate', 'nan'], ['--learning_rate nan is not a finite number']),
-    Case('cli train --epochs inf', 'cli', lambda d, p: ['train', '--epochs', 'inf'], ['--epochs inf is not a finite number']),
+    Case('cli train --epochs inf', 'cli', lambda d, p: ['train', '--epochs', 'inf'], ['--num_train_epochs inf is not a finite number']),
     Case('cli train --per_device_train_batch_size 0.5', 'cli', lambda d, p: ['train', '--per_device_train_batch_size', '0.5'],
          ['--per_device_train_batch_size', "invalid int value: '0.5'"]),
     Case('module batch larger than the data', 'module',
@@ -253,7 +253,7 @@ CASES = [
               "with folder_lock(sys.argv[1], 'output_dir'): print('held', flush=True); time.sleep(120)", str(d/'out')],
              stdout=subprocess.PIPE, text=True)),
          ['out is in use by pid', 'trn-tutorials stop --output_dir']),
-    Case("TrainArguments(epochs='3')", 'func', lambda d, p: lambda: TrainArguments(epochs='3'), ["--epochs '3' is a str, not a number", 'pass a number']),
+    Case("TrainArguments(num_train_epochs='3')", 'func', lambda d, p: lambda: TrainArguments(num_train_epochs='3'), ["--num_train_epochs '3' is a str, not a number", 'pass a number']),
     # --- issue 15: launch, stop and the CLI (05_launch, 07_cli)
     Case('cli train --nproc_per_node 0', 'cli', lambda d, p: ['train', '--dataset_path', p, '--nproc_per_node', '0'],
          ['--nproc_per_node 0 is out of range', 'use 1 or more']),

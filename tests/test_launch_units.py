@@ -49,7 +49,7 @@ def test_launch_env():
 
 
 def test_command():
-    a = TrainArguments(dataset_path='d', output_dir='o', learning_rate=3e-5, bf16=True, epochs=2.0, model_id='m')
+    a = TrainArguments(dataset_path='d', output_dir='o', learning_rate=3e-5, bf16=True, num_train_epochs=2.0, model_id='m')
     eq(parse_args([TrainArguments], train_argv(a))[0], a)
     eq(train_argv(TrainArguments(dataset_path='d', output_dir='o')), ['--dataset_path', 'd', '--output_dir', 'o'])
     cmd = torchrun_command(TrainArguments(), 2, port=29500, python='python')
@@ -71,7 +71,7 @@ def test_process_tree_and_stream():
 
 
 def run_lines(p: Progress):
-    for line in [progress_line('begin', step=0, max_steps=4, epochs=2), 'some worker log line',
+    for line in [progress_line('begin', step=0, max_steps=4, num_train_epochs=2), 'some worker log line',
                  progress_line('step', step=2, epoch=1.0), progress_line('log', step=2, loss=1.7),
                  progress_line('eval', step=2, epoch=1.0, loss=1.6, f1=0.25, accuracy=0.5),
                  progress_line('note', text='resuming from checkpoint-2'),
@@ -184,8 +184,8 @@ def test_precompile_command():
     cmd = precompile_command(a, 2, steps=10, port=29500, python='python')
     eq(cmd[0], 'neuron_parallel_compile')
     eq(cmd[1:], torchrun_command(replace(a, max_steps=10, output_dir='runs/m-precompile', logging_steps=5, save_steps=0, resume=False), 2, 29500, 'python'))
-    eq(cmd[cmd.index('--output_dir'):], ['--output_dir', 'runs/m-precompile', '--bf16', 'true', '--max_steps', '10',
-                                        '--logging_steps', '5', '--save_steps', '0', '--resume', 'false'])
+    eq(cmd[cmd.index('--output_dir'):], ['--output_dir', 'runs/m-precompile', '--max_steps', '10', '--bf16', 'true', '--logging_steps', '5',
+                                        '--save_strategy', 'no', '--save_steps', '0', '--resume', 'false'])
     eq(precompile_args(TrainArguments(logging_steps=2), 10).logging_steps, 2)
     eq(precompile_args(TrainArguments(), 1).logging_steps, 1)
     eq(a.output_dir, 'runs/m/')  # the real run's arguments are untouched

@@ -32,7 +32,7 @@ def metrics(args): return json.loads(Path(args.output_dir, 'metrics.json').read_
 
 def test_torchrun_two_workers(prepared):
     tmp, manifest = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), epochs=2, learning_rate=1e-3,
+    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), num_train_epochs=2, learning_rate=1e-3,
                           per_device_train_batch_size=8, logging_steps=5)
     cmd = torchrun_command(args, 2)
     r = subprocess.run(cmd, env=launch_env('cpu', 2), capture_output=True, text=True, timeout=600)
@@ -84,7 +84,7 @@ def test_bf16_false_means_false(prepared):
 def test_buckets_two_workers(prepared):
     "Three length buckets on two workers: the batches, steps and input shapes are the sampler's, and every row is used."
     tmp, _ = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data-3'), output_dir=str(tmp/'buckets'), epochs=2, learning_rate=1e-3,
+    args = TrainArguments(dataset_path=str(tmp/'data-3'), output_dir=str(tmp/'buckets'), num_train_epochs=2, learning_rate=1e-3,
                           per_device_train_batch_size=8, logging_steps=50)
     r = torchrun(args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -104,7 +104,7 @@ def test_buckets_two_workers(prepared):
 def test_resume_after_kill_9(prepared):
     "kill -9 of the whole torchrun process group mid-epoch, a half-written checkpoint, relaunch: same end as an uninterrupted run."
     tmp, _ = prepared
-    base = TrainArguments(dataset_path=str(tmp/'data-3'), epochs=3, learning_rate=1e-3, per_device_train_batch_size=8,
+    base = TrainArguments(dataset_path=str(tmp/'data-3'), num_train_epochs=3, learning_rate=1e-3, per_device_train_batch_size=8,
                           logging_steps=1, save_steps=5, save_total_limit=2, seed=7)
     whole = replace(base, output_dir=str(tmp/'whole'))
     r = torchrun(whole)

@@ -169,21 +169,21 @@ def test_which_backends_need_torchrun(monkeypatch):
 def test_few_steps_warning_numbers():
     from trn_tutorials.train import MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, few_steps_warning, planned_steps
     assert (MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH) == (200, 32)
-    args = TrainArguments(epochs=3, per_device_train_batch_size=16)
+    args = TrainArguments(num_train_epochs=3, per_device_train_batch_size=16)
     # emotion on a trn1.32xlarge: 16,000 rows in global batches of 32 x 16 = 512: 31 full ones and one of 128 rows an epoch
     assert planned_steps(args, [66] * 16000, 32) == 96
     w = few_steps_warning(args, 16000, 32)
     assert w and '\n' not in w and w.startswith('warning: '), w
     for part in ('96 optimizer steps', '16000 training rows', '32 workers', '512', '200',
-                 '8 workers', '--per_device_train_batch_size 4', '--epochs 7', '--learning_rate'):
+                 '8 workers', '--per_device_train_batch_size 4', '--num_train_epochs 7', '--learning_rate'):
         assert part in w, (part, w)
     assert few_steps_warning(args, 16000, 2) is None            # the recipe: 2 x 16, 1500 steps
     assert few_steps_warning(args, 360, 2) is None              # few steps, but a global batch of 32: nothing to scale
-    assert few_steps_warning(TrainArguments(epochs=1), 16000, 4) is None   # 64 rows a step, 250 steps
-    assert few_steps_warning(TrainArguments(epochs=1), 16000, 8) is not None   # 128 rows a step, 125 steps
+    assert few_steps_warning(TrainArguments(num_train_epochs=1), 16000, 4) is None   # 64 rows a step, 250 steps
+    assert few_steps_warning(TrainArguments(num_train_epochs=1), 16000, 8) is not None   # 128 rows a step, 125 steps
     assert few_steps_warning(TrainArguments(max_steps=50), 16000, 32) is None   # a step count chosen on purpose
     # no worker count reaches 200 steps: the line names the other fixes only
-    w = few_steps_warning(TrainArguments(epochs=1, per_device_train_batch_size=64), 1000, 2)
+    w = few_steps_warning(TrainArguments(num_train_epochs=1, per_device_train_batch_size=64), 1000, 2)
     assert w and 'workers (' not in w and '--epochs' in w, w
 
 

@@ -17,20 +17,20 @@ NAMES = ['sadness', 'joy', 'love']
 
 def test_arguments_parse_with_their_types():
     targs = parse_args([TrainArguments], ['--epochs', '2', '--bf16', 'False', '--per_device_train_batch_size', '8'])[0]
-    eq((targs.epochs, targs.bf16, targs.per_device_train_batch_size), (2.0, False, 8))
-    fails(lambda: parse_args([TrainArguments], ['--lr', '3e-5']), exc=SystemExit)
+    eq((targs.num_train_epochs, targs.bf16, targs.per_device_train_batch_size), (2.0, False, 8))
+    eq(parse_args([TrainArguments], ['--lr', '3e-5'])[0].learning_rate, 3e-5)   # the original tutorial's name, an alias
     fails(lambda: parse_args([TrainArguments], ['--learning_rate', 'fast']), exc=SystemExit)
 
 
 def test_check_args():
     "Numbers are refused when the arguments are made (`TRAIN_LIMITS`); `check_args` keeps what the limits cannot say."
     fails(lambda: TrainArguments(learning_rate=0), contains="--learning_rate 0 is out of range: use a number in (0, 1000]")
-    fails(lambda: TrainArguments(epochs=-1), contains="--epochs")
+    fails(lambda: TrainArguments(num_train_epochs=-1), contains="--num_train_epochs")
     fails(lambda: TrainArguments(max_steps=0), contains="--max_steps 0 is out of range: use 1 or more, or -1 (all epochs)")
     fails(lambda: TrainArguments(save_steps=-1), contains="--save_steps -1 is out of range: use 1 or more, or 0 (no checkpoints)")
     fails(lambda: TrainArguments(save_total_limit=0), contains="--save_total_limit")
     fails(lambda: check_args(TrainArguments(backend='tpu')), contains="--backend 'tpu' is not one of")
-    eq(check_args(TrainArguments()).epochs, 3.0)
+    eq(check_args(TrainArguments()).num_train_epochs, 3.0)
 
 
 def test_metrics_and_baseline():
@@ -124,10 +124,10 @@ def test_resume_from(tmp_path):
 
 def test_planned_steps():
     rows = [16] * 400
-    eq(planned_steps(TrainArguments(epochs=3), rows, 1), 75)                  # 25 batches of 16 per epoch
-    eq(planned_steps(TrainArguments(epochs=3), rows, 2), 39)                  # 13 global batches of 2 x 16, the last partial
-    eq(planned_steps(TrainArguments(epochs=3), rows, 2, fill_last=True), 39)  # XLA fills the partial one up
-    eq(planned_steps(TrainArguments(epochs=0.5), rows, 1), 13)                # rounded up, like the Trainer
+    eq(planned_steps(TrainArguments(num_train_epochs=3), rows, 1), 75)                  # 25 batches of 16 per epoch
+    eq(planned_steps(TrainArguments(num_train_epochs=3), rows, 2), 39)                  # 13 global batches of 2 x 16, the last partial
+    eq(planned_steps(TrainArguments(num_train_epochs=3), rows, 2, fill_last=True), 39)  # XLA fills the partial one up
+    eq(planned_steps(TrainArguments(num_train_epochs=0.5), rows, 1), 13)                # rounded up, like the Trainer
     eq(planned_steps(TrainArguments(max_steps=40), rows, 2), 40)
 
 

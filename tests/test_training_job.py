@@ -64,7 +64,7 @@ def digests(folder: Path) -> dict:
 
 def test_the_request_read_back(aws, prepared):
     role, bucket = aws.role(), aws.bucket()
-    args = TrainArguments(dataset_path=str(prepared/'data'), learning_rate=3e-5, epochs=2.5, bf16=True, save_steps=0,
+    args = TrainArguments(dataset_path=str(prepared/'data'), learning_rate=3e-5, num_train_epochs=2.5, bf16=True, save_steps=0,
                           resume=False, per_device_train_batch_size=8)
     job = JobArguments(role=role, bucket=bucket, instance_type='ml.trn1.32xlarge', instance_count=2, spot=True,
                        max_run_hours=3, max_wait_hours=6, run_id='r1')
@@ -105,7 +105,7 @@ def test_the_request_read_back(aws, prepared):
 
 def test_a_job_end_to_end(aws, prepared):
     "Submit, the container side run by SageMaker's torchrun driver here, logs streamed, model.tar.gz read back."
-    args = TrainArguments(dataset_path=str(prepared/'data'), epochs=8, learning_rate=3e-3, logging_steps=20, save_steps=40)
+    args = TrainArguments(dataset_path=str(prepared/'data'), num_train_epochs=8, learning_rate=3e-3, logging_steps=20, save_steps=40)
     name = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket(), run_id='e2e'))
     assert aws.run(name) == 0, '\n'.join(aws.output[-30:])
     assert any('torchrun --nnodes=1 --nproc_per_node=2' in l for l in aws.output)   # the SDK's driver, 2 NeuronCores
@@ -142,11 +142,11 @@ def test_a_failed_job_names_the_reason(aws, prepared):
 
 def test_dry_run_creates_nothing(aws, prepared, capsys):
     bucket = aws.bucket()
-    args = TrainArguments(dataset_path=str(prepared/'data'), epochs=1)
+    args = TrainArguments(dataset_path=str(prepared/'data'), num_train_epochs=1)
     plan = submit(args, JobArguments(role=aws.role(), bucket=bucket, spot=True, max_wait_hours=4, dry_run=True))
     req = plan['request']
     assert req['ResourceConfig']['InstanceType'] == 'ml.trn1.2xlarge' and req['EnableManagedSpotTraining'] is True
-    assert req['HyperParameters']['epochs'] == '1.0' and req['Environment']['TRN_TUTORIALS_PROGRESS'] == '1'
+    assert req['HyperParameters']['num_train_epochs'] == '1.0' and req['Environment']['TRN_TUTORIALS_PROGRESS'] == '1'
     assert [t['Key'] for t in req['Tags']] == ['project', 'run-id', 'Name']
     assert set(plan['uploads'].values()) == {f"s3://{bucket}/trn-tutorials/{req['Tags'][1]['Value']}/{c}" for c in ('data', 'model')}
     assert objects(bucket) == []
@@ -264,7 +264,7 @@ def test_the_cli(aws, prepared, tmp_path):
             '--bucket', bucket, '--spot', '--max_wait_hours', '4', '--run_id', 'cli', '--dry_run')
     assert r.returncode == 0, r.stderr
     req = json.loads(r.stdout)['request']
-    assert req['HyperParameters']['bf16'] == 'true' and req['HyperParameters']['epochs'] == '2.0'
+    assert req['HyperParameters']['bf16'] == 'true' and req['HyperParameters']['num_train_epochs'] == '2.0'
     assert req['StoppingCondition']['MaxWaitTimeInSeconds'] == 4 * 3600
     assert objects(bucket) == []
     r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--role', role, '--bucket', bucket, '--spot')

@@ -31,7 +31,7 @@ def tiny(tmp_path_factory):
 
 
 def rehearse(tmp:Path, buckets:int, **kw):
-    args = TrainArguments(dataset_path=str(tmp/f'data-{buckets}'), output_dir=str(tmp/f'model-{buckets}'), epochs=2,
+    args = TrainArguments(dataset_path=str(tmp/f'data-{buckets}'), output_dir=str(tmp/f'model-{buckets}'), num_train_epochs=2,
                           learning_rate=1e-4, per_device_train_batch_size=16, per_device_eval_batch_size=16,
                           logging_steps=5, save_steps=10, backend='xla', **kw)
     env = launch_env('xla', 1) | {'PT_XLA_DEBUG_LEVEL': '1'}
@@ -101,7 +101,7 @@ def test_xla_learns_like_the_cpu(tiny):
     tmp, _ = tiny
     loss = {}
     for backend in ('xla', 'cpu'):
-        args = TrainArguments(dataset_path=str(tmp/'data-1'), output_dir=str(tmp/f'learn-{backend}'), epochs=6, learning_rate=3e-3,
+        args = TrainArguments(dataset_path=str(tmp/'data-1'), output_dir=str(tmp/f'learn-{backend}'), num_train_epochs=6, learning_rate=3e-3,
                               per_device_train_batch_size=16, logging_steps=50, save_steps=0, backend=backend)
         r = subprocess.run(torchrun_command(args, 1), env=launch_env(backend, 1), capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]

@@ -106,7 +106,8 @@ def _differs(want:dict, have:dict) -> str:
     return ', '.join(out + [f"{k} id {w.get(k)} vs {h.get(k)}" for k in sorted(set(w) | set(h)) if w.get(k) != h.get(k)])
 
 RUN_ARGS = 'trn_tutorials_args.json'  # the run's `TrainArguments`, written into each of its checkpoints
-SAME_RUN = ('learning_rate', 'epochs', 'max_steps', 'per_device_train_batch_size', 'warmup_ratio', 'weight_decay', 'seed', 'bf16')
+SAME_RUN = ('learning_rate', 'num_train_epochs', 'max_steps', 'per_device_train_batch_size', 'gradient_accumulation_steps', 'warmup_ratio',
+            'warmup_steps', 'lr_scheduler_type', 'weight_decay', 'seed', 'bf16')   # what a checkpoint's schedule and state depend on
 
 def _opts(d:dict, names) -> str: return ' '.join(f"--{n} {str(d[n]).lower() if isinstance(d[n], bool) else d[n]}" for n in names)
 
@@ -139,8 +140,9 @@ def _other_run(last:Path, args, data:dict|None=None) -> str|None:
     new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}"
     if data and isinstance(was.get('data'), dict) and (what := _data_changed(was['data'], data)):
         return f"{last} was trained on other data than {args.dataset_path} holds now ({what}): it cannot continue on it; {new} to start over"
-    diff = [n for n in SAME_RUN if n in was and was[n] != getattr(args, n)]
-    if diff: return f"{last} was written by a run with {_opts(was, diff)}, not {_opts(asdict(args), diff)}: use {_opts(was, diff)} to continue it, or {new}"
+    now = args.to_dict()
+    diff = [n for n in SAME_RUN if n in was and n in now and was[n] != now[n]]
+    if diff: return f"{last} was written by a run with {_opts(was, diff)}, not {_opts(now, diff)}: use {_opts(was, diff)} to continue it, or {new}"
 
 # %% ../nbs/04b_checkpoints.ipynb #29bae544
 def resume_from(args, # the run's `TrainArguments`
@@ -159,7 +161,7 @@ def resume_from(args, # the run's `TrainArguments`
         now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, fill_last)
         if was != now:
             raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, batch size, "
-                         f"--epochs and --max_steps, or pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}")
+                         f"--num_train_epochs and --max_steps, or pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}")
     return last
 
 # %% ../nbs/04b_checkpoints.ipynb #cd05cb59

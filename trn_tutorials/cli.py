@@ -316,6 +316,9 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     fn, types = command(name)
     if 'datasets' in sys.modules: sys.modules['datasets'].disable_progress_bars()   # they draw on stderr, which is for the one line of an error
     parsed = parse_args(types, rest, prog=f'trn-tutorials {name}')
+    if 'train:TrainArguments' in COMMANDS[name][1]:
+        from trn_tutorials.arguments import alias_notes
+        for n in alias_notes(rest): print(n, flush=True)   # `--epochs`: the original tutorial's name, still understood
     extra = {'given': given_options(types, rest)} if name == 'quickstart' else {}
     again = shlex.join(['trn-tutorials', *argv])   # run from the same folder, the same command goes on from where this one stopped
     try: return fn(**asdict(parsed[0])) if len(types) == 1 and getattr(types[0], '__options_of__', None) is fn else fn(*parsed, **extra)

@@ -73,8 +73,9 @@ def _parser(types:list, prog:str|None):
         return _Plain(prog=prog)
     from transformers import HfArgumentParser
     for t in types:   # each field's help, declared once as its inline comment, goes where HfArgumentParser reads it
+        helps = field_help(t)   # once a class: it reads the source of each dataclass it derives from
         for f in fields(t):
-            if (h := field_help(t).get(f.name)) and 'help' not in f.metadata: f.metadata = MappingProxyType({**f.metadata, 'help': h.replace('%', '%%')})
+            if (h := helps.get(f.name)) and 'help' not in f.metadata: f.metadata = MappingProxyType({**f.metadata, 'help': h.replace('%', '%%')})
     class _Parser(HfArgumentParser):
         def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
     return _Parser(types, prog=prog, conflict_handler='resolve')

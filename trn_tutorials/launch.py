@@ -12,7 +12,7 @@ from pathlib import Path
 from .core import (RECORD, Accelerator, Limit, UsageError, check_backend, check_folder, check_number, die_with_parent, detect,
                                 folder_lock, lock_holder, lock_path, run_cost, set_backend_env, instance_type as _instance_type)
 from .data import load_prepared, row_lengths
-from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args,
+from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args, option_argv,
                                  check_batch, check_model, check_output_dir, claim_output_dir, check_workers, newest_complete, read_progress, resume_from)
 
 # %% auto #0
@@ -75,13 +75,8 @@ def launch_env(backend:str, # 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
 # %% ../nbs/05_launch.ipynb #7792c027
 def train_argv(args:TrainArguments # the run's arguments
               ) -> list[str]:
-    "`args` as `--name value` options: the folders, and every field that differs from its default."
-    out = []
-    for f in fields(TrainArguments):
-        v = getattr(args, f.name)
-        if f.name in ('dataset_path', 'output_dir') or v != f.default:
-            if v is not None: out += [f'--{f.name}', str(v).lower() if isinstance(v, bool) else str(v)]
-    return out
+    "`args` as `--name value` options: the folders, and every field that differs from its default (`option_argv`)."
+    return option_argv(args)
 
 # %% ../nbs/05_launch.ipynb #a1892a9a
 def torchrun_command(args:TrainArguments, # the run's arguments
@@ -166,7 +161,7 @@ _EXC = re.compile(r'^(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception|Interrupt))(?:
 def worker_error(lines:list[str] # a run's output, e.g. its `train.log`
                 ) -> str|None:
     "The exception a worker died of (`OSError: ...`): the last one in `lines` that is not torchrun's own report."
-    found = [m for l in lines if (m := _EXC.match(l.strip())) and m.group(1) != 'ChildFailedError']
+    found = [m for l in lines if (m := _EXC.match(re.sub(r'^\[rank\d+\]:', '', l).strip())) and m.group(1) != 'ChildFailedError']   # `[rank0]: `: once the group is up
     return None if not found else f"{found[-1].group(1)}: {found[-1].group(2) or ''}".rstrip(': ')
 
 def relaunch_note(output_dir # the run's folder

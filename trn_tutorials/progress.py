@@ -186,6 +186,6 @@ def collapse_warning(metrics:dict # what `train` returns
     if lr > USUAL_LR[1]: why = f"--learning_rate {lr:g} is far above fine-tuning's usual range (1e-05 to 1e-04): lower it (e.g. --learning_rate 5e-05)"
     elif lr < USUAL_LR[0]: why = f"--learning_rate {lr:g} is far below fine-tuning's usual range (1e-05 to 1e-04): raise it (e.g. --learning_rate 5e-05)"
     elif a.get('bf16'): why = "bfloat16 may have lost the small updates: retry with --bf16 false (or NEURON_RT_STOCHASTIC_ROUNDING_EN=1)"
-    else: why = "the run may be too short for this data: train longer (more --epochs), or check that the labels fit the texts"
+    else: why = "the run may be too short for this data: train longer (more --num_train_epochs), or check that the labels fit the texts"
     return (f"warning: {split} accuracy {metrics[split]['accuracy']:.4f} is no better than always predicting the majority label "
             f"'{b['label']}' ({b['accuracy']:.4f}): {why}")

@@ -127,14 +127,15 @@ class PaddedRows:
     def __getitems__(self, keys): return [self[k] for k in keys]
 
 # %% ../nbs/04a_samplers.ipynb #cea0005a
-def planned_steps(args, # the run's `TrainArguments` (`max_steps`, `epochs`, `per_device_train_batch_size`, `seed`)
+def planned_steps(args, # the run's `TrainArguments` (`max_steps`, `num_train_epochs`, `per_device_train_batch_size`, `gradient_accumulation_steps`, `seed`)
                   rows, # padded length of each training row
                   workers:int, # torchrun workers
                   fill_last:bool=False # fill the epoch's last, smaller batch up (the XLA backends do)
                  ) -> int:
     "The optimizer steps a run of `args` takes on `workers` workers, counted as the Trainer counts them."
     if args.max_steps > 0: return args.max_steps
-    return math.ceil(args.epochs * len(BucketBatchSampler(rows, args.per_device_train_batch_size, workers, 0, args.seed, fill_last)))
+    batches, accumulate = len(BucketBatchSampler(rows, args.per_device_train_batch_size, workers, 0, args.seed, fill_last)), args.gradient_accumulation_steps
+    return math.ceil(args.num_train_epochs * max(1, -(-batches // accumulate)))   # a last, partial accumulation is a step too
 
 # %% ../nbs/04a_samplers.ipynb #185bc1d2
 MIN_OPTIMIZER_STEPS = 200  # fewer steps than this, at a global batch above the recipe's, and fine-tuning is likely cut short
@@ -155,11 +156,10 @@ def few_steps_warning(args, # the run's `TrainArguments`
     fixes = [f"fewer workers ({w} workers: {steps(w)} steps)" for w in sorted(_SUGGESTED_WORKERS, reverse=True) if w < workers and enough(steps(w))][:1]
     fixes += [f"--per_device_train_batch_size {s} ({steps(per_device_train_batch_size=s)} steps)"
               for s in (b >> k for k in range(1, b.bit_length())) if enough(steps(per_device_train_batch_size=s))][:1]
-    e = math.ceil(MIN_OPTIMIZER_STEPS / steps(epochs=1))
-    fixes += [f"--epochs {e} ({steps(epochs=e)} steps)"]
+    e = math.ceil(MIN_OPTIMIZER_STEPS / steps(num_train_epochs=1))
+    fixes += [f"--num_train_epochs {e} ({steps(num_train_epochs=e)} steps)"]
     lr = args.learning_rate * math.sqrt(g / REFERENCE_GLOBAL_BATCH)
     fixes += [f"a --learning_rate scaled with the batch (e.g. {lr:.2g} = {args.learning_rate:g} x sqrt({g}/{REFERENCE_GLOBAL_BATCH}), the square-root rule for Adam)"]
-    return (f"warning: {n} optimizer steps planned ({train_rows} training rows, {args.epochs:g} epoch{'s' * (args.epochs != 1)}, global batch {g} = {workers} workers x {b}), "
+    return (f"warning: {n} optimizer steps planned ({train_rows} training rows, {args.num_train_epochs:g} epoch{'s' * (args.num_train_epochs != 1)}, global batch {g} = {workers} workers x {b}), "
             f"fewer than {MIN_OPTIMIZER_STEPS} for a batch {g / REFERENCE_GLOBAL_BATCH:g}x the recipe's {REFERENCE_GLOBAL_BATCH}: the model may stay "
             f"undertrained. Use {', '.join(fixes[:-1])}, or {fixes[-1]}")
-

@@ -5,19 +5,19 @@
 # %% ../nbs/04_train.ipynb #60e0af2d
 from __future__ import annotations
 import contextlib, errno, json, os, shlex, shutil, sys, time
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 
-from .core import (BACKENDS, Limit, UsageError, check_backend, check_folder, check_numbers, check_owner, die_with_parent, documented,
-                                 folder_lock, parse_args, set_backend_env, short_path, write_record)
+from .core import (UsageError, check_backend, check_folder, check_owner, die_with_parent, folder_lock, parse_args,
+                                 set_backend_env, short_path, write_record)
 from .data import data_fingerprint, load_prepared, prep_command
+if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # imported when a run is parsed: it loads transformers
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'XLA_BACKENDS', 'NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'TrainArguments', 'check_args',
-           'training_arguments', 'check_output_dir', 'claim_output_dir', 'check_space', 'check_model', 'check_batch',
-           'torchrun_worker', 'torchrun_command', 'check_torchrun', 'check_workers', 'train', 'relaunch_command',
-           'main']
+__all__ = ['XLA_BACKENDS', 'NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'check_output_dir', 'claim_output_dir', 'check_space',
+           'check_model', 'check_batch', 'torchrun_worker', 'torchrun_command', 'check_torchrun', 'check_workers',
+           'train', 'relaunch_command', 'main']
 
 # %% ../nbs/04_train.ipynb #f8efe212
 # the pieces of the other train chapters: imported here as well, where `launch`, `xla_loop`, the CLI and the tests find them
@@ -31,81 +31,17 @@ from .progress import (PLOTS, PROGRESS_ENV, PROGRESS_PREFIX, USUAL_LR, _atomic, 
                                     read_progress, save_plots, summary)
 from .trainer import _finite, _gather_shapes, _lr_as_data, _xla_compiles, trainer_class
 
-# %% ../nbs/04_train.ipynb #16cac8f9
-TRAIN_LIMITS = {   # the values each numeric option may take (`check_numbers`); `xla_loop` shares them
-    'learning_rate': Limit(0, 1000, lo_open=True, example=5e-05),   # above ~1000 no optimizer trains; below 1 is usual
-    'epochs': Limit(0, 10000, lo_open=True, example=3),
-    'per_device_train_batch_size': Limit(1, 65536, example=16), 'per_device_eval_batch_size': Limit(1, 65536, example=64),
-    'max_steps': Limit(1, special=((-1, 'all epochs'),), example=-1),
-    'warmup_ratio': Limit(0, 1, hi_open=True, example=0.1), 'weight_decay': Limit(0, 1, example=0.01),
-    'logging_steps': Limit(1, example=50), 'seed': Limit(0, 2**32 - 1, example=42),
-    'save_steps': Limit(1, special=((0, 'no checkpoints'),), example=500), 'save_total_limit': Limit(1, example=2)}
+_ARGUMENTS = ('TRAIN_LIMITS', 'ALIASES', 'TrainArguments', 'check_args', 'check_flags', 'training_arguments', 'changed_options',
+              'option_argv', 'alias_notes')
 
-class _BoolHelp(str):
-    "Help for a bool option defaulting to True: `HfArgumentParser` gives its `--no_<name>` a copy; argparse formats each with `%`."
-    def __new__(cls, yes:str, no:str): (s := super().__new__(cls, yes + ' (default: %(default)s)')).no = no; return s
-    def __mod__(self, params): return str(self) % params if params['const'] else self.no
-
-# %% ../nbs/04_train.ipynb #9e589591
-@documented
-@dataclass
-class TrainArguments:
-    "A training run: parsed from the command line by `HfArgumentParser`."
-    dataset_path: str = 'runs/emotion-data' # prepared data: the folder `prepare` saved
-    model_id: str|None = None # model to fine-tune; default: the one the data was tokenized for
-    output_dir: str = 'runs/emotion-model' # where the model, tokenizer and metrics.json go
-    learning_rate: float = 5e-5 # peak learning rate (linear decay after warm-up)
-    epochs: float = 3.0 # passes over the training data
-    per_device_train_batch_size: int = 16 # batch size on each worker
-    per_device_eval_batch_size: int = 64 # evaluation batch size on each worker
-    bf16: bool = False # bfloat16 autocast (faster on Trainium; if accuracy collapses, turn it off)
-    max_steps: int = -1 # stop after this many optimizer steps (-1: run all epochs)
-    warmup_ratio: float = 0.1 # share of steps spent warming up the learning rate
-    weight_decay: float = 0.01 # AdamW weight decay
-    logging_steps: int = 50 # log every N steps (not tiny on Neuron: logging syncs the device)
-    seed: int = 42 # random seed (model head, dropout and the batch order)
-    save_steps: int = 500 # save a checkpoint every N optimizer steps (0: no checkpoints)
-    save_total_limit: int = 2 # keep only the newest N checkpoints
-    # continue from the newest complete checkpoint in output_dir, if any (`--resume false`: start over, refused where output_dir holds checkpoints)
-    resume: bool = field(default=True, metadata={'help': _BoolHelp('continue from the newest complete checkpoint in output_dir, if any',   # --help: each of `--resume`, `--no_resume` its own line
-                                                                 'start from the beginning (--resume false): refused where output_dir holds checkpoints')})
-    backend: str = 'auto' # auto (detect), neuron (Trn1: torch-neuronx), torchneuron (Trn2/Trn3), xla (the Neuron code path on the CPU: a rehearsal, one worker), cuda or cpu
-    allow_tokenizer_mismatch: bool = False # train although the model's tokenizer differs from the one the data was prepared with (a vocabulary too small for the data is refused anyway)
-
-    def __post_init__(self): check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here: on the CLI and in Python
-
-# %% ../nbs/04_train.ipynb #df42d097
-def check_args(args:TrainArguments # the run's arguments
-              ) -> TrainArguments:
-    "Raise a one-line `UsageError` for what the numbers' limits cannot say: the backend's name (and `args` not being `TrainArguments`)."
-    if not isinstance(args, TrainArguments): raise UsageError(f"train takes TrainArguments, not a {type(args).__name__}: use train(TrainArguments(...))")
-    if args.backend not in BACKENDS: raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
-    return args
+def __getattr__(name):
+    "The arguments (`TrainArguments`, ...) from `trn_tutorials.arguments`, on first use: it imports transformers, which reads `USE_TORCH_XLA` once."
+    if name not in _ARGUMENTS: raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from trn_tutorials import arguments
+    return getattr(arguments, name)
 
 # %% ../nbs/04_train.ipynb #817feccd
 XLA_BACKENDS = ('neuron', 'xla')  # the backends that run PyTorch/XLA: static shapes, compiled graphs
-
-def training_arguments(args:TrainArguments, # the run's arguments
-                       backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
-                      ):
-    "transformers `TrainingArguments` for `args` on `backend`."
-    from dataclasses import fields
-    from transformers import TrainingArguments
-    xla = backend in XLA_BACKENDS
-    # transformers 5 folded `warmup_ratio` into `warmup_steps` (a float below 1 is a ratio); 4.57 has both
-    warmup = ({'warmup_ratio': args.warmup_ratio} if 'warmup_ratio' in {f.name for f in fields(TrainingArguments)}
-              else {'warmup_steps': args.warmup_ratio})
-    return TrainingArguments(
-        output_dir=args.output_dir, learning_rate=args.learning_rate, num_train_epochs=args.epochs,
-        per_device_train_batch_size=args.per_device_train_batch_size, per_device_eval_batch_size=args.per_device_eval_batch_size,
-        bf16=args.bf16, max_steps=args.max_steps, weight_decay=args.weight_decay, **warmup,
-        logging_steps=args.logging_steps, seed=args.seed, optim='adamw_torch', eval_strategy='epoch',
-        save_strategy='steps' if args.save_steps else 'no', save_steps=args.save_steps or 500, save_total_limit=args.save_total_limit,
-        report_to='none', disable_tqdm=True, logging_nan_inf_filter=False,   # the filter hides a nan loss: we stop on it
-        ddp_find_unused_parameters=False, remove_unused_columns=False,   # `BucketBatches` selects the model's columns itself
-        dataloader_drop_last=xla, eval_do_concat_batches=not xla, use_cpu=backend == 'cpu',
-        # the classification loss is a mean over the batch: scaled by the worker count it read 2x on 2 workers (transformers 5)
-        average_tokens_across_devices=False)
 
 # %% ../nbs/04_train.ipynb #4f5b9a53
 def check_output_dir(args:TrainArguments # the run's arguments
@@ -124,7 +60,7 @@ def claim_output_dir(args:TrainArguments, # the run's arguments
                     ) -> Path:
     "Write `output_dir`'s record (kind 'model': the options and the data's fingerprint), before anything else goes into it."
     full = lambda p: os.path.abspath(p) if p and os.path.exists(p) else p
-    options = asdict(args) | {k: full(getattr(args, k)) for k in ('dataset_path', 'output_dir', 'model_id')}
+    options = args.to_dict() | {k: full(getattr(args, k)) for k in ('dataset_path', 'output_dir', 'model_id')}
     write_record(args.output_dir, {'kind': 'model', 'written_by': 'train', 'options': options,
                                    'data': {'dataset_path': os.path.abspath(args.dataset_path), 'fingerprint': data_fingerprint(manifest)}})
     return Path(args.output_dir)
@@ -204,11 +140,8 @@ def torchrun_worker(env:dict|None=None # environment; default `os.environ`
 def torchrun_command(args # the run: `TrainArguments`, or the script's argv
                     ) -> str:
     "The complete `torchrun` command that trains `args` in one worker: the options that differ from the defaults, paths in full."
-    if isinstance(args, TrainArguments):
-        full = lambda k, v: os.path.abspath(v) if k in ('dataset_path', 'output_dir') or (k == 'model_id' and os.path.exists(v)) else v
-        argv = [a for f in fields(args) if (v := getattr(args, f.name)) != f.default
-                for a in (f"--{f.name}", str(v).lower() if isinstance(v, bool) else str(full(f.name, v)))]
-    else: argv = _full_paths(list(args))
+    from trn_tutorials.arguments import option_argv
+    argv = _full_paths(list(args) if isinstance(args, (list, tuple)) else option_argv(args))
     return shlex.join(['torchrun', '--nproc_per_node', '1', '-m', 'trn_tutorials.train', *argv])
 
 def check_torchrun(backend:str, # a resolved backend
@@ -220,7 +153,6 @@ def check_torchrun(backend:str, # a resolved backend
         cmd = torchrun_command(args) if args is not None else 'torchrun --nproc_per_node 1 -m trn_tutorials.train ...'
         raise UsageError(f"--backend {backend} trains only in a torchrun worker (a single worker started without torchrun hangs with "
                          f"transformers >= 4.44): use `launch(...)`, or `{cmd}`")
-
 
 # %% ../nbs/04_train.ipynb #44c77a5b
 def check_workers(backend:str, # a resolved backend
@@ -253,6 +185,7 @@ def _note(text:str):
 def _prepare(args:TrainArguments # the run's arguments
             ) -> tuple:
     "Every check before anything slow; on the first worker the output folder's record and the notes. The run's backend, data and start."
+    from trn_tutorials.arguments import check_args
     check_args(args)
     backend = check_backend(args.backend)
     check_torchrun(backend, args=args)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
@@ -295,9 +228,10 @@ def train(args:TrainArguments # the run's arguments
     "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
     backend, ds, manifest, start, few_steps, data = _prepare(args)
     names = manifest['label_names']
+    from trn_tutorials.arguments import training_arguments
+    targs = training_arguments(args, backend)   # a flag the backend cannot run: refused before the model is loaded
     model_id, tokenizer, model = _model(args, manifest, backend in XLA_BACKENDS)
-    targs = training_arguments(args, backend)
-    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=asdict(args) | {'data': data},
+    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=args.to_dict() | {'data': data},
                               processing_class=tokenizer,
                               compute_metrics=lambda p: {k: v for k, v in _scores(p, names).items() if k in ('accuracy', 'f1', 'mcc')})
     if os.environ.get(PROGRESS_ENV) == '1':
@@ -340,7 +274,7 @@ def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, s
         'compiled_graphs': trainer.graphs, 'compile_s': trainer.compile_s,
         **scores, 'final_split': final, 'baseline': baseline,
         'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'], 'warnings': [few_steps] if few_steps else [],
-        'wall_s': time.time() - t0, 'versions': _versions(), 'args': asdict(args),
+        'wall_s': time.time() - t0, 'versions': _versions(), 'args': args.to_dict(),
         'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
 
 # %% ../nbs/04_train.ipynb #c330ab87
@@ -441,9 +375,10 @@ def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
     "Parse the arguments and train, holding `output_dir`'s lock unless the launcher holds it."
     argv = sys.argv[1:] if argv is None else argv
     backend = _as_worker(argv, relaunch)   # before transformers is imported: it reads USE_TORCH_XLA once
-    args, = parse_args([TrainArguments], argv, prog='trn_tutorials.train')
-    if backend: args.backend = backend   # resolved once: `auto` does not detect again
+    from trn_tutorials.arguments import TrainArguments, alias_notes   # transformers, now that USE_TORCH_XLA is set
+    args, = parse_args([TrainArguments], argv + ['--backend', backend] * bool(backend), prog='trn_tutorials.train')   # resolved once
     _quiet_logs()
+    for n in alias_notes(argv) * (int(os.environ.get('RANK', 0)) == 0): _note(n)
     with _one_line_errors(args, argv), _output_lock(args): return train(args)
 
 # %% ../nbs/04_train.ipynb #c6b90374

@@ -81,7 +81,6 @@ def dlc_registry(region:str # an AWS region
         raise UsageError(f"no Deep Learning Containers are listed for {region!r} (see DLC_ACCOUNTS): use a region such as us-east-1")
     return f"{DLC_ACCOUNTS[region]}.dkr.ecr.{region}.{DLC_DOMAINS.get(region, 'amazonaws.com')}"
 
-
 # %% ../nbs/09_training_job.ipynb #4060ea48
 def training_image(region:str, # the job's AWS region
                    image_uri:str|None=None # your own image instead (it must have torch-neuronx)
@@ -102,7 +101,6 @@ def training_image(region:str, # the job's AWS region
         raise UsageError(f"no Neuron training image is listed for {region}: use a region with Trn1 training "
                          f"(e.g. us-east-1, us-west-2), or pass --image_uri")
     return f'{dlc_registry(region)}/{NEURON_TRAINING_IMAGE}'
-
 
 # %% ../nbs/09_training_job.ipynb #9244c80c
 SM_MAX_HOURS = 28 * 24   # SageMaker's longest training job: 28 days
@@ -165,7 +163,6 @@ def _trusts_sagemaker(doc) -> bool:
             return True
     return False
 
-
 # %% ../nbs/09_training_job.ipynb #974946eb
 def check_role(role:str|None, # IAM role ARN or name
                region:str|None=None # AWS region; default: your AWS configuration
@@ -195,7 +192,6 @@ def check_role(role:str|None, # IAM role ARN or name
                          f"add that service to its trust policy, or pass a SageMaker execution role")
     return r['Arn']
 
-
 # %% ../nbs/09_training_job.ipynb #5431b370
 CONTAINER = {'data': '/opt/ml/input/data/train', 'model': '/opt/ml/input/data/model', 'checkpoints': '/opt/ml/checkpoints'}
 
@@ -205,9 +201,10 @@ def _model_of(args:TrainArguments) -> str|None:
 
 def job_hyperparameters(args:TrainArguments # the run's arguments, as for a local `launch`
                        ) -> dict:
-    "The job's hyperparameters: `args` field by field (no `None`s), the folders as the container has them."
+    "The job's hyperparameters: the options `args` sets (`changed_options`), the folders as the container has them."
     model = _model_of(args)
-    hp = {f.name: getattr(args, f.name) for f in fields(TrainArguments) if getattr(args, f.name) is not None}
+    from trn_tutorials.arguments import _text, changed_options
+    hp = {k: ' '.join(_text(k, v)) if isinstance(v, (list, dict)) else v for k, v in changed_options(args).items()}
     hp.update(dataset_path=CONTAINER['data'], output_dir=CONTAINER['checkpoints'])
     if model and Path(model).exists(): hp['model_id'] = CONTAINER['model']
     elif model: hp['model_id'] = model
@@ -289,7 +286,6 @@ def upload_folder(folder:str|Path, # a local folder, e.g. the prepared data
 # %% ../nbs/09_training_job.ipynb #cc5e2318
 COMPILE_CACHE_PREFIX = f'{PROJECT}/neuron-compile-cache'   # one for the project: every job reuses what earlier jobs compiled
 
-
 # %% ../nbs/09_training_job.ipynb #827ca721
 def _session(region:str, bucket:str|None, run_id:str, boto_session=None):
     import boto3
@@ -301,7 +297,6 @@ def compile_cache_url(bucket:str # the job's S3 bucket
                      ) -> str:
     "The project's one Neuron compile cache in `bucket`: every job reads the graphs earlier jobs compiled, and adds its own."
     return f's3://{bucket}/{COMPILE_CACHE_PREFIX}'
-
 
 # %% ../nbs/09_training_job.ipynb #30398aa6
 def model_trainer(args:TrainArguments, # the run's arguments, as for a local `launch`
@@ -335,7 +330,6 @@ def model_trainer(args:TrainArguments, # the run's arguments, as for a local `la
         hyperparameters=job_hyperparameters(args),
         environment={PROGRESS_ENV: '1', **NEURON_ENV, 'NEURON_COMPILE_CACHE_URL': compile_cache_url(job.bucket)},
         tags=[Tag(key=k, value=v) for k, v in run_tags(job.run_id).items()])
-
 
 # %% ../nbs/09_training_job.ipynb #f6cff7e9
 _READ_ONLY = ('Describe', 'Get', 'List', 'Head', 'Simulate')
@@ -394,7 +388,6 @@ def _running(sm, base:str) -> list[str]:
     jobs = sm.list_training_jobs(NameContains=base, StatusEquals='InProgress').get('TrainingJobSummaries', [])
     return [j['TrainingJobName'] for j in jobs if re.fullmatch(re.escape(base) + r'(-\d{14})?', j['TrainingJobName'])]
 
-
 # %% ../nbs/09_training_job.ipynb #e2360126
 def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
            job:JobArguments # the job's options
@@ -452,7 +445,6 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
         return seen['name']
     finally: shutil.rmtree(src, ignore_errors=True)
 
-
 # %% ../nbs/09_training_job.ipynb #860f66ec
 class JobError(RuntimeError):
     "A training job that ended Failed or Stopped."
@@ -474,7 +466,6 @@ def _log_lines(logs, job_name:str, tokens:dict) -> list[str]:
             tokens[name] = r['nextForwardToken']
             if done or not r['events']: break
     return out
-
 
 # %% ../nbs/09_training_job.ipynb #19767b04
 def wait_job(job_name:str, # the training job
@@ -511,7 +502,6 @@ def wait_job(job_name:str, # the training job
         why = d.get('FailureReason') or worker_error(lines) or 'see its log'
         raise JobError(f"training job {job_name} ended {d['TrainingJobStatus']}: {why}")
     return d
-
 
 # %% ../nbs/09_training_job.ipynb #a4ab687b
 def job_results(job_name:str, # a Completed training job
@@ -597,7 +587,6 @@ def project_buckets(uris:list[str]) -> set[str]:
     "The buckets of `uris` (`s3://...`) that hold files under the project's prefix."
     return {u[5:].split('/', 1)[0] for u in uris if u.startswith('s3://') and u[5:].partition('/')[2].startswith(f'{PROJECT}/')}
 
-
 # %% ../nbs/09_training_job.ipynb #14444b6f
 def _objects(s3, bucket:str, prefix:str) -> list[dict]:
     "Every object under `prefix` (`Key`, `Size`); in a versioned bucket every version and delete marker (with `VersionId`)."
@@ -628,7 +617,6 @@ def _size(n:float) -> str:
         if n < 1000: return f'{n:.0f} B' if unit == 'B' else f'{n:.1f} {unit}'
         n /= 1000
     return f'{n:.1f} TB'
-
 
 # %% ../nbs/09_training_job.ipynb #6cd579b6
 def _jobs(f:SageMakerFinder) -> list[str]:
@@ -665,7 +653,6 @@ def _run_files(scope:Scope, jobs:list[str]) -> tuple[dict, dict]:
         elif cache: kept[b] = cache
     return {k: v for k, v in found.items() if v}, kept
 
-
 # %% ../nbs/09_training_job.ipynb #daebaf58
 def find_jobs(scope:Scope # what the cleanup looks at
              ) -> dict[str, list[str]]:
@@ -700,4 +687,3 @@ def remove_jobs(scope:Scope # what the cleanup removes
     return {'jobs stopped': stopped}
 
 register('training jobs', find_jobs, remove_jobs, order=20)   # after the endpoints: they bill by the hour
-

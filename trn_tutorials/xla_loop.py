@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from .core import UsageError, check_backend, check_numbers, documented, parse_args, set_backend_env
 from .data import load_prepared
-from .train import (TRAIN_LIMITS, XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_workers, classification_metrics,
+from .train import (XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_workers, classification_metrics,
                                  majority_baseline)
 
 # %% auto #0
@@ -29,12 +29,12 @@ LOOP_BACKENDS = ('auto', 'neuron', 'xla', 'cpu')  # the XLA path (neuron on a Tr
 @documented
 @dataclass
 class LoopArguments:
-    "A run of the plain loop: the names, types and defaults of `TrainArguments` where they mean the same."
+    "A run of the plain loop: the `TrainingArguments` fields it implements, by their names (the rest are refused in one line)."
     dataset_path: str = 'runs/emotion-data' # prepared data: the folder `prepare` saved
     model_id: str|None = None # model to fine-tune; default: the one the data was tokenized for
     output_dir: str = 'runs/emotion-loop' # where the model, tokenizer and metrics.json go
-    learning_rate: float = 5e-5 # AdamW learning rate, constant (no schedule)
-    epochs: float = 3.0 # passes over the training data
+    learning_rate: float = field(default=5e-5, metadata={'aliases': ['--lr']}) # AdamW learning rate, constant (no schedule)
+    num_train_epochs: float = field(default=3.0, metadata={'aliases': ['--epochs']}) # passes over the training data (`--epochs`: the original tutorial's name)
     per_device_train_batch_size: int = 16 # batch size on each worker
     per_device_eval_batch_size: int = 64 # evaluation batch size on each worker
     max_steps: int = -1 # stop after this many optimizer steps (-1: run all epochs)
@@ -43,12 +43,15 @@ class LoopArguments:
     # auto (detect), neuron (Trn1: torch-neuronx), xla (the Neuron code path on the CPU: a rehearsal, one worker) or cpu (gloo and DDP)
     backend: str = 'auto'
 
-    def __post_init__(self): check_numbers(self, TRAIN_LIMITS)   # the train chapter's limits: a bad number is refused here
+    def __post_init__(self):
+        from trn_tutorials.arguments import TRAIN_LIMITS   # loads transformers: after `main` has set USE_TORCH_XLA
+        check_numbers(self, TRAIN_LIMITS)   # the train chapter's limits: a bad number is refused here
 
 # %% ../nbs/10_xla_loop.ipynb #0ba4439e
 def check_loop_args(args:LoopArguments # the run's arguments
                    ) -> LoopArguments:
     "Raise a one-line `UsageError` for arguments that cannot work."
+    from trn_tutorials.arguments import TRAIN_LIMITS
     check_numbers(args, TRAIN_LIMITS)   # again: a field may have been changed since the object was made
     if args.backend not in LOOP_BACKENDS:
         raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(LOOP_BACKENDS)}: use --backend auto")
@@ -269,7 +272,7 @@ def fit(args:LoopArguments, # the run's arguments
     tokenizer = AutoTokenizer.from_pretrained(model_id)
     pad = tokenizer.pad_token_id or 0
     sampler, batches = train_loader(ds['train'], w, bs, args.seed, pad, length)
-    total = args.max_steps if args.max_steps > 0 else math.ceil(args.epochs * len(batches))
+    total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * len(batches))
     set_seed(args.seed)   # before the model: its new head is drawn at random
     if w.xla:
         import torch_xla
@@ -335,6 +338,17 @@ def train_loop(args:LoopArguments # the run's arguments
 # %% ../nbs/10_xla_loop.ipynb #fad58de7
 ERROR_PREFIX = 'trn_tutorials.xla_loop: error: '  # how a worker's one-line error starts
 
+def _loop_flags(argv:list[str]):
+    "A one-line `UsageError` for a `TrainingArguments` flag the plain loop does not implement (the Trainer does)."
+    from dataclasses import fields
+    from transformers import TrainingArguments
+    mine = {f.name for f in fields(LoopArguments)}
+    for a in argv:
+        n = a.split('=')[0][2:] if a.startswith('--') else ''
+        if n not in mine and (n in (hf := {f.name for f in fields(TrainingArguments)}) or n[3:] in hf and n.startswith('no_')):
+            raise UsageError(f"--{n} is a TrainingArguments flag the plain loop does not implement (it keeps the loop short): "
+                             f"train with `python -m trn_tutorials.train`, the Trainer, which takes every one")
+
 def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
         ) -> dict:
     "Parse the arguments and train."
@@ -344,8 +358,11 @@ def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
         p = argparse.ArgumentParser(add_help=False); p.add_argument('--backend', default='auto')
         backend = loop_backend(p.parse_known_args(argv)[0].backend)
         set_backend_env(backend)   # before transformers is imported
+        _loop_flags(argv)
         args, = parse_args([LoopArguments], argv, prog='trn_tutorials.xla_loop')
         args.backend = backend   # resolved once: `auto` does not detect again
+        from trn_tutorials.arguments import alias_notes
+        for n in alias_notes(argv) * (int(os.environ.get('RANK', 0)) == 0): print(n, flush=True)
         import datasets, transformers   # progress bars redraw lines: noise in a log or a notebook cell
         datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
         if int(os.environ.get('RANK', 0)) > 0: transformers.utils.logging.set_verbosity_error()   # the first worker speaks for all
