@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
 from transformers.training_args import OptimizerNames
-from .core import BACKENDS, Limit, UsageError, check_numbers, documented
+from .core import BACKENDS, Limit, UsageError, check_numbers, documented, field_help
 from .train import XLA_BACKENDS
 
 # %% auto #0
@@ -78,6 +78,10 @@ class TrainArguments(TrainingArguments):
             pin, self.use_cpu = self.dataloader_pin_memory, True   # no bf16 device here: checked as for the CPU; the backend decides
             super().__post_init__()
             self.use_cpu, self.dataloader_pin_memory = False, pin   # the run may be for another machine (launch, SageMaker)
+
+# the docs page lists the fields declared here; the other ~110 are transformers' own (its `TrainingArguments` page)
+TrainArguments.__doc__ = TrainArguments.__doc__.split('\n\nParameters')[0] + '\n\nParameters\n----------\n' + ''.join(
+    f"{k}\n    {str(h).replace(' (default: %(default)s)', '')}\n" for k, h in field_help(TrainArguments).items() if k in TrainArguments.__annotations__ and h)
 
 # %% ../nbs/04_arguments.ipynb #df42d097
 def check_args(args:TrainArguments # the run's arguments

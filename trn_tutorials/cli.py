@@ -223,6 +223,7 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
                given:set[str]=frozenset() # fields whose options the user gave (`given_options`): the offline defaults leave them alone
               ) -> dict:
     "Detect, prepare, train and report, end to end."
+    train.label_names = None   # `--label_names` names the data's labels (DataArguments); the Trainer's stay its 'labels' column
     t0, before = time.time(), folder_record(data.dataset_path)
     with interrupted(lambda: prep_kept(data.dataset_path, before)): return _quickstart(data, train, how, given, t0)
 
@@ -318,7 +319,7 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     parsed = parse_args(types, rest, prog=f'trn-tutorials {name}')
     if 'train:TrainArguments' in COMMANDS[name][1]:
         from trn_tutorials.arguments import alias_notes
-        for n in alias_notes(rest): print(n, flush=True)   # `--epochs`: the original tutorial's name, still understood
+        for n in alias_notes(rest): print(n, file=sys.stderr, flush=True)   # `--epochs`: the original name; stdout may be JSON (`--dry_run`)
     extra = {'given': given_options(types, rest)} if name == 'quickstart' else {}
     again = shlex.join(['trn-tutorials', *argv])   # run from the same folder, the same command goes on from where this one stopped
     try: return fn(**asdict(parsed[0])) if len(types) == 1 and getattr(types[0], '__options_of__', None) is fn else fn(*parsed, **extra)

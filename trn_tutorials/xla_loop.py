@@ -32,7 +32,7 @@ class LoopArguments:
     "A run of the plain loop: the `TrainingArguments` fields it implements, by their names (the rest are refused in one line)."
     dataset_path: str = 'runs/emotion-data' # prepared data: the folder `prepare` saved
     model_id: str|None = None # model to fine-tune; default: the one the data was tokenized for
-    output_dir: str = 'runs/emotion-loop' # where the model, tokenizer and metrics.json go
+    output_dir: str|None = 'runs/emotion-loop' # where the model, tokenizer and metrics.json go
     learning_rate: float = field(default=5e-5, metadata={'aliases': ['--lr']}) # AdamW learning rate, constant (no schedule)
     num_train_epochs: float = field(default=3.0, metadata={'aliases': ['--epochs']}) # passes over the training data (`--epochs`: the original tutorial's name)
     per_device_train_batch_size: int = 16 # batch size on each worker
