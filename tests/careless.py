@@ -26,7 +26,7 @@ from trn_tutorials.core import RECORD, UsageError, tiny_bert
 CLASSES = ('owned folders', 'safe fixes', 'resume', 'looks valid', 'no traceback', 'files as people have them')
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 ENV = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', TOKENIZERS_PARALLELISM='false', PYTHONUNBUFFERED='1')
-FAST = ['--epochs', '1', '--per_device_train_batch_size', '8', '--per_device_eval_batch_size', '16', '--logging_steps', '2',
+FAST = ['--num_train_epochs', '1', '--per_device_train_batch_size', '8', '--per_device_eval_batch_size', '16', '--logging_steps', '2',
         '--save_steps', '3', '--backend', 'cpu']   # a training run of the tiny fixtures: seconds
 
 

@@ -116,3 +116,11 @@ def test_the_xla_loop_refuses_what_it_does_not_implement(prepared):
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "trn_tutorials.xla_loop: error: --gradient_accumulation_steps is a TrainingArguments flag the plain loop does not implement (it keeps "
         "the loop short): train with `python -m trn_tutorials.train`, the Trainer, which takes every one"], r.stderr
+
+
+def test_the_entry_points_leave_transformers_unloaded():
+    "transformers reads USE_TORCH_XLA once, when first imported: what torchrun and the SageMaker job load before `main` must not import it."
+    code = ("import sys, trn_tutorials.train, trn_tutorials.launch, trn_tutorials.training_job, trn_tutorials.xla_loop; "
+            "print('transformers' in sys.modules)")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == 'False', r.stdout + r.stderr

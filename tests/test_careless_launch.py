@@ -10,7 +10,7 @@ from trn_tutorials.data import load_prepared
 from trn_tutorials.launch import stop
 from trn_tutorials.train import TrainArguments, checkpoints, claim_output_dir
 
-LONG = [*FAST, '--epochs', '12']   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)
+LONG = [*FAST, '--num_train_epochs', '12']   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)
 STEP = r'training:.*\| *[1-9]\d*/\d+ '   # the progress bar once a step is done
 
 
@@ -125,10 +125,10 @@ CASES = [
     Case('no traceback', 'Ctrl-C during the torchrun run', lambda d: ['train', '--dataset_path', tiny_prepared(d), '--output_dir', 'model',
          *LONG], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=STEP, follow=True),
     Case('no traceback', 'Ctrl-C during the final evaluation', lambda d: ['train', '--dataset_path', tiny_prepared(d), '--output_dir',
-         'model', *FAST, '--epochs', '2'], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=r'training: 100%', follow=True),
+         'model', *FAST, '--num_train_epochs', '2'], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=r'training: 100%', follow=True),
     Case('no traceback', 'Ctrl-C during quickstart\'s prep', lambda d: quick(d, tiny_csv(d, n=6000), '--max_steps', '6'),
          ['nothing was written', '`trn-tutorials quickstart'], status=130, interrupt=r'^preparing ', follow=True),
-    Case('no traceback', 'Ctrl-C during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--epochs', '12'),
+    Case('no traceback', 'Ctrl-C during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--num_train_epochs', '12'),
          ['run the same command again', '`trn-tutorials quickstart'], status=130, interrupt=STEP, follow=True),
     # messages true to the state they describe
     Case('files as people have them', 'stop before the first checkpoint', lambda d: stopped(d, False),
@@ -137,7 +137,7 @@ CASES = [
          ['stopped by signal 15', 'continue from checkpoint-', '`trn-tutorials train'], status=1, follow=True),
     Case('files as people have them', 'train.log read while the run is live', live, [], status=0, check=followed_live),
     Case('files as people have them', 'a learning rate that stalls at the majority label', lambda d: ['train', '--dataset_path',
-         tiny_prepared(d, data=tiny_csv(d, labels=('joy', 'joy', 'joy', 'anger'))), '--output_dir', 'model', *FAST, '--epochs', '3',
+         tiny_prepared(d, data=tiny_csv(d, labels=('joy', 'joy', 'joy', 'anger'))), '--output_dir', 'model', *FAST, '--num_train_epochs', '3',
          '--learning_rate', '5'], [], status=0, check=majority),
 ]
 

@@ -83,7 +83,7 @@ CASES = [
     Case('looks valid', 'learning rate 5 for 5e-5', lambda d: (tiny_prepared(d), train_argv(d, 'm', '--learning_rate', '5'))[1], [],
          status=0, check=lambda d, r: (collapsed('lower it (e.g. --learning_rate 5e-05)')(d, r), recorded_model(d, r))),
     Case('looks valid', '--max_steps ends the run before the epochs', lambda d: (tiny_prepared(d), train_argv(d, 'm', '--max_steps', '2',
-         '--epochs', '3'))[1], [], status=0, env={PROGRESS_ENV: '1'}, check=real_epochs),
+         '--num_train_epochs', '3'))[1], [], status=0, env={PROGRESS_ENV: '1'}, check=real_epochs),
     # ---- no traceback: Ctrl-C says what was kept and the command that continues (followed: it must finish)
     Case('no traceback', 'Ctrl-C after a checkpoint', lambda d: (tiny_prepared(d), train_argv(d, 'm', '--max_steps', '30'))[1],
          ['interrupted: kept', 'checkpoint-3'], status=130, interrupt=STEP, env={PROGRESS_ENV: '1', **VENV}),

@@ -37,7 +37,7 @@ class Run:
     "One `trn-tutorials train` of the chaos run into `out`, its output in a log file."
     def __init__(self, data, out, log):
         self.out, self.log = out, log
-        self.p = subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--epochs', str(EPOCHS),
+        self.p = subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--num_train_epochs', str(EPOCHS),
                                    '--learning_rate', '1e-3', '--save_steps', '3', '--logging_steps', '4', '--seed', '7',
                                    '--nproc_per_node', '2'], stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=ENV)
         self.start = max([step_of(c) for c, _ in checkpoints(out)], default=0)   # new checkpoints are beyond every folder there now

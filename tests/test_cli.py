@@ -137,7 +137,7 @@ def test_prep_and_train_from_python(tmp_path, monkeypatch, capsys):
     words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
     tiny_bert('tiny-bert', words, labels=EMOTION_LABELS)
     assert C.run(['prep', '--data', sample_data(), '--model_id', 'tiny-bert', '--dataset_path', 'data'])['max_length'] > 0
-    out = C.run(['train', '--dataset_path', 'data', '--output_dir', 'model', '--epochs', '1', '--learning_rate', '1e-3'])
+    out = C.run(['train', '--dataset_path', 'data', '--output_dir', 'model', '--num_train_epochs', '1', '--learning_rate', '1e-3'])
     said = capsys.readouterr()
     assert out['workers'] == 1
     assert Path(out['output_dir'], 'metrics.json').exists()

@@ -26,7 +26,7 @@ def prepared(tmp_path_factory):
 
 def train(data, out, *more, epochs='8'):
     "A `trn-tutorials train` on two CPU workers, started in the background (12 steps an epoch, a checkpoint every 4)."
-    return subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--epochs', epochs,
+    return subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--num_train_epochs', epochs,
                              '--learning_rate', '1e-3', '--save_steps', '4', '--nproc_per_node', '2', *more],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
 
@@ -57,7 +57,7 @@ def test_second_run_into_a_busy_folder_is_refused(prepared):
     data, out = prepared/'data', prepared/'busy'
     first = train(data, out, epochs='3')
     wait_for(torchrun_started(out), first, 'torchrun started')
-    r = run('train', '--dataset_path', data, '--output_dir', out, '--epochs', '3', '--nproc_per_node', '2')
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', '3', '--nproc_per_node', '2')
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
     assert f'pid {first.pid}' in lines[0] and f'trn-tutorials stop --output_dir {out}' in lines[0], lines[0]
@@ -80,7 +80,7 @@ def test_kill_9_of_the_launcher_ends_the_whole_run(prepared):
     while procs_of(out) and time.time() - t0 < 10: time.sleep(0.1)
     assert not procs_of(out), f"still running {time.time() - t0:.0f} s after the kill: {procs_of(out)}"
     assert lock_holder(out) is None   # the lock went with its holder; the file stays, stale
-    r = run('train', '--dataset_path', data, '--output_dir', out, '--epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
             '--nproc_per_node', '2')
     assert r.returncode == 0, r.stderr[-3000:]
     assert f'taking over from pid {p.pid}' in r.stdout, r.stdout[-2000:]
@@ -104,7 +104,7 @@ def test_stop_ends_a_run_and_a_relaunch_resumes(prepared):
     assert 'stopped by signal 15 (SIGTERM); run the same command again to continue from checkpoint-' in last, last
     assert not procs_of(out) and not Path(f'/proc/{root}').exists()
     assert not (out/'metrics.json').exists()
-    r = run('train', '--dataset_path', data, '--output_dir', out, '--epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
             '--nproc_per_node', '2')
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads((out/'metrics.json').read_text())

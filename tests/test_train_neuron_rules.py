@@ -184,14 +184,14 @@ def test_few_steps_warning_numbers():
     assert few_steps_warning(TrainArguments(max_steps=50), 16000, 32) is None   # a step count chosen on purpose
     # no worker count reaches 200 steps: the line names the other fixes only
     w = few_steps_warning(TrainArguments(num_train_epochs=1, per_device_train_batch_size=64), 1000, 2)
-    assert w and 'workers (' not in w and '--epochs' in w, w
+    assert w and 'workers (' not in w and '--num_train_epochs' in w, w
 
 
 def test_the_warning_reaches_metrics_and_summary(tiny):
     "One CPU worker with batches of 48: 8 steps, a global batch above 32. The note at the start, then metrics and the summary."
     out = tiny/'few-steps'
     r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(tiny/'data'), '--output_dir', str(out),
-                        '--epochs', '1', '--per_device_train_batch_size', '48', '--save_steps', '0', '--learning_rate', '1e-3'],
+                        '--num_train_epochs', '1', '--per_device_train_batch_size', '48', '--save_steps', '0', '--learning_rate', '1e-3'],
                        env=ENV, capture_output=True, text=True, timeout=300, cwd=tiny)
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads((out/'metrics.json').read_text())

@@ -260,7 +260,7 @@ def test_the_cli(aws, prepared, tmp_path):
     exe = str(Path(sys.executable).parent/'trn-tutorials')
     bucket, role = aws.bucket(), aws.role()
     cli = lambda *a: subprocess.run([exe, *a], capture_output=True, text=True, env=dict(os.environ), timeout=300)
-    r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--epochs', '2', '--bf16', 'true', '--role', role,
+    r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--num_train_epochs', '2', '--bf16', 'true', '--role', role,
             '--bucket', bucket, '--spot', '--max_wait_hours', '4', '--run_id', 'cli', '--dry_run')
     assert r.returncode == 0, r.stderr
     req = json.loads(r.stdout)['request']

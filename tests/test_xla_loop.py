@@ -47,7 +47,7 @@ def mean(xs): return sum(xs) / len(xs)
 def test_two_cpu_workers(easy):
     tmp, manifest = easy
     out = tmp/'two'
-    r = torchrun(2, '--dataset_path', tmp/'data', '--output_dir', out, '--epochs', 8, '--learning_rate', 3e-3,
+    r = torchrun(2, '--dataset_path', tmp/'data', '--output_dir', out, '--num_train_epochs', 8, '--learning_rate', 3e-3,
                  '--per_device_train_batch_size', 8, '--per_device_eval_batch_size', 16)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     m = json.loads((out/'metrics.json').read_text())

@@ -26,7 +26,7 @@ def test_neuron_backend_relaunches_and_trains(tmp_path):
         'PYTHONPATH': os.pathsep.join([str(stub), *filter(None, [os.environ.get('PYTHONPATH')])])}
     out = tmp_path/'model'
     r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--backend', 'neuron', '--dataset_path', str(tmp_path/'data'),
-                        '--output_dir', str(out), '--epochs', '1', '--learning_rate', '1e-4', '--per_device_train_batch_size', '16',
+                        '--output_dir', str(out), '--num_train_epochs', '1', '--learning_rate', '1e-4', '--per_device_train_batch_size', '16',
                         '--per_device_eval_batch_size', '16', '--logging_steps', '5', '--save_steps', '10'],
                        env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     said = r.stdout + r.stderr

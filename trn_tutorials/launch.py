@@ -8,11 +8,13 @@ import json, os, re, shlex, shutil, signal, socket, subprocess, sys, time
 from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .core import (RECORD, Accelerator, Limit, UsageError, check_backend, check_folder, check_number, die_with_parent, detect,
                                 folder_lock, lock_holder, lock_path, run_cost, set_backend_env, instance_type as _instance_type)
 from .data import load_prepared, row_lengths
-from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler, TrainArguments, check_args, option_argv,
+if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
+from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler,
                                  check_batch, check_model, check_output_dir, claim_output_dir, check_workers, newest_complete, read_progress, resume_from)
 
 # %% auto #0
@@ -76,6 +78,7 @@ def launch_env(backend:str, # 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
 def train_argv(args:TrainArguments # the run's arguments
               ) -> list[str]:
     "`args` as `--name value` options: the folders, and every field that differs from its default (`option_argv`)."
+    from trn_tutorials.arguments import option_argv
     return option_argv(args)
 
 # %% ../nbs/05_launch.ipynb #a1892a9a
@@ -383,6 +386,7 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
            raw:bool=False # also print every line the workers write (all of them are in `output_dir/train.log`)
           ) -> Results:
     "Train `args` with torchrun on this machine's accelerator; return the results."
+    from trn_tutorials.arguments import check_args
     check_args(args)
     check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
     if instance_type: _instance_type(instance_type)
@@ -554,6 +558,7 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
                acc:Accelerator|None=None # the accelerator; default `detect()`
               ) -> dict|None:
     "On Neuron, compile the graphs of `args` into the compile cache ahead of training; return the cache's status."
+    from trn_tutorials.arguments import check_args
     check_args(args)
     check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
     check_number('steps', steps, int, Limit(1, example=10), optional=True)

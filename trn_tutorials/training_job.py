@@ -7,6 +7,7 @@ from __future__ import annotations
 import json, os, re, shutil, sys, tarfile, tempfile, time, warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.exceptions import ClientError
@@ -16,7 +17,8 @@ from .core import CATALOG, Limit, UsageError, check_number, check_numbers, docum
 from .data import load_prepared
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .launch import NEURON_ENV, Progress, Results, worker_error
-from .train import PROGRESS_ENV, TrainArguments, check_args
+from .train import PROGRESS_ENV
+if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: the job's entry imports this module before `main` sets USE_TORCH_XLA
 
 # %% auto #0
 __all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'DLC_ACCOUNTS', 'DLC_DOMAINS',
@@ -394,6 +396,7 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
           ) -> str|dict:
     "Upload the prepared data and create the training job; return its name (the request, on a dry run)."
     import boto3
+    from trn_tutorials.arguments import check_args
     check_job(job); check_args(args)
     if args.backend not in ('auto', 'neuron'):
         raise UsageError(f"--backend {args.backend} does not run on {job.instance_type}: use --backend auto (or neuron)")
