@@ -155,7 +155,7 @@ def test_the_torchrun_fix_is_a_complete_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError) as e:
         check_torchrun('neuron', env={}, args=TrainArguments(dataset_path='d', learning_rate=3e-5, bf16=True, backend='neuron'))
-    assert str(e.value).endswith(f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --dataset_path {tmp_path/'d'} --learning_rate 3e-05 "
-                                 "--bf16 true --backend neuron`"), e.value
+    assert str(e.value).endswith(f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --dataset_path {tmp_path/'d'} "   # both folders, in full
+                                 f"--output_dir {tmp_path/'runs'/'emotion-model'} --learning_rate 3e-05 --bf16 true --backend neuron`"), e.value
     with pytest.raises(UsageError) as e: check_torchrun('neuron', env={}, args=['--output_dir=m', '--epochs', '2'])
     assert f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --output_dir={tmp_path/'m'} --epochs 2`" in str(e.value)
