@@ -116,7 +116,7 @@ def main():
         for name in full:
             if any(r['seed'] == seed for r in full[name]): continue
             m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), seed=seed,
-                            output_dir=str(out/'full'/f"{name.replace(' ', '-')}-seed{seed}"), epochs=a.epochs))
+                            output_dir=str(out/'full'/f"{name.replace(' ', '-')}-seed{seed}"), num_train_epochs=a.epochs))
             full[name].append({'seed': seed, 'epochs': a.epochs, 'test_f1': m['test']['f1'], 'test_accuracy': m['test']['accuracy'],
                                'validation_f1': m['validation']['f1'], 'samples_per_s': m['train']['samples_per_second'],
                                'train_runtime_s': m['train']['runtime_s'], 'wall_s': m['wall_s'], 'peak_rss_mib': m['peak_rss_mib'],

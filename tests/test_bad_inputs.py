@@ -26,7 +26,8 @@ from trn_tutorials.cli import LaunchArguments
 from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost, tiny_bert, write_record
 from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
 from trn_tutorials.instance import InstanceArguments, ssh_cidr
-from trn_tutorials.launch import launch, precompile, workers
+from trn_tutorials.launch import launch, workers
+from trn_tutorials.precompile import precompile
 from trn_tutorials.train import RUN_ARGS, TrainArguments
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests

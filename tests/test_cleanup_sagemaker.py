@@ -12,7 +12,7 @@ import boto3, pytest
 from botocore.awsrequest import AWSResponse
 
 from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
-from trn_tutorials.training_job import COMPILE_CACHE_PREFIX
+from trn_tutorials.sagemaker_aws import COMPILE_CACHE_PREFIX
 from trn_tutorials.core import UsageError
 from trn_tutorials.instance import run_tags
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does

@@ -76,7 +76,8 @@ def test_every_numeric_field_has_a_limit():
     import typing
     hints = typing.get_type_hints(DataArguments)
     numeric = {f.name for f in fields(DataArguments) if any(t in (int, float) for t in (typing.get_args(hints[f.name]) or (hints[f.name],)))}
-    assert numeric == set(DATA_LIMITS) == {'percentile', 'pad_multiple', 'max_length', 'buckets', 'eval_fraction', 'split_seed', 'min_label_rows'}
+    assert numeric == set(DATA_LIMITS) == {'percentile', 'pad_multiple', 'max_length', 'buckets', 'eval_fraction', 'split_seed', 'min_label_rows',
+                                                'row_length', 'max_texts'}
     assert all(DATA_LIMITS[k].example is not None and DATA_LIMITS[k].allows(getattr(DataArguments(), k) or DATA_LIMITS[k].example)
                for k in DATA_LIMITS)   # every default is allowed, every limit suggests a value
 

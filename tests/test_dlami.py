@@ -7,18 +7,20 @@
   request and, in the parsed answer, marks the chosen images with a `DeprecationTime` and drops the deprecated ones a
   request did not ask for. The library is not touched.
 - The manifest's compiler pair: `DLAMI['trn1'].neuron` equals the Neuron 2.31 pair in tools/environments.toml and
-  is what the setup chapter shows.
+  is what the DLAMI chapter (nbs/01a_dlami.ipynb) shows.
+- The module: `trn_tutorials.dlami` loads without `trn_tutorials.instance`, which re-exports its names (cli, tests).
 - An instance without the environment (a Trn1 from a Neuron 2.32+ DLAMI): one line naming the fix, before anything
   starts, against a real OpenSSH sshd on 127.0.0.1.
 """
-import dataclasses, json
+import dataclasses, json, subprocess, sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import boto3, pytest
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.instance import DLAMI, find_ami, launch_instance, tag_filters
+from trn_tutorials.dlami import DLAMI, find_ami
+from trn_tutorials.instance import launch_instance, tag_filters
 from local_services import AMIS, TRN1_DLAMI, free_port, procs_mentioning
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,10 +139,10 @@ def _environments() -> dict:
 
 
 def test_manifest_pair():
-    "One place holds the Neuron 2.31 pair: DLAMI['trn1'].neuron, equal to the rehearsal file's and shown by the setup chapter."
+    "One place holds the Neuron 2.31 pair: DLAMI['trn1'].neuron, equal to the rehearsal file's and shown by the DLAMI chapter."
     assert tuple(DLAMI['trn1'].neuron) == PAIR
     assert sorted(_environments()['trn1-dlami']['neuron']) == sorted(PAIR)
-    chapter = json.loads((ROOT/'nbs/01_setup.ipynb').read_text())
+    chapter = json.loads((ROOT/'nbs/01a_dlami.ipynb').read_text())
     text = '\n'.join(''.join(c['source']) + ''.join(''.join(o.get('text', '') or o.get('data', {}).get('text/plain', ''))
                                                    for o in c.get('outputs', [])) for c in chapter['cells'])
     assert '2.27.5334.0' not in text   # the 2.32 compiler is not paired with the 2.31 torch-neuronx
@@ -159,3 +161,23 @@ def test_missing_venv_names_the_fix(sshd, tmp_path):
     assert msg.startswith('127.0.0.1 has no /opt/aws_neuronx_venv_pytorch_2_9'), msg
     assert all(s in msg for s in ('`trn-tutorials up`', 'Neuron 2.31 DLAMI', 'deprecated', *PAIR, 'pip.repos.neuron.amazonaws.com')), msg
     assert not (work/'.trn-tutorials').exists() and procs_mentioning(str(work)) == [] and S._live == []
+
+
+def test_module_apart_and_reexported():
+    "The image lookup has its own module, which does not load the launch code; `instance` still offers every name."
+    import trn_tutorials.dlami as D, trn_tutorials.instance as I
+    for name in ('NEURON_PIP', 'DLAMI', 'Dlami', 'dlami_for', 'find_ami', 'image_note'):
+        assert getattr(I, name) is getattr(D, name), name
+    code = "import sys, trn_tutorials.dlami; print('trn_tutorials.instance' in sys.modules)"
+    assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == 'False'
+
+
+def test_newest_by_creation_date(moto_server):
+    "Of the two SDK 2.31 PyTorch 2.9 images, the newer `created` wins; the chapter shows the choice, not the timestamp."
+    assert {a['ami_id'] for a in AMIS} >= {TRN1_DLAMI, OLDER_PT}
+    im = find_ami(instance_type='trn1.2xlarge')
+    assert (im['id'], im['created']) == (TRN1_DLAMI, '2026-08-12T00:00:00.000Z')
+    assert find_ami(ami=OLDER_PT)['created'] < im['created']
+    cells = json.loads((ROOT/'nbs/01a_dlami.ipynb').read_text())['cells']
+    shown = json.dumps([o for c in cells for o in c.get('outputs', [])])
+    assert TRN1_DLAMI in shown and '2026-08-12T' not in shown and "'created'" not in shown

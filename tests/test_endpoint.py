@@ -299,7 +299,7 @@ def test_name_printed_and_ctrl_c_during_the_wait(moto_server, folder, capsys):
 
 
 def test_archive_under_the_run_prefix(moto_server, folder):
-    from trn_tutorials.training_job import run_prefix
+    from trn_tutorials.sagemaker_aws import run_prefix
     ep = deploy(str(folder), role=role(), run_id='run-a', wait=False)
     assert ep.model_data.split('/', 3)[3].startswith(run_prefix('run-a') + '/')
     delete(ep.name)

@@ -12,7 +12,7 @@ from trn_tutorials.data import EMOTION_LABELS
 from trn_tutorials.endpoint import delete, predict
 from trn_tutorials.hf_endpoint import HF_IMAGES, HF_REGIONS, HF_TASK, hf_deploy, hf_image, hf_package, hf_requests
 from trn_tutorials.instance import run_tags
-from trn_tutorials.training_job import DLC_ACCOUNTS
+from trn_tutorials.sagemaker_aws import DLC_ACCOUNTS
 from local_services import sagemaker_role as role
 
 REGION, BUCKET = 'us-east-1', 'sagemaker-us-east-1-123456789012'

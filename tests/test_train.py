@@ -248,3 +248,22 @@ def test_model_columns_without_private_api(prepared):
     ds = load_prepared(str(tmp/'data'))[0]['validation']
     kept = trainer_class()(model=model, args=targs, eval_dataset=ds).model_columns(ds.add_column('note', ['x'] * len(ds))).column_names
     assert 'note' not in kept and 'labels' in kept and 'input_ids' in kept and set(kept) <= set(ds.column_names)
+
+
+def test_old_checkpoints_go_only_once_a_newer_one_is_sealed(prepared):
+    "The Trainer's own rotation deletes old checkpoints before the new one is sealed: a crash there left none sealed with "
+    "`save_total_limit 1`. The guard prunes after the seal instead: whenever a checkpoint is written, the last sealed one is there."
+    tmp, manifest = prepared
+    from transformers import AutoModelForSequenceClassification, TrainerCallback
+    from trn_tutorials.train import trainer_class, training_arguments
+    seen = []
+    class Watch(TrainerCallback):   # runs before the guard's on_save: the new checkpoint is written, not sealed yet
+        def on_save(self, args, state, control, **kw): seen.append([(c.name, ok) for c, ok in checkpoints(args.output_dir)])
+    model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
+    targs = training_arguments(TrainArguments(output_dir=str(tmp/'pruned'), max_steps=6, save_steps=2, save_total_limit=1), 'cpu')
+    ds = load_prepared(str(tmp/'data'))[0]
+    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], callbacks=[Watch()])
+    trainer.train()
+    assert seen == [[('checkpoint-2', False)], [('checkpoint-4', False), ('checkpoint-2', True)],
+                    [('checkpoint-6', False), ('checkpoint-4', True)]], seen
+    assert [(c.name, ok) for c, ok in checkpoints(targs.output_dir)] == [('checkpoint-6', True)]

@@ -64,7 +64,7 @@ for case, step in (('slow', 10), ('nan', 20), ('broken', 30), ('slow', 40)):
     (d/f'rng_state_{rank}.pth').write_bytes(b'x' * 100)
     train.seal_checkpoint = {'slow': slow_seal, 'broken': broken_seal}.get(case, real_seal)
     args = types.SimpleNamespace(output_dir=str(out), learning_rate=1000.0, bf16=False, world_size=world, process_index=rank)
-    state = types.SimpleNamespace(global_step=step, is_world_process_zero=rank == 0)
+    state = types.SimpleNamespace(global_step=step, is_world_process_zero=rank == 0, best_model_checkpoint=None)
     err = None
     try: guard.on_save(args, state, None)
     except Exception as e: err = f'{type(e).__name__}: {e}'

@@ -20,8 +20,9 @@ from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare,
 from trn_tutorials.launch import Results, train_argv
 from trn_tutorials.train import TrainArguments
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
-from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, run_prefix,
-                                        sm_cost, stage_source, stop_job, submit, wait_job)
+from trn_tutorials.sagemaker_aws import run_prefix
+from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, sm_cost, stage_source, stop_job,
+                                        submit, wait_job)
 from local_services import SageMakerStandIn
 
 try: import sagemaker.train as _sdk
@@ -304,8 +305,9 @@ def _sdk_registries(name: str, scope: str) -> dict:
 def test_the_registry_table_is_the_sdks():
     "DLC_ACCOUNTS holds every region the SDK lists for the PyTorch and Neuron DLCs, with the SDK's account."
     from trn_tutorials import training_job as tj
+    from trn_tutorials.sagemaker_aws import DLC_ACCOUNTS
     sdk = {**_sdk_registries('pytorch.json', 'training'), **_sdk_registries('pytorch.json', 'inference')}
-    assert tj.DLC_ACCOUNTS == sdk
+    assert DLC_ACCOUNTS == sdk
     neuron = _sdk_registries('huggingface-neuronx.json', 'training')
     assert sorted(tj.NEURON_TRAINING_REGIONS) == sorted(neuron) and all(sdk[r] == a for r, a in neuron.items())
     assert re.fullmatch(r'\d{4}-\d\d-\d\d', tj.IMAGES_CHECKED)
@@ -386,7 +388,7 @@ def deny_get_role(event_name='before-call.iam.GetRole'):
 
 def test_access_denied_on_get_role_warns_and_goes_on(aws, prepared):
     "Creating a job needs iam:PassRole, not iam:GetRole: a caller without GetRole gets one warning and a job."
-    from trn_tutorials.training_job import check_role
+    from trn_tutorials.sagemaker_aws import check_role
     role, bucket = aws.role(), aws.bucket()
     boto3.setup_default_session()
     undo = deny_get_role()
@@ -403,7 +405,7 @@ def test_access_denied_on_get_role_warns_and_goes_on(aws, prepared):
 
 def test_one_compile_cache_for_the_project(aws, prepared):
     "Every job of the project reads and fills one Neuron compile cache, which cleanup keeps."
-    from trn_tutorials.training_job import COMPILE_CACHE_PREFIX
+    from trn_tutorials.sagemaker_aws import COMPILE_CACHE_PREFIX
     bucket = aws.bucket()
     plans = [submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=aws.role(), bucket=bucket, run_id=r, dry_run=True))
              for r in ('c1', 'c2')]

@@ -14,7 +14,8 @@ pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stan
 
 from trn_tutorials.core import tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.launch import compile_report, launch, launch_env, precompile, precompile_shapes, torchrun_command
+from trn_tutorials.launch import launch, launch_env, torchrun_command
+from trn_tutorials.precompile import compile_report, precompile, precompile_shapes
 from trn_tutorials.train import TrainArguments
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import json, os
 from dataclasses import dataclass, field, fields, replace
+from fastcore.basics import patch
 from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
 from transformers.training_args import OptimizerNames
@@ -67,21 +68,25 @@ class TrainArguments(TrainingArguments):
     else:   # transformers 5 folded warmup_ratio into warmup_steps
         warmup_steps: float = field(default=0.1, metadata={'help': 'warm-up: a share of the steps (below 1) or a number of steps', 'aliases': ['--warmup_ratio']})
 
-    def __post_init__(self):
-        check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here, in one line: on the CLI and in Python
-        if self.backend not in BACKENDS: raise UsageError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
-        if self.save_steps == 0: self.save_strategy = 'no'   # the tutorial's `--save_steps 0`: no checkpoints
-        if self.backend == 'cpu': self.use_cpu = True   # else transformers 5 refuses --bf16 on a machine without a GPU
-        try: super().__post_init__()
-        except ValueError as e:
-            if not (self.bf16 and not self.use_cpu and 'use_cpu' in str(e)): raise UsageError(' '.join(str(e).split())) from None   # one line
-            pin, self.use_cpu = self.dataloader_pin_memory, True   # no bf16 device here: checked as for the CPU; the backend decides
-            super().__post_init__()
-            self.use_cpu, self.dataloader_pin_memory = False, pin   # the run may be for another machine (launch, SageMaker)
-
+# %% ../nbs/04_arguments.ipynb #ebb8d194
 # the docs page lists the fields declared here; the other ~110 are transformers' own (its `TrainingArguments` page)
 TrainArguments.__doc__ = TrainArguments.__doc__.split('\n\nParameters')[0] + '\n\nParameters\n----------\n' + ''.join(
     f"{k}\n    {str(h).replace(' (default: %(default)s)', '')}\n" for k, h in field_help(TrainArguments).items() if k in TrainArguments.__annotations__ and h)
+
+# %% ../nbs/04_arguments.ipynb #7268fa3b
+@patch
+def __post_init__(self:TrainArguments):
+    "Check the numbers and the backend, then run transformers' own checks; each error is one line."
+    check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here, in one line: on the CLI and in Python
+    if self.backend not in BACKENDS: raise UsageError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
+    if self.save_steps == 0: self.save_strategy = 'no'   # the tutorial's `--save_steps 0`: no checkpoints
+    if self.backend == 'cpu': self.use_cpu = True   # else transformers 5 refuses --bf16 on a machine without a GPU
+    try: TrainingArguments.__post_init__(self)
+    except ValueError as e:
+        if not (self.bf16 and not self.use_cpu and 'use_cpu' in str(e)): raise UsageError(' '.join(str(e).split())) from None   # one line
+        pin, self.use_cpu = self.dataloader_pin_memory, True   # no bf16 device here: checked as for the CPU; the backend decides
+        TrainingArguments.__post_init__(self)
+        self.use_cpu, self.dataloader_pin_memory = False, pin   # the run may be for another machine (launch, SageMaker)
 
 # %% ../nbs/04_arguments.ipynb #df42d097
 def check_args(args:TrainArguments # the run's arguments

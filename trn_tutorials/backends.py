@@ -195,7 +195,7 @@ def _no_stack(acc:Accelerator, instance_type:str|None) -> str:
     for f in fams:
         s = STACKS[BY_FAMILY[f]]
         if acc.neuron_cores and not Path(s.venv).is_dir():
-            fixes.append(f"this image has no {s.venv} (Neuron 2.32 removed the Trn1 PyTorch/XLA venv): launch the Neuron 2.31 DLAMI (the setup chapter's `find_ami`)"
+            fixes.append(f"this image has no {s.venv} (Neuron 2.32 removed the Trn1 PyTorch/XLA venv): launch the Neuron 2.31 DLAMI (the DLAMI chapter's `find_ami`)"
                          if f == 'trn1' else f"this image has no {s.venv}: launch the DLAMI 'Deep Learning AMI Neuron torch-neuronx 2.14'")
         else: fixes.append(f"on a {f.capitalize()}: `source {s.venv}/bin/activate` (in Jupyter: that venv's kernel), then `{s.install}`")
     return f"{seen}, so --backend auto would train on the CPU for hours: {'; '.join(fixes)}; or pass --backend cpu to use the CPU on purpose"

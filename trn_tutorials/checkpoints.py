@@ -15,7 +15,8 @@ from .samplers import planned_steps
 
 # %% auto #0
 __all__ = ['COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete',
-           'checkpoints', 'newest_complete', 'skipped_note', 'resume_from', 'diverged', 'CheckpointGuard']
+           'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints', 'resume_from', 'diverged',
+           'CheckpointGuard']
 
 # %% ../nbs/04b_checkpoints.ipynb #c73f1267
 _CKPT = re.compile(r'^checkpoint-(\d+)$')
@@ -97,6 +98,22 @@ def skipped_note(skipped:list, # `(checkpoint, why)` pairs, from `newest_complet
     if not skipped: return None
     what = '; '.join(f"{p.name} is incomplete ({why})" for p, why in skipped)
     return f"warning: {what}: {f'resuming from {start.name}' if start else 'starting from the beginning'}"
+
+# %% ../nbs/04b_checkpoints.ipynb #aeac4fc6
+def prune_checkpoints(output_dir:str|Path, # a run's output folder
+                      keep:int|None, # how many sealed checkpoints to keep (`save_total_limit`); `None`: all
+                      protect:str|Path|None=None # a checkpoint never to delete (the Trainer's `best_model_checkpoint`)
+                     ) -> list[Path]:
+    "Delete every checkpoint older than the newest `keep` sealed ones, sealed or not (never `protect`); the ones deleted."
+    found = checkpoints(output_dir)   # newest first
+    sealed = [p for p, ok in found if ok][:keep or 0]
+    if not keep or len(sealed) < keep: return []
+    spare = Path(protect).resolve() if protect else None
+    gone = [p for p, _ in found[[p for p, _ in found].index(sealed[-1]) + 1:] if p.resolve() != spare]   # all older than the oldest kept
+    for p in gone:
+        (p/COMPLETE).unlink(missing_ok=True)   # unsealed first: a crash halfway through leaves an incomplete folder, not a bad one
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
 
 # %% ../nbs/04b_checkpoints.ipynb #69124506
 def _differs(want:dict, have:dict) -> str:
@@ -204,9 +221,10 @@ def _host_store():
 class CheckpointGuard:
     "Seal each checkpoint, then meet: with every worker's part written the first checks the weights and seals; the others wait on the host."
     def __init__(self, run_args:dict|None=None, # the run's arguments, written into each checkpoint as `RUN_ARGS`
-                 timeout:float=SEAL_TIMEOUT_S # seconds the workers wait for each other at a checkpoint
+                 timeout:float=SEAL_TIMEOUT_S, # seconds the workers wait for each other at a checkpoint
+                 keep:int|None=None # the run's `save_total_limit`: older checkpoints are pruned once a new one is sealed
                 ):
-        self.run_args, self.timeout, self.saves = run_args, timeout, 0
+        self.run_args, self.timeout, self.keep, self.saves, self.best = run_args, timeout, keep, 0, None
 
     def seal(self, d:Path, # the checkpoint folder
              step:int, # its optimizer step
@@ -219,12 +237,13 @@ class CheckpointGuard:
             return diverged('the weights became nan or inf', step, args.learning_rate, args.bf16)
         if self.run_args is not None: (d/RUN_ARGS).write_text(json.dumps(self.run_args, indent=2))
         seal_checkpoint(d)
+        prune_checkpoints(d.parent, self.keep, protect=self.best)
 
     def on_save(self, args, # the Trainer's `TrainingArguments` (`output_dir`, `world_size`, `process_index`)
-                state, # its `TrainerState` (`global_step`, `is_world_process_zero`)
+                state, # its `TrainerState` (`global_step`, `is_world_process_zero`, `best_model_checkpoint`)
                 control, **kwargs):
         "The Trainer calls this on every worker once a checkpoint is written: it returns when the checkpoint is sealed, or raises on all."
-        self.saves += 1
+        self.saves, self.best = self.saves + 1, state.best_model_checkpoint
         d, step, first, world = Path(args.output_dir)/f'checkpoint-{state.global_step}', state.global_step, state.is_world_process_zero, args.world_size
         store = _host_store() if world > 1 else None
         if world == 1: word = self.seal(d, step, args)

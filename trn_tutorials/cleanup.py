@@ -94,12 +94,12 @@ def leftovers(run_id:str|None=None, # one run's id; `None` = every run of this p
 @dataclass
 class CleanupReport:
     "What `cleanup` removed, what is left, and what the terminated instances cost."
-    region: str
+    region: str   # AWS region cleaned
     run_id: str|None                  # `None`: every run of the project
     stopped: list[str]                # tunnels and Jupyter servers stopped
     terminated: list[str]             # instance ids
-    security_groups: list[str]
-    key_pairs: list[str]
+    security_groups: list[str]   # security group ids deleted
+    key_pairs: list[str]   # EC2 key pairs deleted
     key_files: list[str]              # private key files deleted
     volumes: list[str]                # volumes deleted (besides those that went with their instance)
     left: dict[str, list[str]]        # what still carries the tags, by kind

@@ -78,7 +78,7 @@ def prep_cmd(data:DataArguments) -> dict:
 
 def precompile_cmd(train:TrainArguments, how:LaunchArguments) -> dict|None:
     "On Neuron, compile the graphs of this training run into the compile cache (see the launch chapter)."
-    from trn_tutorials.launch import precompile
+    from trn_tutorials.precompile import precompile
     return precompile(train, how.nproc_per_node)
 
 def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:

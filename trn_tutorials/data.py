@@ -26,6 +26,7 @@ from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_f
                                       _known_name, _prep_into_own, _read_manifest, _root_cause, _size, _unprepared_fix)
 from .data_checks import (SPLIT_LIMITS, edit_distance, label_maps, similar_labels, tokenizer_fingerprint, validate, _check_text_not_label,
                                        _check_unknown, _col, _label_line, _listed, _load_tokenizer, _max_positions, _rows, _validate)
+from .packing import check_packable, choose_packing, pack_splits
 
 # %% ../nbs/03_data.ipynb #9592263d
 def token_lengths(ds:Dataset, # data with a `text` column
@@ -69,6 +70,7 @@ DATA_LIMITS = {  # the values each numeric option of `DataArguments` may take
     'pad_multiple': Limit(1, 512, example=8),
     'max_length': Limit(8, example=128),   # shorter leaves no room for text between [CLS] and [SEP]
     'buckets': Limit(1, MAX_BUCKETS, example=2),
+    'row_length': Limit(8, example=128), 'max_texts': Limit(1, 512, example=12),   # packed rows: see the packing chapter
     **SPLIT_LIMITS,   # eval_fraction, split_seed, min_label_rows: see the data checks chapter
 }
 
@@ -211,6 +213,9 @@ class DataArguments:
     max_length: int|None = None # pad to this fixed length instead of one chosen from the data
     # number of static padded lengths (1 = one length for every row; 2 cut the padding with no measured loss of F1, see the benchmark page; each is one compiled graph on Neuron)
     buckets: int = 1
+    pack: bool = False # pack several texts into each row instead of padding each (one shape, almost no padding; BERT models; see the packing chapter)
+    row_length: int|None = None # with --pack: tokens a packed row holds; default: chosen from the data
+    max_texts: int|None = None # with --pack: texts a packed row holds at most; default: chosen from the data
     eval_fraction: float = 0.1 # share of train split off (stratified, seeded) when the data has no validation split
     split_seed: int = 42 # seed of the validation split taken off train (see --eval_fraction); training's own seed is --seed
     # refuse a label with fewer train rows than this: a label seen once is most often a typo, and a stratified validation split needs 2 of each (see --accept_labels)
@@ -218,10 +223,14 @@ class DataArguments:
     # labels you accept although they look suspect: two that differ only by case or one letter, one with fewer than --min_label_rows train rows, or one found only outside train (its rows are left out of that split)
     accept_labels: list[str]|None = None
 
-    def __post_init__(self):
-        for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):   # from Python, a single name may come as a str
-            if isinstance(getattr(self, k), str): setattr(self, k, [getattr(self, k)])
-        check_numbers(self, DATA_LIMITS)
+    def __post_init__(self): _normalize(self)
+
+# %% ../nbs/03_data.ipynb #abaec38e
+def _normalize(args:DataArguments):
+    "`DataArguments`' own check: a single name given as a str (from Python) becomes a list; every number is checked against `DATA_LIMITS`."
+    for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):
+        if isinstance(getattr(args, k), str): setattr(args, k, [getattr(args, k)])
+    check_numbers(args, DATA_LIMITS)
 
 # %% ../nbs/03_data.ipynb #18f89653
 def _check_args(args:DataArguments):
@@ -229,6 +238,9 @@ def _check_args(args:DataArguments):
     for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):
         twice = next((n for i, n in enumerate(getattr(args, k) or []) if n in (getattr(args, k) or [])[:i]), None)
         if twice is not None: raise UsageError(f"--{k} names {twice!r} twice: give each one once")
+    if args.pack and args.buckets > 1: raise UsageError(f"--pack makes one shape, --buckets {args.buckets} makes {args.buckets}: pass one of them")
+    for k in ('row_length', 'max_texts'):
+        if getattr(args, k) is not None and not args.pack: raise UsageError(f"--{k} sets packed rows: add --pack, or leave --{k} out")
 
 def _save(tds:DatasetDict, manifest:dict, dest:Path):
     "Save `tds` and `manifest` to `dest`, replacing an older prepared folder only once all is written; a full disk or Ctrl-C leaves the old one and no temporary folder."
@@ -256,7 +268,7 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
 
 # %% ../nbs/03_data.ipynb #8558fd57
 _REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'label_column', 'column_names', 'label_names', 'accept_labels',
-         'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'eval_fraction', 'split_seed')   # a record's options
+         'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'pack', 'row_length', 'max_texts', 'eval_fraction', 'split_seed')   # a record's options
 
 def _check_record(manifest):
     if not isinstance(manifest, dict):
@@ -315,20 +327,40 @@ def _left_out(raw:DatasetDict, ds:DatasetDict, m:dict) -> str:
     unseen = [n for i, n in enumerate(m['label_names']) if not seen[i]]
     return out + (f"\n  validation has no rows of {_listed(unseen)}: its score cannot tell how well the model knows {'it' if len(unseen) == 1 else 'them'}" if unseen else '')
 
+# %% ../nbs/03_data.ipynb #d5adbedb
+def _packing(args:DataArguments, model_id:str, train_lengths:np.ndarray, length:int) -> dict:
+    "`--pack`'s row length and texts per row, after checking the model's family: refused in one line before anything is tokenized."
+    from transformers import AutoConfig
+    cfg = AutoConfig.from_pretrained(model_id)
+    check_packable(cfg)
+    return choose_packing(np.minimum(train_lengths, length), cfg.hidden_size, args.row_length, args.max_texts, args.pad_multiple)
+
+def _packed_record(packing:dict, stats:dict, length:int) -> dict:
+    "What a packed folder's record says instead of the padded one: one shape, each split's rows and padding."
+    return {'max_length': packing['row_length'], 'bucket_lengths': [packing['row_length']], 'padding_share': {s: v['padding_share'] for s, v in stats.items()},
+            'bucket_rows': {s: [v['rows']] for s, v in stats.items()},
+            'packing': {'text_length': length, 'row_length': packing['row_length'], 'max_texts': packing['max_texts'],
+                        'rows': {s: v['rows'] for s, v in stats.items()}, 'texts_per_row': packing['texts_per_row']}}
+
 # %% ../nbs/03_data.ipynb #d0a7a009
 def _summary(args:DataArguments, raw:DatasetDict, ds:DatasetDict, m:dict, train_lengths:np.ndarray) -> str:
     "What `prepare` prints: where from, the tokenizer, the length and why, the buckets, padding, rows, labels and truncated rows."
-    length, bl = m['max_length'], m['bucket_lengths']
+    length, bl = m.get('packing', {}).get('text_length', m['max_length']), m['bucket_lengths']
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(train_lengths), args.percentile)}"
     buckets = (f"\n  buckets: {', '.join(map(str, bl))} tokens (train rows: {' / '.join(map(str, m['bucket_rows']['train']))})"
                if len(bl) > 1 else '')
+    if (pk := m.get('packing')):
+        buckets = (f"\n  packed: rows of {pk['row_length']} tokens, at most {pk['max_texts']} texts, {pk['texts_per_row']:g} on average "
+                   f"(rows: {', '.join(f'{s} {n}' for s, n in pk['rows'].items())})")
+        how += '; texts are cut there'
     return (f"prepared {short_path(args.dataset_path)} from {short_path(args.data)}{_sources(args, m)}\n  tokenizer: {short_path(m['model_id'])}\n"
-            f"  padded length: {length} tokens ({how}){buckets}\n"
+            f"  {'text length' if m.get('packing') else 'padded length'}: {length} tokens ({how}){buckets}\n"
             f"  padding: {m['padding_share']['train']:.0%} of train positions\n"
             f"  rows: {', '.join(f'{s} {n}' for s, n in m['rows'].items())}{_left_out(raw, ds, m)}\n"
             f"  labels (train rows): {_label_line(m['label_rows'])}\n"
             f"  truncated rows: {', '.join(f'{s} {n}' for s, n in m['truncated'].items())}")
 
+# %% ../nbs/03_data.ipynb #cbb83600
 def _prepare(args:DataArguments, dest:Path) -> dict:
     "`prepare`'s work, once the folder is checked and locked."
     data, model_id = args.data, args.model_id or default_model()
@@ -345,10 +377,15 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     lengths = {s: token_lengths(d, tok) for s, d in ds.items()}
     length = args.max_length or choose_length(lengths['train'], args.percentile, args.pad_multiple, limit)[0]
     bl = choose_buckets(lengths['train'], args.buckets, length, args.pad_multiple)
+    packing = _packing(args, model_id, lengths['train'], length) if args.pack else None   # refused here, before tokenizing
     if Path(model_id).expanduser().exists(): model_id = str(Path(model_id).expanduser().resolve())
     manifest = _manifest(args, dest, model_id, tok, raw, ds, gone, unused, lengths, bl)
     _check_space(dest, sum(manifest['rows'].values()), length, len(tok.model_input_names))
-    _save(tokenize(ds, tok, length, bl), manifest, dest)
+    if packing:
+        tds, stats = pack_splits(ds, tok, length, packing['row_length'], packing['max_texts'])
+        manifest |= _packed_record(packing, stats, length)
+    else: tds = tokenize(ds, tok, length, bl)
+    _save(tds, manifest, dest)
     print(_summary(args, raw, ds, manifest, lengths['train']))
     return manifest
 
@@ -409,6 +446,7 @@ def prep_command(manifest:dict, # a prepared folder's record (`prepare`'s return
     for k, v in o.items():
         if k not in ('data', 'model_id', 'dataset_path') and v == getattr(base, k, None): continue
         if k == 'percentile' and o.get('max_length') is not None: continue   # a fixed length: the percentile plays no part
+        if v is True: argv.append(f'--{k}'); continue   # a flag: --pack
         argv += [f'--{k}', *(map(str, v) if isinstance(v, (list, tuple)) else [str(v)])]
     return shlex.join(argv)
 
@@ -421,7 +459,8 @@ def data_fingerprint(manifest:dict # a prepared folder's record
     fp = {'label_names': manifest.get('label_names'), 'rows': manifest.get('rows'), 'tokenizer': manifest.get('tokenizer'),
           'max_length': manifest.get('max_length'), 'bucket_lengths': manifest.get('bucket_lengths') or [manifest.get('max_length')],
           'data': o.get('data'), 'text_column': o.get('text_column'), 'label_column': o.get('label_column'),
-          'column_names': o.get('column_names'), 'content_sha256': manifest.get('content_sha256')}
+          'column_names': o.get('column_names'), 'content_sha256': manifest.get('content_sha256'),
+          **({'packing': manifest['packing']} if manifest.get('packing') else {})}   # only where packed: older folders keep their hash
     return {**fp, 'sha256': hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()[:16]}
 
 # %% ../nbs/03_data.ipynb #102aff4f
@@ -456,11 +495,12 @@ def load_prepared(dataset_path:str # folder written by `prepare`
     except Exception as e: raise UsageError(f"could not read the prepared data in {dataset_path} ({_root_cause(e)}): {again}") from None
     if not isinstance(ds, DatasetDict) or not {'train', 'validation'} <= set(ds):
         raise UsageError(f"{dataset_path} holds no train and validation splits: {again}")
+    rows = (m.get('packing') or {}).get('rows') or m['rows']   # packed: rows of several texts each
     for s, d in ds.items():
         lost = [c for c in ('input_ids', 'labels') if c not in d.column_names]
         if lost: raise UsageError(f"split {s!r} in {dataset_path} has no {' or '.join(lost)} column: {again}")
-        if m['rows'].get(s, len(d)) != len(d):
-            raise UsageError(f"split {s!r} in {dataset_path} holds {len(d)} rows but {_MANIFEST} says {m['rows'][s]} (damaged or replaced files): {again}")
+        if rows.get(s, len(d)) != len(d):
+            raise UsageError(f"split {s!r} in {dataset_path} holds {len(d)} rows but {_MANIFEST} says {rows[s]} (damaged or replaced files): {again}")
     ft = ds['train'].features['labels']
     if isinstance(ft, ClassLabel) and ft.names != m['label_names']:
         raise UsageError(f"the labels of {dataset_path} ({_listed(ft.names)}) differ from its {_MANIFEST} ({_listed(m['label_names'])}): {again}")

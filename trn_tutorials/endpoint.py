@@ -17,7 +17,7 @@ from .core import Limit, UsageError, check_number, short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, RequestError, texts_of
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .torchscript import _model_folder, trace   # trace: also importable from here, as before
-from .training_job import DLC_ACCOUNTS, SageMakerFinder, check_role, default_bucket, dlc_registry, project_buckets, run_prefix, sm_finder
+from .sagemaker_aws import DLC_ACCOUNTS, SageMakerFinder, check_role, default_bucket, dlc_registry, project_buckets, run_prefix, sm_finder
 
 # %% auto #0
 __all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'REQUIREMENTS', 'INSTANCES',
@@ -87,8 +87,7 @@ def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosti
     if region not in IMAGE_REGIONS[kind]:
         raise UsageError(f"{repo}:{tag} is not published in {region}: deploy in a region that has it, e.g. us-east-1 "
                          f"(IMAGE_REGIONS[{kind!r}], read {IMAGES_CHECKED})")
-    return f"{dlc_registry(region)}/{repo}:{tag}"   # the one registry table: training_job.DLC_ACCOUNTS
-
+    return f"{dlc_registry(region)}/{repo}:{tag}"   # the one registry table: sagemaker_aws.DLC_ACCOUNTS
 
 # %% ../nbs/12_endpoint.ipynb #ad755a9e
 _LEFT_OUT = ('*.png', '*.log', 'training_args.bin', '.*', '*.tar.gz')   # training leftovers the endpoint does not need
@@ -175,11 +174,11 @@ def endpoint_requests(name:str, # the endpoint's name; its model and endpoint co
 class Endpoint:
     "A deployed endpoint: what `deploy` made."
     name: str           # endpoint, endpoint configuration and model share it
-    region: str
-    instance_type: str
-    image: str
+    region: str   # AWS region
+    instance_type: str   # the endpoint's instance type, e.g. ml.inf2.xlarge
+    image: str   # the inference container image URI
     model_data: str     # s3:// URI of model.tar.gz
-    run_id: str
+    run_id: str   # the run id it is tagged with
     status: str         # 'InService' once `deploy` waited; 'Creating' with wait=False
 
 def _exists(fn, **kw) -> bool:

@@ -12,7 +12,7 @@ from .endpoint import (INSTANCES, Endpoint, check_endpoint_name, check_instance_
                                     endpoint_requests, image_kind, predict)
 from .inference import ModelFolderError, check_model_folder
 from .instance import PROJECT, aws_region, check_run_id, new_run_id
-from .training_job import DLC_ACCOUNTS, check_role, dlc_registry
+from .sagemaker_aws import DLC_ACCOUNTS, check_role, dlc_registry
 
 # %% auto #0
 __all__ = ['HF_TASK', 'HF_IMAGES_CHECKED', 'HF_IMAGES', 'HF_REGIONS', 'HF_DEFAULT_INSTANCE_TYPE', 'hf_package', 'hf_image',

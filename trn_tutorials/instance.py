@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_setup.ipynb #072bc137
 from __future__ import annotations
-import fnmatch, ipaddress, math, os, re, socket, tempfile, time, urllib.request
+import ipaddress, math, os, socket, tempfile, time, urllib.request
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,121 +14,13 @@ from botocore.exceptions import ClientError, WaiterError
 
 from .core import Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, documented
 from .aws import PROJECT, _tag_spec, aws_errors, aws_region, check_run_id, explain, new_run_id, run_tags, tag_filters
-from .backends import STACKS, instance_family, instance_type as _instance_type, run_cost
+from .backends import instance_family, instance_type as _instance_type, run_cost
+from .dlami import NEURON_PIP, DLAMI, Dlami, dlami_for, find_ami, image_note   # the image (its own chapter), importable from here too
 
 # %% auto #0
-__all__ = ['NEURON_PIP', 'DLAMI', 'CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB', 'INSTANCE_LIMITS', 'Dlami',
-           'dlami_for', 'find_ami', 'image_note', 'launch_subnets', 'caller_ip', 'ssh_cidr', 'key_file',
-           'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance', 'find_instances',
-           'find_instance', 'launch_instance', 'InstanceArguments', 'StatusArguments']
-
-# %% ../nbs/01_setup.ipynb #67b59f8a
-NEURON_PIP = 'https://pip.repos.neuron.amazonaws.com'   # AWS's pip repository of the Neuron packages
-
-@documented
-@dataclass(frozen=True)
-class Dlami:
-    "Which Amazon images are the Neuron DLAMI of one Trainium generation, and the environment the tutorials use on it."
-    names: tuple[str, ...]  # EC2 `name` filters (`*` is a wildcard), most preferred first
-    sdk: str                # the Neuron SDK release, matched in the image's description as 'Neuron SDK <sdk>'
-    venv: str               # the virtual environment on the image that the notebooks and torchrun use
-    ssm: str|None = None    # a public SSM parameter read first; its image must pass the same filters
-    note: str = ''          # what the environment is, for people
-    neuron: tuple[str, ...] = ()  # the SDK release manifest's Neuron packages (pip pins), for installing the environment by hand
-    last: str = ''          # why this image is kept when AWS deprecates it ('' = nothing to add)
-
-    @property
-    def description(self) -> str:
-        "The EC2 `description` filter."
-        return f'*Neuron SDK {self.sdk}*'
-
-    @property
-    def pip_install(self) -> str:
-        "The pip command that installs `neuron` from AWS's Neuron repository ('' when there is none)."
-        return f"pip install {' '.join(self.neuron)} --extra-index-url {NEURON_PIP}" if self.neuron else ''
-
-DLAMI = {
-    'trn1': Dlami(('Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04) *', 'Deep Learning AMI Neuron (Ubuntu 24.04) *'),
-                  '2.31', STACKS['neuron'].venv, '/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id',
-                  'PyTorch 2.9 + torch-neuronx (PyTorch/XLA): the last DLAMIs with it are those of Neuron SDK 2.31',
-                  ('torch-neuronx==2.9.0.2.15.32035', 'neuronx-cc==2.26.6360.0'),
-                  f"the last DLAMI with Trn1's PyTorch/XLA environment {STACKS['neuron'].venv} (Neuron 2.32 removed it)"),
-    'trn2': Dlami(('Deep Learning AMI Neuron torch-neuronx 2.14* (Ubuntu 24.04) *',), '2.33',
-                  STACKS['torchneuron'].venv, None,
-                  'PyTorch 2.14 + TorchNeuron (native device `neuron`, beta since Neuron SDK 2.33, Trn2/Trn3 only)'),
-}
-DLAMI['trn3'] = DLAMI['trn2']
-
-
-# %% ../nbs/01_setup.ipynb #9578b38e
-def dlami_for(instance_type:str # an instance type, e.g. 'trn1.2xlarge'
-             ) -> Dlami:
-    "The DLAMI (and environment) for `instance_type`'s generation."
-    return DLAMI[instance_family(instance_type)]
-
-def _fits(im:dict, d:Dlami) -> bool:
-    return (im.get('State', 'available') == 'available' and any(fnmatch.fnmatchcase(im.get('Name', ''), n) for n in d.names)
-            and fnmatch.fnmatchcase(im.get('Description', ''), d.description))
-
-def _deprecated(im:dict) -> str|None:
-    "The image's `DeprecationTime` once that time has come, else None (AWS may set it in advance)."
-    t = im.get('DeprecationTime')
-    if not t: return None
-    try: when = datetime.fromisoformat(t.replace('Z', '+00:00'))
-    except ValueError: return t
-    return t if (when if when.tzinfo else when.replace(tzinfo=timezone.utc)) <= datetime.now(timezone.utc) else None
-
-def _image(im:dict, found_by:str, d:Dlami) -> dict:
-    sdk = re.search(r'Neuron SDK (\d+\.\d+(?:\.\d+)?)', im.get('Description', ''))
-    return {'id': im['ImageId'], 'name': im.get('Name', ''), 'created': im.get('CreationDate', ''), 'sdk': sdk.group(1) if sdk else '',
-            'venv': d.venv, 'root_device': im.get('RootDeviceName', '/dev/sda1'), 'found_by': found_by, 'deprecated': _deprecated(im)}
-
-
-# %% ../nbs/01_setup.ipynb #81778e56
-def find_ami(region:str|None=None, # AWS region; default: your AWS configuration
-             ami:str|None=None, # an explicit AMI id, checked to exist in `region`
-             instance_type:str='trn1.2xlarge', # the type to launch: its generation picks the entry of `DLAMI`
-             dlami:Dlami|None=None # the images to look for instead of that entry
-            ) -> dict:
-    "The image to launch: `ami`, else the Amazon DLAMI of `instance_type`'s generation (SSM first, then name and SDK filters), deprecated or not."
-    d, region = dlami or dlami_for(instance_type), aws_region(region)
-    ec2, from_ssm = boto3.client('ec2', region_name=region), None
-    with aws_errors(region):
-        if ami:
-            ims = ec2.describe_images(ImageIds=[ami], IncludeDeprecated=True)['Images']
-            if not ims: raise UsageError(f"AMI {ami} does not exist in {region}: pass an id from {region}, or leave --ami out")
-            return _image(ims[0], 'given', d)
-        if d.ssm:
-            try:
-                value = boto3.client('ssm', region_name=region).get_parameter(Name=d.ssm)['Parameter']['Value']
-                from_ssm = next((im for im in ec2.describe_images(ImageIds=[value], IncludeDeprecated=True)['Images'] if _fits(im, d)), None)
-                if from_ssm and not _deprecated(from_ssm): return _image(from_ssm, 'ssm', d)
-            except ClientError as e:
-                if e.response['Error']['Code'] not in ('ParameterNotFound', 'AccessDeniedException', 'InvalidAMIID.NotFound', 'InvalidAMIID.Malformed'): raise
-        ims = ec2.describe_images(Owners=['amazon'], IncludeDeprecated=True, Filters=[{'Name': 'name', 'Values': list(d.names)},
-                    {'Name': 'description', 'Values': [d.description]}, {'Name': 'state', 'Values': ['available']},
-                    {'Name': 'architecture', 'Values': ['x86_64']}])['Images']
-    ims = [im for im in ims if _fits(im, d)] + ([from_ssm] if from_ssm else [])
-    if not ims:
-        way = (f"your own copy, or the Deep Learning Base Neuron AMI with `{d.pip_install}` in a venv there" if d.neuron
-               else 'the setup chapter says how to get one')
-        raise UsageError(f"no Neuron SDK {d.sdk} DLAMI with {d.venv} in {region}, deprecated ones included (Amazon images named "
-                         f"{' or '.join(map(repr, d.names))}): AWS has deregistered it, or never published it in {region}; "
-                         f"pass --ami with an image that has {d.venv} ({way})")
-    rank = lambda im: next(i for i, n in enumerate(d.names) if fnmatch.fnmatchcase(im['Name'], n))
-    best = max(ims, key=lambda im: (_deprecated(im) is None, -rank(im), im.get('CreationDate', '')))   # current first, then name, then newest
-    return _image(best, 'ssm' if from_ssm and best['ImageId'] == from_ssm['ImageId'] else 'filter', d)
-
-
-# %% ../nbs/01_setup.ipynb #2aab19d8
-def image_note(image:dict, # what `find_ami` returned
-               dlami:Dlami # the entry of `DLAMI` it was looked up with
-              ) -> str|None:
-    "One line to show before launching a deprecated image (since when, that it still launches, why it is kept); None if it is not deprecated."
-    if not image.get('deprecated'): return None
-    why = f', and it is {dlami.last}' if dlami.last and image.get('found_by') != 'given' else ''
-    return f"note: {image['name'] or image['id']} ({image['id']}) is deprecated by AWS since {image['deprecated'][:10]}: it still launches{why}"
-
+__all__ = ['CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB', 'INSTANCE_LIMITS', 'launch_subnets', 'caller_ip',
+           'ssh_cidr', 'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance',
+           'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments', 'StatusArguments']
 
 # %% ../nbs/01_setup.ipynb #78fc9758
 def launch_subnets(instance_type:str='trn1.2xlarge', # the instance type to launch
@@ -307,16 +199,16 @@ def wait_for_ssh(host:str, # the instance's address
 @dataclass
 class Instance:
     "A launched instance: how to reach it, what it costs, how to clean it up."
-    instance_id: str
-    instance_type: str
-    state: str
+    instance_id: str   # EC2 instance id
+    instance_type: str   # e.g. trn1.2xlarge
+    state: str   # EC2's state: pending, running, stopped, ...
     host: str|None        # public IPv4 address
     user: str             # login user of the DLAMI
     key_path: str         # the private key, in the folder as you named it (`~/.ssh/...` by default)
-    region: str
-    run_id: str
+    region: str   # AWS region
+    run_id: str   # the run id it is tagged with
     launch_time: datetime = field(repr=False)   # when EC2 started it (not shown: it differs at every launch)
-    image_id: str
+    image_id: str   # the AMI it was launched from
 
     def cost(self, until:datetime|None=None # end of the period; default now
             ) -> float|None:

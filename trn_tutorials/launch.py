@@ -4,25 +4,25 @@
 
 # %% ../nbs/05_launch.ipynb #33064bc6
 from __future__ import annotations
-import json, os, re, shlex, shutil, signal, socket, subprocess, sys, time
+import json, os, re, signal, socket, subprocess, sys, time
 from collections import deque
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .core import (RECORD, Accelerator, Limit, UsageError, check_backend, check_folder, check_number, die_with_parent, detect,
+from fastcore.basics import patch
+from .core import (Accelerator, Limit, UsageError, check_backend, check_number, die_with_parent, detect,
                                 folder_lock, lock_holder, lock_path, run_cost, set_backend_env, instance_type as _instance_type)
-from .data import load_prepared, row_lengths
+from .data import load_prepared
+from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
-from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, BucketBatchSampler,
-                                 check_batch, check_model, check_output_dir, claim_output_dir, check_workers, newest_complete, read_progress, resume_from)
+from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, check_batch, check_model, check_output_dir,
+                                 claim_output_dir, check_workers, newest_complete, resume_from)
 
 # %% auto #0
-__all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'NEURON_CACHE_DEFAULT', 'workers', 'free_port', 'launch_env',
-           'train_argv', 'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'relaunch_note',
-           'LaunchError', 'in_notebook', 'Progress', 'Results', 'graphs_from_cache', 'launch', 'stop', 'compile_cache',
-           'cache_status', 'precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes',
-           'PrecompileError', 'precompile', 'compile_report']
+__all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'workers', 'free_port', 'launch_env', 'train_argv',
+           'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'relaunch_note', 'LaunchError',
+           'Results', 'launch', 'stop']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -199,95 +199,34 @@ def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchEr
     if errors: raise UsageError(errors[0])
     raise error(status, tail, log)
 
-# %% ../nbs/05_launch.ipynb #db1b7d3a
-def in_notebook() -> bool:
-    "Whether this Python is a Jupyter kernel, which shows HTML (not a terminal)."
-    ip = sys.modules['IPython'].get_ipython() if 'IPython' in sys.modules else None
-    return ip is not None and type(ip).__name__ != 'TerminalInteractiveShell'
-
-# %% ../nbs/05_launch.ipynb #5a867def
-class Progress:
-    "Shows progress lines live: transformers' notebook tracker in Jupyter, a `tqdm` bar in a terminal."
-    columns = ('Epoch', 'Training Loss', 'Validation Loss', 'F1', 'Accuracy')
-    def __init__(self, notebook:bool|None=None # HTML or text; default: `in_notebook()`
-                ):
-        self.notebook = in_notebook() if notebook is None else notebook
-        self.bar, self.loss, self.rows, self.epochs = None, None, [], None
-
-    def __call__(self, line:str # a line of the workers' output
-                ) -> bool:
-        "Show `line` if it is a progress line; return whether it was one."
-        r = read_progress(line)
-        if r is None: return False
-        getattr(self, f"_{r['event']}", lambda r: None)(r)
-        return True
-
-    def _begin(self, r):
-        self.close()
-        self.epochs = r.get('epochs')
-        if self.notebook:
-            from transformers.utils.notebook import NotebookTrainingTracker
-            self.bar = NotebookTrainingTracker(r['max_steps'], list(self.columns))
-            self.bar.update(r['step'])
-        else:
-            from tqdm.auto import tqdm
-            self.bar = tqdm(total=r['max_steps'], initial=r['step'], unit='step', desc='training', file=sys.stderr,
-                            mininterval=1, dynamic_ncols=True)
-
-    def _epoch(self, epoch) -> str|None:
-        return None if epoch is None else f"Epoch {epoch:.2f}/{self.epochs:g}" if self.epochs else f"Epoch {epoch:.2f}"
-
-    def _step(self, r):
-        if self.bar is None: return
-        if self.notebook: self.bar.update(r['step'], comment=self._epoch(r.get('epoch')))
-        else: self.bar.set_postfix_str(self._epoch(r.get('epoch')) or '', refresh=False); self.bar.update(r['step'] - self.bar.n)
-
-    def _log(self, r): self.loss = r.get('loss')
-
-    def _eval(self, r):
-        f = lambda v: 'No log' if v is None else f'{v:.4f}'
-        row = dict(zip(self.columns, (f"{r['epoch']:g}", f(self.loss), f(r.get('loss')), f(r.get('f1')), f(r.get('accuracy')))))
-        self.rows.append(row)
-        if self.bar is None: print('  '.join(f'{k} {v}' for k, v in row.items()))
-        elif self.notebook: self.bar.write_line(row); self.bar.display()
-        else: self.bar.write('  '.join(f'{k} {v}' for k, v in row.items()))
-
-    def _note(self, r):
-        (self.bar.write if self.bar is not None and not self.notebook else print)(r['text'])
-
-    def _end(self, r):
-        if self.bar is None: return
-        if self.notebook: self.bar.update(r['step'], force_update=True)
-        else: self.bar.update(r['step'] - self.bar.n); self.bar.refresh()   # shown now: the final evaluation comes next
-
-    def close(self):
-        "Stop drawing (the notebook's bar and table stay as they are)."
-        if self.bar is not None and not self.notebook: self.bar.close()
-        self.bar = None
-
 # %% ../nbs/05_launch.ipynb #ce26db87
 @dataclass
 class Results:
     "The outcome of a launched training run."
     f1: float              # weighted F1 on the final split (test if present, else validation)
-    accuracy: float
+    accuracy: float   # accuracy on the same split
     split: str             # which split those are from
     samples_per_second: float  # training throughput without evaluation, all workers together
     train_runtime_s: float     # training time without evaluation
     wall_s: float          # the whole launch, start-up and compilation included
-    workers: int
-    backend: str
-    output_dir: str
+    workers: int   # torchrun workers
+    backend: str   # the code path that ran: 'neuron', 'xla', 'cuda', ...
+    output_dir: str   # where the model and metrics.json are
     cost_usd: float|None = None  # on-demand cost of `wall_s` on the instance type, when known
     compiled_graphs: dict|None = None  # on XLA: graphs compiled in training and in evaluation
     compile_s: float|None = None       # on XLA: seconds spent compiling them
     from_cache: int|None = None        # on Neuron: how many of those graphs were loaded from the compile cache, not compiled
     warnings: list = field(default_factory=list)  # what the run warned about, e.g. too few optimizer steps, no better than the majority
     mcc: float|None = None  # Matthews correlation on the final split: 0 for a model that always says the same label
-    metrics: dict = field(default_factory=dict, repr=False)
+    metrics: dict = field(default_factory=dict, repr=False)   # the whole metrics.json
 
     @classmethod
-    def from_metrics(cls, metrics:dict, wall_s:float, instance_type:str|None=None, from_cache:int|None=None):
+    def from_metrics(cls, metrics:dict, # the run's `metrics.json`
+                     wall_s:float, # seconds the whole launch took
+                     instance_type:str|None=None, # to price the run
+                     from_cache:int|None=None # graphs loaded from the Neuron compile cache
+                    ):
+        "The results of a run from its `metrics.json`."
         s, g = metrics[metrics['final_split']], metrics.get('compiled_graphs')
         return cls(f1=s['f1'], accuracy=s['accuracy'], split=metrics['final_split'],
                    samples_per_second=metrics['train']['samples_per_second'], train_runtime_s=metrics['train']['runtime_s'],
@@ -298,38 +237,34 @@ class Results:
                    compile_s=round(sum(metrics['compile_s'].values()), 1) if g else None, from_cache=from_cache,
                    warnings=[w.removeprefix('warning: ') for w in metrics.get('warnings', [])], mcc=s.get('mcc'), metrics=metrics)
 
-    def rows(self) -> list[tuple[str, str]]:
-        "What a reader wants to see, rounded for reading."
-        rows = [(f'F1 ({self.split})', f'{self.f1:.3f}'), (f'accuracy ({self.split})', f'{self.accuracy:.3f}')]
-        if self.mcc is not None: rows.append((f'Matthews correlation ({self.split})', f'{self.mcc:.3f}'))
-        rows += [('training', f'{self.samples_per_second:.1f} samples/s, {self.train_runtime_s:.1f} s without evaluation'),
-                 ('wall time', f'{self.wall_s:.1f} s'), ('workers', f'{self.workers} ({self.backend})')]
-        if self.cost_usd is not None: rows.append(('cost', f'${self.cost_usd:.4f}' if self.cost_usd < 1 else f'${self.cost_usd:.2f}'))
-        if self.compiled_graphs:
-            g = self.compiled_graphs
-            if self.from_cache is None:
-                rows.append(('graphs compiled', f"{g['train']} in training, {g['eval']} in evaluation ({self.compile_s:.1f} s)"))
-            else:   # torch-xla counts a graph loaded from the Neuron cache as compiled: the cache tells them apart
-                rows.append(('graphs', f"{g['train']} in training, {g['eval']} in evaluation: {g['train'] + g['eval'] - self.from_cache} "
-                                       f"compiled, {self.from_cache} loaded from the Neuron cache ({self.compile_s:.1f} s)"))
-        rows.append(('output_dir', self.output_dir))
-        if self.metrics and not self.metrics.get('beats_baseline', True) and not any('majority' in w for w in self.warnings):
-            rows.append(('warning', 'no better than always predicting the majority label: see the summary in train.log'))
-        rows += [('warning', w) for w in self.warnings]
-        return rows
-
     def __repr__(self): return 'Results(' + ', '.join(f'{k}: {v}' for k, v in self.rows()) + ')'
     def _repr_markdown_(self): return '| Results | |\n|---|---|\n' + '\n'.join(f'| {k} | {v} |' for k, v in self.rows())
 
-# %% ../nbs/05_launch.ipynb #377650ba
-def graphs_from_cache(counted:dict|None, # `metrics['compiled_graphs']`: what torch-xla counted as compiled
-                      before:dict|None, # `cache_status` of the compile cache before the run
-                      after:dict|None # ... and after it
-                     ) -> int|None:
-    "How many of the graphs torch-xla counted were loaded from the Neuron compile cache; `None` where that cannot be told."
-    if not counted or not before or not after or before.get('compiled') is None or after.get('compiled') is None: return None
-    n = counted['train'] + counted['eval']
-    return n - min(n, max(0, after['compiled'] - before['compiled']))
+# %% ../nbs/05_launch.ipynb #fcaa65f6
+@patch
+def _graphs_row(self:Results) -> tuple[str, str]:
+    "The graphs an XLA run compiled; on Neuron, those the compiler compiled apart from those loaded from its cache."
+    g = self.compiled_graphs
+    if self.from_cache is None:
+        return ('graphs compiled', f"{g['train']} in training, {g['eval']} in evaluation ({self.compile_s:.1f} s)")
+    # torch-xla counts a graph loaded from the Neuron cache as compiled: the cache tells them apart
+    return ('graphs', f"{g['train']} in training, {g['eval']} in evaluation: {g['train'] + g['eval'] - self.from_cache} "
+                      f"compiled, {self.from_cache} loaded from the Neuron cache ({self.compile_s:.1f} s)")
+
+@patch
+def rows(self:Results) -> list[tuple[str, str]]:
+    "What a reader wants to see, rounded for reading."
+    rows = [(f'F1 ({self.split})', f'{self.f1:.3f}'), (f'accuracy ({self.split})', f'{self.accuracy:.3f}')]
+    if self.mcc is not None: rows.append((f'Matthews correlation ({self.split})', f'{self.mcc:.3f}'))
+    rows += [('training', f'{self.samples_per_second:.1f} samples/s, {self.train_runtime_s:.1f} s without evaluation'),
+             ('wall time', f'{self.wall_s:.1f} s'), ('workers', f'{self.workers} ({self.backend})')]
+    if self.cost_usd is not None: rows.append(('cost', f'${self.cost_usd:.4f}' if self.cost_usd < 1 else f'${self.cost_usd:.2f}'))
+    if self.compiled_graphs: rows.append(self._graphs_row())
+    rows.append(('output_dir', self.output_dir))
+    if self.metrics and not self.metrics.get('beats_baseline', True) and not any('majority' in w for w in self.warnings):
+        rows.append(('warning', 'no better than always predicting the majority label: see the summary in train.log'))
+    rows += [('warning', w) for w in self.warnings]
+    return rows
 
 # %% ../nbs/05_launch.ipynb #567b01d0
 NPROC_LIMIT = Limit(1, example=2)  # `nproc_per_node`: one worker or more (`workers` checks what the machine has)
@@ -378,6 +313,45 @@ def _stamp(p:Path) -> tuple|None:
     try: st = p.stat(); return st.st_ino, st.st_mtime_ns, st.st_size
     except FileNotFoundError: return None
 
+# %% ../nbs/05_launch.ipynb #9bb865ca
+def _checked(args:TrainArguments, # the run's arguments
+             nproc_per_node:int|None, # workers asked for
+             instance_type:str|None # to price the run
+            ) -> tuple:
+    "Check all `launch` checks before torchrun starts; return `args` on its backend, the workers, `output_dir`, the data's manifest."
+    from trn_tutorials.arguments import check_args
+    check_args(args)
+    check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
+    if instance_type: _instance_type(instance_type)
+    acc = detect()   # once, here: the workers are handed the backend instead of each running `neuron-ls`
+    args = replace(args, backend=check_backend(args.backend, acc, instance_type))
+    n = workers(nproc_per_node, acc, args.backend)
+    out = check_output_dir(args)
+    manifest = load_prepared(args.dataset_path)[1]
+    check_model(args, manifest)
+    check_batch(args, manifest, n)   # its note on evaluation batches comes from the first worker
+    return args, n, out, manifest
+
+def _torchrun(args:TrainArguments, n:int, env:dict, log:str, # what to run: `torchrun_command(args, n)` in `env`, into `log`
+              echo:bool, raw:bool # as `launch` takes them
+             ) -> tuple[int, list[str], float]:
+    "Run torchrun with live progress; return its exit status, its last lines and the wall time."
+    t0, progress = time.time(), Progress() if echo else None
+    try: status, tail = stream(torchrun_command(args, n), env=env, log=log, echo=raw, on_line=progress,
+                               preexec_fn=die_with_parent, on_start=lambda p: _record_root(args.output_dir, p.pid))
+    finally:
+        if progress: progress.close()
+    return status, tail, time.time() - t0
+
+def _neuron_cache(env:dict, # the run's environment
+                  before:dict|None=None, # the cache's status before the run, to count what the run loaded from it
+                  counted:dict|None=None # what torch-xla counted as compiled: `metrics['compiled_graphs']`
+                 ):
+    "The Neuron compile cache's status; with `before`, how many graphs were loaded from it (the [precompile chapter](precompile.html))."
+    from trn_tutorials.precompile import cache_status, compile_cache, graphs_from_cache   # it imports this module
+    now = cache_status(compile_cache(env))
+    return now if before is None else graphs_from_cache(counted, before, now)
+
 # %% ../nbs/05_launch.ipynb #0b2f74d9
 def launch(args:TrainArguments, # the run's arguments, as the script parses them
            nproc_per_node:int|None=None, # workers; default one per NeuronCore/GPU, 1 on a CPU
@@ -386,38 +360,21 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
            raw:bool=False # also print every line the workers write (all of them are in `output_dir/train.log`)
           ) -> Results:
     "Train `args` with torchrun on this machine's accelerator; return the results."
-    from trn_tutorials.arguments import check_args
-    check_args(args)
-    check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
-    if instance_type: _instance_type(instance_type)
-    acc = detect()   # once, here: the workers are handed the backend instead of each running `neuron-ls`
-    backend = check_backend(args.backend, acc, instance_type)
-    n = workers(nproc_per_node, acc, backend)
-    args = replace(args, backend=backend)
-    out = check_output_dir(args)
-    manifest = load_prepared(args.dataset_path)[1]
-    check_model(args, manifest)
-    check_batch(args, manifest, n)   # its note on evaluation batches comes from the first worker
+    args, n, out, manifest = _checked(args, nproc_per_node, instance_type)
     _wait_for_dying_holder(args.output_dir)
     with folder_lock(args.output_dir, 'output_dir', root=None) as lock:   # `root`: torchrun's pid, once it runs
         _end_stale(lock['stale'], args.output_dir)
-        resume_from(args, n, fill_last=backend in XLA_BACKENDS)
+        resume_from(args, n, fill_last=args.backend in XLA_BACKENDS)
         claim_output_dir(args, manifest)   # its record: a model folder, written by train, from this data
         old = _stamp(out/'metrics.json')   # kept until this run writes its own: a failed run leaves the last one's
         log = str(out/'train.log')
-        env = {**launch_env(backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
-        cache = compile_cache(env) if backend == 'neuron' else None
-        before = cache_status(cache) if cache is not None else None
-        t0, progress = time.time(), Progress() if echo else None
-        try: status, tail = stream(torchrun_command(args, n), env=env, log=log, echo=raw, on_line=progress,
-                                   preexec_fn=die_with_parent, on_start=lambda p: _record_root(args.output_dir, p.pid))
-        finally:
-            if progress: progress.close()
-        wall = time.time() - t0
+        env = {**launch_env(args.backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
+        before = _neuron_cache(env) if args.backend == 'neuron' else None
+        status, tail, wall = _torchrun(args, n, env, log, echo, raw)
         if status != 0: _raise_failure(status, tail, log)
         if _stamp(out/'metrics.json') in (None, old): raise LaunchError(0, tail, log)   # never the last run's, as this one's
         metrics = json.loads((out/'metrics.json').read_text())
-        loaded = graphs_from_cache(metrics.get('compiled_graphs'), before, cache_status(cache) if cache is not None else None)
+        loaded = _neuron_cache(env, before, metrics.get('compiled_graphs')) if before is not None else None
         return Results.from_metrics(metrics, wall, instance_type, loaded)
 
 # %% ../nbs/05_launch.ipynb #ad723ff5
@@ -442,169 +399,3 @@ def stop(folder, # the run's folder: its `output_dir` (or a `prep`'s `dataset_pa
     pids = end_tree(root, timeout)
     print(f"stopped the run in {folder}: ended {len(pids)} process(es)")
     return pids
-
-# %% ../nbs/05_launch.ipynb #2b1403f8
-NEURON_CACHE_DEFAULT = '/var/tmp/neuron-compile-cache'
-
-def compile_cache(env:dict|None=None # environment to read; default `os.environ`
-                 ) -> Path|str:
-    "Where the Neuron persistent compile cache is: a local folder, or an `s3://` URL."
-    env = os.environ if env is None else env
-    flags, url = env.get('NEURON_CC_FLAGS', ''), None
-    try: flags = shlex.split(flags)
-    except ValueError: flags = flags.split()
-    for i, f in enumerate(flags):  # like argparse: `--cache_dir=URL` or `--cache_dir URL`, the last one wins
-        if f.startswith('--cache_dir='): url = f.split('=', 1)[1]
-        elif f == '--cache_dir' and i + 1 < len(flags): url = flags[i + 1]
-    url = url or env.get('NEURON_COMPILE_CACHE_URL') or NEURON_CACHE_DEFAULT
-    return url if url.startswith('s3://') else Path(url)
-
-# %% ../nbs/05_launch.ipynb #915561e9
-def _graph_state(d:Path) -> str:
-    names = {f.name for f in d.iterdir()}
-    if {'model.neff', 'model.done'} <= names: return 'compiled'
-    if 'model.log' in names and 'model.neff' not in names: return 'failed'
-    if any(n.endswith('.lock') for n in names): return 'in_progress'
-    return 'pending'
-
-def _tree_bytes(p:Path) -> int:
-    n = 0
-    for f in p.rglob('*'):
-        try: n += f.stat().st_size if f.is_file() and not f.is_symlink() else 0
-        except OSError: pass  # a compile in progress may remove files while we look
-    return n
-
-def cache_status(path:str|Path # the cache: a local folder, or an `s3://` URL (not inspected)
-                ) -> dict:
-    "What the compile cache at `path` holds: graphs by state, size in MB, compiler versions."
-    counts = ('compiled', 'failed', 'in_progress', 'pending')
-    if str(path).startswith('s3://'): return {'path': str(path), **dict.fromkeys(counts), 'size_mb': None, 'compilers': []}
-    st = {'path': str(path), **dict.fromkeys(counts, 0), 'size_mb': 0.0, 'compilers': []}
-    path = Path(path)
-    if not path.is_dir(): return st
-    for v in sorted(d for d in path.glob('neuronxcc-*') if d.is_dir()):
-        st['compilers'].append(v.name[len('neuronxcc-'):])
-        for g in v.glob('MODULE_*'):
-            if g.is_dir(): st[_graph_state(g)] += 1
-    st['size_mb'] = round(_tree_bytes(path) / 2**20, 1)
-    return st
-
-# %% ../nbs/05_launch.ipynb #45838fdf
-def precompile_args(args:TrainArguments, # the real run's arguments
-                    steps:int # optimizer steps of the trial run
-                   ) -> TrainArguments:
-    "The arguments of the trial run that extracts the graphs of `args`: `steps` steps, a scratch output folder."
-    check_number('steps', steps, int, Limit(1, example=10))
-    return replace(args, max_steps=steps, output_dir=str(args.output_dir).rstrip('/') + '-precompile',
-                   logging_steps=min(args.logging_steps, max(1, steps // 2)), save_steps=0, resume=False)
-
-def precompile_command(args:TrainArguments, # the real run's arguments
-                       nproc:int, # workers: the same number as the real run, or its graphs differ
-                       steps:int, # optimizer steps of the trial run: enough to reach every input shape
-                       port:int|None=None, # rendezvous port; default a free one
-                       python:str=sys.executable # the Python that runs torchrun
-                      ) -> list[str]:
-    "`neuron_parallel_compile` over a `steps`-step trial of the torchrun command that trains `args`."
-    return ['neuron_parallel_compile', *torchrun_command(precompile_args(args, steps), nproc, port, python)]
-
-# %% ../nbs/05_launch.ipynb #5750ba43
-def precompile_steps(args:TrainArguments, # the real run's arguments
-                     nproc:int # workers
-                    ) -> int:
-    "Optimizer steps after which every worker has fed its model each training input shape of `args` (at least 2)."
-    rows = row_lengths(load_prepared(args.dataset_path)[0]['train'])
-    need = 2   # the first step and a following one: the optimizer's state is created on the first
-    for rank in range(nproc):
-        s = BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, rank, args.seed, fill_last=True, pad_to_batch=True)
-        want, seen = s.shapes(), set()
-        for i, b in enumerate(s):
-            seen.add((len(b), b[0][1]))
-            if seen == want: need = max(need, i + 1); break
-    return need
-
-def precompile_shapes(args:TrainArguments, # the real run's arguments
-                      nproc:int # workers
-                     ) -> dict:
-    "The `(rows, length)` input shapes a run of `args` feeds on the XLA backends: in training, and in evaluation."
-    ds = load_prepared(args.dataset_path)[0]
-    rows = row_lengths(ds['train'])
-    train = set().union(*(BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, r, args.seed, fill_last=True).shapes()
-                          for r in range(nproc)))
-    evals = {(args.per_device_eval_batch_size, int(L)) for split in ('validation', 'test') if split in ds for L in row_lengths(ds[split])}
-    return {'train': sorted(train), 'eval': sorted(evals)}
-
-# %% ../nbs/05_launch.ipynb #f1bfc530
-class PrecompileError(LaunchError):
-    "`neuron_parallel_compile` failed; the message ends with the last lines of its output."
-    def __init__(self, status:int, tail:list[str], log:str|None=None):
-        self.status, self.tail, self.log = status, tail, log
-        RuntimeError.__init__(self,
-            f"neuron_parallel_compile exited with status {status}: the trial run failed, or {status} graph(s) failed "
-            f"to compile (retry those with NEURON_CC_FLAGS='... --retry_failed_compilation')"
-            + (f"; full log: {log}" if log else '') + "; last lines:\n" + '\n'.join(tail[-20:]))
-
-def _cache_line(st:dict, before:dict|None=None) -> str:
-    if st['compiled'] is None: return f"Neuron compile cache {st['path']}: on S3, not inspected here"
-    new = f" ({st['compiled'] - before['compiled']} new)" if before and before['compiled'] is not None else ''
-    return (f"Neuron compile cache {st['path']}: {st['compiled']} compiled graph(s){new}, {st['failed']} failed, "
-            f"{st['in_progress'] + st['pending']} not compiled yet, {st['size_mb']} MB; "
-            f"compiler {', '.join(st['compilers']) or '-'}")
-
-# %% ../nbs/05_launch.ipynb #5cdca80c
-def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets them
-               nproc_per_node:int|None=None, # workers: the same as the real run; default one per NeuronCore
-               steps:int|None=None, # optimizer steps of the trial run; default `precompile_steps`: every input shape
-               echo:bool=True, # stream the output into the cell
-               acc:Accelerator|None=None # the accelerator; default `detect()`
-              ) -> dict|None:
-    "On Neuron, compile the graphs of `args` into the compile cache ahead of training; return the cache's status."
-    from trn_tutorials.arguments import check_args
-    check_args(args)
-    check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
-    check_number('steps', steps, int, Limit(1, example=10), optional=True)
-    acc = acc or detect()
-    backend = check_backend(args.backend, acc)
-    if backend == 'xla':
-        shapes = precompile_shapes(args, workers(nproc_per_node, acc, backend))
-        print("precompile: the xla rehearsal has no cache to fill (torch-xla 2.9 writes its persistent cache on the CPU but "
-              f"cannot load it back); a run of these options feeds {shapes['train']} in training, {shapes['eval']} in evaluation")
-        return {'shapes': shapes}
-    if backend != 'neuron':
-        print(f"precompile: not needed on {backend} (only the Neuron compiler compiles graphs ahead of a run)")
-        return None
-    n = workers(nproc_per_node, acc)
-    manifest = load_prepared(args.dataset_path)[1]
-    check_model(args, manifest); check_batch(args, manifest, n)
-    steps = precompile_steps(args, n) if steps is None else steps
-    cmd = precompile_command(replace(args, backend='neuron'), n, steps)
-    env = launch_env('neuron', n)
-    env.setdefault('NEURON_PARALLEL_COMPILE_MAX_RETRIES', '1')
-    cache = compile_cache(env)
-    before = cache_status(cache)
-    print(_cache_line(before))
-    scratch = check_folder(cmd[cmd.index('--output_dir') + 1], 'output_dir')
-    with folder_lock(scratch, 'output_dir', root=None):
-        claim_output_dir(precompile_args(args, steps), manifest)   # a model folder of ours, like a run's
-        log = str(scratch/'precompile.log')
-        print(f"precompile: {steps}-step trial on {n} worker(s), outputs (garbage) in {scratch}", flush=True)
-        status, tail = stream(cmd, env={**env, LOCK_ENV: os.path.abspath(scratch)}, log=log, echo=echo,
-                              preexec_fn=die_with_parent, on_start=lambda p: _record_root(scratch, p.pid))
-        if status != 0: _raise_failure(status, tail, log, PrecompileError)
-        for p in scratch.iterdir():  # the trial's model and metrics are garbage: keep only the log (and the record)
-            if p.name not in ('precompile.log', RECORD): shutil.rmtree(p) if p.is_dir() else p.unlink()
-    after = cache_status(cache)
-    print(_cache_line(after, before))
-    return after
-
-# %% ../nbs/05_launch.ipynb #d91f5832
-def compile_report(log:str # what a run printed with PT_XLA_DEBUG_LEVEL=1
-                  ) -> list[dict]:
-    "The graphs torch-xla compiled, in order, from its debug report: inputs, and the Python frames that triggered each."
-    out = []
-    for block in log.split('Compilation Analysis: Compilation Cause')[1:]:
-        head, _, rest = block.partition('Post Compilation Analysis')
-        if not rest: continue   # executed from the in-memory cache: not compiled
-        frames = re.findall(r'Compilation Analysis:   (\w+) \(', head)
-        out.append({'inputs': int(re.search(r'Number of Graph Inputs: (\d+)', head)[1]), 'frames': frames,
-                    'in_eval': '_timed' in frames})   # `BucketTrainer._timed` runs every evaluation and prediction
-    return out

@@ -37,7 +37,9 @@ def majority_baseline(train_labels, # label ids of the training split
                       label_names:list[str] # name of each label id
                      ) -> dict:
     "Accuracy, weighted F1 and Matthews correlation (0) of always predicting the most frequent training label."
-    majority = int(np.bincount(np.asarray(train_labels), minlength=len(label_names)).argmax())
+    train_labels, eval_labels = (np.asarray(l).ravel() for l in (train_labels, eval_labels))   # packed rows: a label per text,
+    train_labels, eval_labels = train_labels[train_labels >= 0], eval_labels[eval_labels >= 0]   # -100 in the empty slots
+    majority = int(np.bincount(train_labels, minlength=len(label_names)).argmax())
     m = classification_metrics(eval_labels, np.full(len(eval_labels), majority), label_names)
     return {'label': label_names[majority], 'accuracy': m['accuracy'], 'f1': m['f1'], 'mcc': m['mcc']}
 

@@ -8,7 +8,7 @@ import secrets, shlex, time, urllib.error, urllib.request
 from dataclasses import dataclass, field
 
 from .core import UsageError, check_numbers, documented
-from .instance import DLAMI
+from .dlami import DLAMI
 from .ssh import KNOWN_HOSTS, TUNNEL_LIMITS, USER, Tunnel, _check, _live, _port_busy, check_key, explain_ssh, run_remote
 
 # %% auto #0
@@ -73,15 +73,15 @@ kill -9 $PID; exit 0
 @dataclass
 class RemoteJupyter:
     "A Jupyter server started over SSH on the instance's 127.0.0.1."
-    host: str
-    key_path: str
-    remote_port: int
+    host: str   # the instance's address
+    key_path: str   # the private key SSH logs in with
+    remote_port: int   # Jupyter's port on the instance's 127.0.0.1
     pid: int              # process id on the instance
     command: str          # the Jupyter program that runs
-    user: str = USER
-    port: int = 22
-    known_hosts: str = KNOWN_HOSTS
-    token: str = field(default='', repr=False)
+    user: str = USER   # login user
+    port: int = 22   # SSH port
+    known_hosts: str = KNOWN_HOSTS   # file where the instance's host key is remembered
+    token: str = field(default='', repr=False)   # Jupyter's token (never shown)
     venv: str = ''        # the environment it runs in ('' = none)
 
     def url(self, local_port:int # the tunnel's local port
@@ -168,8 +168,8 @@ def api_status(local_port:int, # the tunnel's local port
 @dataclass
 class JupyterSession:
     "Jupyter on the instance and the tunnel to it."
-    jupyter: RemoteJupyter
-    tunnel: Tunnel
+    jupyter: RemoteJupyter   # the server on the instance
+    tunnel: Tunnel   # the SSH tunnel to it, on 127.0.0.1
 
     @property
     def url(self) -> str:

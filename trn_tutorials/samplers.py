@@ -121,7 +121,7 @@ class PaddedRows:
         row = dict(self.ds[int(i)])
         for col, pad in (('input_ids', self.pad_id), ('attention_mask', 0), ('token_type_ids', 0)):
             if L and col in row and len(row[col]) < L: row[col] = list(row[col]) + [pad] * (L - len(row[col]))
-        if filler: row['labels'] = -100
+        if filler: row['labels'] = [-100] * len(row['labels']) if isinstance(row['labels'], list) else -100   # packed rows: a label per text
         return row
 
     def __getitems__(self, keys): return [self[k] for k in keys]

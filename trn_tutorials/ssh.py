@@ -188,7 +188,7 @@ class Tunnel:
     port: int = 22 # SSH port
     known_hosts: str = KNOWN_HOSTS # file of remembered host keys
     timeout: float = 30 # seconds to wait for the tunnel
-    proc: subprocess.Popen|None = field(default=None, init=False)
+    proc: subprocess.Popen|None = field(default=None, init=False)   # the ssh process
 
     def __post_init__(self):
         _check(local_port=self.local_port, remote_port=self.remote_port, port=self.port, timeout=self.timeout)

@@ -220,6 +220,9 @@ def _model(args:TrainArguments, manifest:dict, xla:bool) -> tuple:
     model = AutoModelForSequenceClassification.from_pretrained(
         model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         ignore_mismatched_sizes=True, **({'attn_implementation': 'eager'} if xla else {}))
+    if manifest.get('packing'):   # several texts a row: each attends to itself, each classified from its own [CLS]
+        from trn_tutorials.packing import pack_model
+        model = pack_model(model)
     return model_id, tokenizer, model
 
 # %% ../nbs/04_train.ipynb #0f634f3d
@@ -260,11 +263,12 @@ def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, s
     baseline = majority_baseline(ds['train']['labels'], ds[final]['labels'], names)
     fed, scored = shapes.pop('train_rows_fed'), sum(s['rows'] for s in scores.values())
     train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
+    per_row = manifest['rows']['train'] / manifest['packing']['rows']['train'] if manifest.get('packing') else 1   # texts a row
     return {
         'model_id': args.model_id or manifest['model_id'], 'dataset_path': str(args.dataset_path), 'max_length': manifest['max_length'],
         'bucket_lengths': manifest.get('bucket_lengths', [manifest['max_length']]),
         'label_names': names, 'backend': backend, 'world_size': trainer.args.world_size, 'torchrun': torchrun_worker(),
-        'train': {'samples_per_second': fed / train_only_s, 'runtime_s': train_only_s,
+        'train': {'samples_per_second': fed * per_row / train_only_s, 'texts_per_row': round(per_row, 3), 'runtime_s': train_only_s,
                   'runtime_with_eval_s': result.metrics.get('train_runtime'),
                   'trainer_samples_per_second': result.metrics.get('train_samples_per_second'), 'loss': result.metrics.get('train_loss'),
                   'steps': result.global_step, 'rows': len(ds['train']), 'rows_fed': fed, 'resumed_from': start.name if start else None,

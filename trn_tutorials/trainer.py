@@ -218,7 +218,9 @@ class Guards:
     "Trainer setup: stop on a loss that is not finite, seal every checkpoint with `run_args`; no padding across workers in a precompile trial."
     def __init__(self, *a, run_args:dict|None=None, **kw):
         super().__init__(*a, **kw)
-        self.add_callback(as_callback(LossGuard)()); self.add_callback(as_callback(CheckpointGuard)(run_args))
+        # the guard prunes old checkpoints after it seals a new one; the Trainer's own rotation would run before the seal
+        keep, self.args.save_total_limit = self.args.save_total_limit, None
+        self.add_callback(as_callback(LossGuard)()); self.add_callback(as_callback(CheckpointGuard)(run_args, keep=keep))
         if os.environ.get('NEURON_EXTRACT_GRAPHS_ONLY', '0') not in ('', '0'):
             # `neuron_parallel_compile`'s trial: tensors are placeholders, and accelerate's padding across workers fails on
             # them (the Neuron HF Trainer guide patches it out). Our evaluation batches already match on every worker.

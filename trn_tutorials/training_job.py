@@ -4,30 +4,27 @@
 
 # %% ../nbs/09_training_job.ipynb #3f60820d
 from __future__ import annotations
-import json, os, re, shutil, sys, tarfile, tempfile, time, warnings
+import json, os, re, shutil, sys, tarfile, tempfile, time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import boto3
-from botocore.exceptions import ClientError
-
-from .cleanup import Scope, register
 from .core import CATALOG, Limit, UsageError, check_number, check_numbers, documented, short_path
 from .data import load_prepared
 from .instance import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .launch import NEURON_ENV, Progress, Results, worker_error
+from .sagemaker_aws import (COMPILE_CACHE_PREFIX, DLC_ACCOUNTS, DryRunStop, check_role, default_bucket, dlc_registry,
+                                         dry_run_hooks, run_prefix, upload_folder)
 from .train import PROGRESS_ENV
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: the job's entry imports this module before `main` sets USE_TORCH_XLA
 
 # %% auto #0
-__all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'DLC_ACCOUNTS', 'DLC_DOMAINS',
-           'NEURON_TRAINING_REGIONS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS',
-           'COMPILE_CACHE_PREFIX', 'IMAGE_DATASETS', 'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost',
-           'dlc_registry', 'training_image', 'JobArguments', 'check_job', 'check_role', 'job_hyperparameters',
-           'stage_source', 'export_model', 'job_main', 'run_prefix', 'default_bucket', 'upload_folder',
-           'compile_cache_url', 'model_trainer', 'image_can_read', 'submit', 'JobError', 'wait_job', 'job_results',
-           'sm_train', 'stop_job', 'SageMakerFinder', 'sm_finder', 'project_buckets', 'find_jobs', 'remove_jobs']
+__all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'NEURON_TRAINING_REGIONS',
+           'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'IMAGE_DATASETS',
+           'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image', 'JobArguments', 'check_job',
+           'job_hyperparameters', 'stage_source', 'export_model', 'job_main', 'compile_cache_url', 'model_trainer',
+           'job_session', 'image_can_read', 'check_submit', 'check_name_free', 'job_channels', 'submit', 'JobError',
+           'wait_job', 'job_results', 'sm_train', 'stop_job']
 
 # %% ../nbs/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -53,35 +50,11 @@ def sm_cost(name:str, # SageMaker instance type
 # %% ../nbs/09_training_job.ipynb #7732ef3a
 NEURON_TRAINING_IMAGE = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'   # the last one AWS publishes (Neuron SDK 2.30)
 IMAGES_CHECKED = '2026-11-24'   # read from the SageMaker Python SDK 3.27's image_uri_config (pytorch.json, huggingface-neuronx.json)
-DLC_ACCOUNTS = {   # region -> the AWS account whose ECR registry serves the Deep Learning Containers there
-    **dict.fromkeys(['ap-northeast-1', 'ap-northeast-2', 'ap-south-1', 'ap-southeast-1', 'ap-southeast-2',
-                     'ca-central-1', 'eu-central-1', 'eu-north-1', 'eu-west-1', 'eu-west-2', 'eu-west-3',
-                     'sa-east-1', 'us-east-1', 'us-east-2', 'us-west-1', 'us-west-2'], '763104351884'),
-    'af-south-1': '626614931356', 'ap-east-1': '871362719292', 'ap-east-2': '975050140332',
-    'ap-northeast-3': '364406365360', 'ap-south-2': '772153158452', 'ap-southeast-3': '907027046896',
-    'ap-southeast-4': '457447274322', 'ap-southeast-5': '550225433462', 'ap-southeast-6': '633930458069',
-    'ap-southeast-7': '590183813437', 'ca-west-1': '204538143572', 'cn-north-1': '727897471807',
-    'cn-northwest-1': '727897471807', 'eu-central-2': '380420809688', 'eu-isoe-west-1': '371248457586',
-    'eu-south-1': '692866216735', 'eu-south-2': '503227376785', 'eusc-de-east-1': '204133271717',
-    'il-central-1': '780543022126', 'me-central-1': '914824155844', 'me-south-1': '217643126080',
-    'me-west-1': '124382933778', 'mx-central-1': '637423239942', 'us-gov-east-1': '446045086412',
-    'us-gov-west-1': '442386744353', 'us-iso-east-1': '886529160074', 'us-isob-east-1': '094389454867',
-    'us-isof-east-1': '303241398832', 'us-isof-south-1': '454834333376'}
-DLC_DOMAINS = {'cn-north-1': 'amazonaws.com.cn', 'cn-northwest-1': 'amazonaws.com.cn', 'us-iso-east-1': 'c2s.ic.gov',
-               'us-isob-east-1': 'sc2s.sgov.gov', 'us-isof-east-1': 'csp.hci.ic.gov', 'us-isof-south-1': 'csp.hci.ic.gov',
-               'eu-isoe-west-1': 'cloud.adc-e.uk', 'eusc-de-east-1': 'amazonaws.eu'}   # the others: amazonaws.com
 NEURON_TRAINING_REGIONS = (   # where the SDK lists the Neuron training DLCs (its newest, huggingface-pytorch-training-neuronx 4.55.4)
     'ap-northeast-1', 'ap-south-1', 'ap-south-2', 'ap-southeast-1', 'ap-southeast-2', 'ap-southeast-4',
     'ap-southeast-5', 'ap-southeast-7', 'ca-west-1', 'cn-north-1', 'cn-northwest-1', 'eu-central-1', 'eu-central-2',
     'eu-south-2', 'eu-west-1', 'eu-west-3', 'il-central-1', 'mx-central-1', 'sa-east-1', 'us-east-1', 'us-east-2',
     'us-gov-east-1', 'us-gov-west-1', 'us-west-2')
-
-def dlc_registry(region:str # an AWS region
-                ) -> str:
-    "The ECR registry of AWS's Deep Learning Containers in `region`, as the SDK builds it; a one-line `UsageError` where there is none."
-    if region not in DLC_ACCOUNTS:
-        raise UsageError(f"no Deep Learning Containers are listed for {region!r} (see DLC_ACCOUNTS): use a region such as us-east-1")
-    return f"{DLC_ACCOUNTS[region]}.dkr.ecr.{region}.{DLC_DOMAINS.get(region, 'amazonaws.com')}"
 
 # %% ../nbs/09_training_job.ipynb #4060ea48
 def training_image(region:str, # the job's AWS region
@@ -151,49 +124,6 @@ def check_job(job:JobArguments # the job's options
         raise UsageError(f"job name {job.job_name!r} is not valid: use letters, digits and '-' (at most 47; SageMaker adds a timestamp)")
     return job
 
-# %% ../nbs/09_training_job.ipynb #a27ad0c3
-def _trusts_sagemaker(doc) -> bool:
-    if isinstance(doc, str):
-        from urllib.parse import unquote
-        doc = json.loads(unquote(doc))
-    for st in doc.get('Statement', []):
-        svc = (st.get('Principal') or {}).get('Service', []) if isinstance(st.get('Principal'), dict) else []
-        svc = [svc] if isinstance(svc, str) else svc
-        act = st.get('Action', [])
-        act = [act] if isinstance(act, str) else act
-        if st.get('Effect') == 'Allow' and 'sagemaker.amazonaws.com' in svc and any(a in ('sts:AssumeRole', 'sts:*', '*') for a in act):
-            return True
-    return False
-
-# %% ../nbs/09_training_job.ipynb #974946eb
-def check_role(role:str|None, # IAM role ARN or name
-               region:str|None=None # AWS region; default: your AWS configuration
-              ) -> str:
-    "The role's ARN if it exists and SageMaker may assume it, else a one-line `UsageError`; a warning where the caller may not read it."
-    import boto3
-    from botocore.exceptions import ClientError
-    fix = "create one with the trust policy for sagemaker.amazonaws.com (IAM console: Roles > Create role > SageMaker)"
-    if not role: raise UsageError(f"no role: pass --role with an IAM role the job (or endpoint) runs as; {fix}")
-    name = role.rsplit('/', 1)[-1] if role.startswith('arn:') else role
-    region = aws_region(region)
-    try:
-        with aws_errors(region):
-            try: r = boto3.client('iam', region_name=region).get_role(RoleName=name)['Role']
-            except ClientError as e:
-                if e.response['Error']['Code'] not in ('AccessDenied', 'AccessDeniedException'): raise
-                arn = role if role.startswith('arn:') else \
-                    f"arn:{boto3.Session().get_partition_for_region(region)}:iam::{boto3.client('sts', region_name=region).get_caller_identity()['Account']}:role/{name}"
-                warnings.warn(f"cannot check IAM role {name!r} (AccessDenied on iam:GetRole): going on; creating the job needs only "
-                              f"iam:PassRole on it, and SageMaker refuses the job if the role does not trust sagemaker.amazonaws.com")
-                return arn
-    except UsageError as e:
-        if 'NoSuchEntity' in str(e) or 'cannot be found' in str(e): raise UsageError(f"IAM role {name!r} does not exist: {fix}, and pass its ARN with --role") from None
-        raise
-    if not _trusts_sagemaker(r['AssumeRolePolicyDocument']):
-        raise UsageError(f"IAM role {name!r} does not trust sagemaker.amazonaws.com, so SageMaker cannot run as it: "
-                         f"add that service to its trust policy, or pass a SageMaker execution role")
-    return r['Arn']
-
 # %% ../nbs/09_training_job.ipynb #5431b370
 CONTAINER = {'data': '/opt/ml/input/data/train', 'model': '/opt/ml/input/data/model', 'checkpoints': '/opt/ml/checkpoints'}
 
@@ -254,40 +184,6 @@ def job_main(argv:list[str]|None=None # the job's `--name value` options; defaul
     if int(os.environ.get('RANK', 0)) == 0 and metrics:
         export_model(metrics['args']['output_dir'], os.environ.get('SM_MODEL_DIR', '/opt/ml/model'))
 
-# %% ../nbs/09_training_job.ipynb #291bded7
-def run_prefix(run_id:str) -> str: return f'{PROJECT}/{run_id}'
-
-def default_bucket(region:str, # AWS region
-                   create:bool=True # create it if it does not exist yet (`False`: only name it)
-                  ) -> str:
-    "SageMaker's default bucket, `sagemaker-<region>-<account>` (as the SDK names it), created if missing."
-    import boto3
-    from botocore.exceptions import ClientError
-    with aws_errors(region):
-        account = boto3.client('sts', region_name=region).get_caller_identity()['Account']
-        bucket, s3 = f'sagemaker-{region}-{account}', boto3.client('s3', region_name=region)
-        try: s3.head_bucket(Bucket=bucket)
-        except ClientError as e:
-            if e.response['Error']['Code'] not in ('404', 'NoSuchBucket', 'NotFound'): raise
-            if create: s3.create_bucket(Bucket=bucket, **({} if region == 'us-east-1' else {'CreateBucketConfiguration': {'LocationConstraint': region}}))
-    return bucket
-
-def upload_folder(folder:str|Path, # a local folder, e.g. the prepared data
-                  bucket:str, # the S3 bucket
-                  prefix:str, # key prefix, e.g. 'trn-tutorials/<run id>/data'
-                  region:str|None=None # AWS region
-                 ) -> str:
-    "Upload every file in `folder` under `prefix`; return the `s3://` URI of the prefix."
-    import boto3
-    s3 = boto3.client('s3', region_name=aws_region(region))
-    folder = Path(folder)
-    for p in sorted(folder.rglob('*')):
-        if p.is_file(): s3.upload_file(str(p), bucket, f'{prefix}/{p.relative_to(folder).as_posix()}')
-    return f's3://{bucket}/{prefix}'
-
-# %% ../nbs/09_training_job.ipynb #cc5e2318
-COMPILE_CACHE_PREFIX = f'{PROJECT}/neuron-compile-cache'   # one for the project: every job reuses what earlier jobs compiled
-
 # %% ../nbs/09_training_job.ipynb #827ca721
 def _session(region:str, bucket:str|None, run_id:str, boto_session=None):
     import boto3
@@ -334,25 +230,15 @@ def model_trainer(args:TrainArguments, # the run's arguments, as for a local `la
         tags=[Tag(key=k, value=v) for k, v in run_tags(job.run_id).items()])
 
 # %% ../nbs/09_training_job.ipynb #f6cff7e9
-_READ_ONLY = ('Describe', 'Get', 'List', 'Head', 'Simulate')
-
-class _Stop(Exception): pass
-
-def _dry_run_hooks(session, seen:dict, bucket:str):
-    "Record, and keep from AWS, every call of `session`'s clients that would change something."
-    def mark(params, context, **kw):   # the job's bucket may not exist yet (a dry run creates none): its reads answer empty
-        if params.get('Bucket') == bucket: context['dry_run_empty'] = True
-    def before_call(model, params, context=None, **kw):
-        if model.name.startswith(_READ_ONLY) and not (context or {}).get('dry_run_empty'): return None
-        if not model.name.startswith(_READ_ONLY): seen.setdefault('calls', []).append(model.name)
-        if model.name == 'CreateTrainingJob': raise _Stop()
-        from botocore.awsrequest import AWSResponse
-        return (AWSResponse('', 200, {}, None), {})
-    def capture(params, model, **kw):
-        if model.name == 'CreateTrainingJob': seen['request'] = dict(params)
-    session.events.register('provide-client-params.s3', mark)
-    session.events.register('before-parameter-build.sagemaker.CreateTrainingJob', capture)
-    session.events.register('before-call', before_call)
+def job_session(job:JobArguments # the job's options (`region`, `bucket` and `dry_run`)
+               ):
+    "A boto3 session for the job and what it saw: on a dry run no write reaches AWS; else the job's name is noted."
+    import boto3
+    session, seen = boto3.Session(region_name=job.region), {}
+    if job.dry_run: dry_run_hooks(session, seen, job.bucket)   # before any client is made: each copies the hooks it has then
+    # ModelTrainer.train returns None and keeps the job only in a private attribute: the request names it (botocore's event)
+    else: session.events.register('before-parameter-build.sagemaker.CreateTrainingJob', lambda params, **kw: seen.update(name=params['TrainingJobName']))
+    return session, seen
 
 # %% ../nbs/09_training_job.ipynb #a1d2c3e2
 IMAGE_DATASETS = '3.0.0'   # the datasets the Neuron training image holds
@@ -385,17 +271,11 @@ def image_can_read(dataset_path:str # the folder `prepare` wrote
                          f"with this trn-tutorials, which saves a form both read")
     return dataset_path
 
-# %% ../nbs/09_training_job.ipynb #c5a5a0dc
-def _running(sm, base:str) -> list[str]:
-    jobs = sm.list_training_jobs(NameContains=base, StatusEquals='InProgress').get('TrainingJobSummaries', [])
-    return [j['TrainingJobName'] for j in jobs if re.fullmatch(re.escape(base) + r'(-\d{14})?', j['TrainingJobName'])]
-
-# %% ../nbs/09_training_job.ipynb #e2360126
-def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
-           job:JobArguments # the job's options
-          ) -> str|dict:
-    "Upload the prepared data and create the training job; return its name (the request, on a dry run)."
-    import boto3
+# %% ../nbs/09_training_job.ipynb #1c793738
+def check_submit(args:TrainArguments, # the run's arguments, as for a local `launch`
+                 job:JobArguments # the job's options
+                ) -> tuple[JobArguments, str, str|None]:
+    "Every check that creates nothing; return the job (region and run id set), the role's ARN and the model."
     from trn_tutorials.arguments import check_args
     check_job(job); check_args(args)
     if args.backend not in ('auto', 'neuron'):
@@ -408,10 +288,19 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
     region = aws_region(job.region)
     training_image(region, job.image_uri)
     job = replace(job, run_id=job.run_id or new_run_id(), region=region)
-    role_arn = check_role(job.role, region)
-    sm = boto3.client('sagemaker', region_name=region)
-    base = job.job_name or f'{PROJECT}-{job.run_id}'
-    with aws_errors(region):
+    return job, check_role(job.role, region), model
+
+# %% ../nbs/09_training_job.ipynb #c5a5a0dc
+def _running(sm, base:str) -> list[str]:
+    jobs = sm.list_training_jobs(NameContains=base, StatusEquals='InProgress').get('TrainingJobSummaries', [])
+    return [j['TrainingJobName'] for j in jobs if re.fullmatch(re.escape(base) + r'(-\d{14})?', j['TrainingJobName'])]
+
+def check_name_free(job:JobArguments # the job's options, from `check_submit`
+                   ) -> str:
+    "The job's base name if no job holds it, else a one-line `UsageError`."
+    import boto3
+    sm, base = boto3.client('sagemaker', region_name=job.region), job.job_name or f'{PROJECT}-{job.run_id}'
+    with aws_errors(job.region):
         running = _running(sm, base)
         try: taken = sm.describe_training_job(TrainingJobName=base)['TrainingJobStatus']
         except sm.exceptions.ResourceNotFound: taken = None
@@ -422,28 +311,37 @@ def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
                                f"and region): pass another --job_name, or leave it out")
     if running: raise UsageError(f"training job {running[0]} is still running under the name {base!r}: wait for it, stop it "
                                  f"(trn-tutorials sm-down --run_id {job.run_id}), or pass another --job_name")
-    if not job.bucket: job = replace(job, bucket=default_bucket(region, create=not job.dry_run))   # a dry run only names it
-    src = stage_source(tempfile.mkdtemp(prefix='trn-tutorials-job-'))
-    prefix = run_prefix(job.run_id)
+    return base
+
+# %% ../nbs/09_training_job.ipynb #b6b5da3b
+def job_channels(args:TrainArguments, # the run's arguments
+                 job:JobArguments, # the job's options (`bucket` and `run_id` set)
+                 model:str|None # the model, from `check_submit`
+                ) -> dict[str, tuple[str, str]]:
+    "The job's input channels, `{channel: (local folder, S3 URI)}`: the prepared data, and the model if it is a folder here."
+    s3 = f's3://{job.bucket}/{run_prefix(job.run_id)}'
+    return {'train': (args.dataset_path, f'{s3}/data'), **({'model': (model, f'{s3}/model')} if model and Path(model).exists() else {})}
+
+# %% ../nbs/09_training_job.ipynb #e2360126
+def submit(args:TrainArguments, # the run's arguments, as for a local `launch`
+           job:JobArguments # the job's options
+          ) -> str|dict:
+    "Upload the prepared data and create the training job; return its name (the request, on a dry run)."
+    job, role_arn, model = check_submit(args, job)
+    check_name_free(job)
+    if not job.bucket: job = replace(job, bucket=default_bucket(job.region, create=not job.dry_run))   # a dry run only names it
+    channels, src = job_channels(args, job, model), stage_source(tempfile.mkdtemp(prefix='trn-tutorials-job-'))
     try:
-        session, seen = boto3.Session(region_name=region), {}
-        if job.dry_run: _dry_run_hooks(session, seen, job.bucket)   # before any client is made: each copies the hooks it has then
-        # ModelTrainer.train returns None and keeps the job only in a private attribute: the request names it (botocore's event)
-        else: session.events.register('before-parameter-build.sagemaker.CreateTrainingJob', lambda params, **kw: seen.update(name=params['TrainingJobName']))
+        session, seen = job_session(job)
         trainer = model_trainer(args, job, role_arn, src, session)
-        data = f's3://{job.bucket}/{prefix}/data'
-        channels = {'train': data}
-        if model and Path(model).exists(): channels['model'] = f's3://{job.bucket}/{prefix}/model'
         from sagemaker.core.training.configs import InputData
-        inputs = [InputData(channel_name=k, data_source=v) for k, v in channels.items()]
+        inputs = [InputData(channel_name=k, data_source=uri) for k, (_, uri) in channels.items()]
         if job.dry_run:
             try: trainer.train(input_data_config=inputs, wait=False, logs=False)
-            except _Stop: pass
-            return {'uploads': {short_path(args.dataset_path): data, **({short_path(model): channels['model']} if 'model' in channels else {})},
-                    'request': seen.get('request')}
-        with aws_errors(region):
-            upload_folder(args.dataset_path, job.bucket, f'{prefix}/data', region)
-            if 'model' in channels: upload_folder(model, job.bucket, f'{prefix}/model', region)
+            except DryRunStop: pass
+            return {'uploads': {short_path(folder): uri for folder, uri in channels.values()}, 'request': seen.get('request')}
+        with aws_errors(job.region):
+            for folder, uri in channels.values(): upload_folder(folder, job.bucket, uri.split('/', 3)[3], job.region)
             trainer.train(input_data_config=inputs, wait=False, logs=False)
         return seen['name']
     finally: shutil.rmtree(src, ignore_errors=True)
@@ -554,139 +452,3 @@ def stop_job(job_name:str, # a training job
         st = sm.describe_training_job(TrainingJobName=job_name)['TrainingJobStatus']
         if st == 'InProgress': sm.stop_training_job(TrainingJobName=job_name); st = 'Stopping'
     return st
-
-# %% ../nbs/09_training_job.ipynb #3a28d112
-_DENIED = ('AccessDenied', 'AccessDeniedException')
-
-class SageMakerFinder:
-    "The run's (or the project's) SageMaker resources: by their tags, or by name once the tagging API or ListTags is denied."
-    def __init__(self, run_id:str|None, region:str):
-        self.run_id, self.region, self.by_name = run_id, region, False
-        self.sm = boto3.client('sagemaker', region_name=region)
-        # the names this package gives: `trn-tutorials-<run id>` (endpoint.deploy), the SDK's timestamp after it (training jobs)
-        base = re.escape(re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}')) if run_id else re.escape(PROJECT) + '-.+'
-        self.name_ok = re.compile(base + r'(-\d{4}(-\d\d){5}-\d+)?').fullmatch
-        self.names = f'{PROJECT}-{run_id}' if run_id else f'{PROJECT}-'
-
-    def ours(self, tags:dict) -> bool:
-        return tags.get('project') == PROJECT and (self.run_id is None or tags.get('run-id') == self.run_id)
-
-    def denied(self, e:ClientError):
-        "Switch to names (and warn, once) if `e` is AccessDenied; raise anything else."
-        if e.response['Error']['Code'] not in _DENIED: raise e
-        if not self.by_name:
-            warnings.warn(f"AWS refused {e.operation_name} ({e.response['Error']['Code']}): finding SageMaker resources by name "
-                          f"instead, those named {self.names}*; one you named yourself is not found (allow tag:GetResources "
-                          f"and sagemaker:ListTags to find it by its tags)", stacklevel=3)
-        self.by_name = True
-
-def sm_finder(scope:Scope # the cleanup's scope: its one finder is kept there
-             ) -> SageMakerFinder:
-    "The cleanup's one `SageMakerFinder` (so that it warns once)."
-    if 'sagemaker' not in scope.shared: scope.shared['sagemaker'] = SageMakerFinder(scope.run_id, scope.region)
-    return scope.shared['sagemaker']
-
-def project_buckets(uris:list[str]) -> set[str]:
-    "The buckets of `uris` (`s3://...`) that hold files under the project's prefix."
-    return {u[5:].split('/', 1)[0] for u in uris if u.startswith('s3://') and u[5:].partition('/')[2].startswith(f'{PROJECT}/')}
-
-# %% ../nbs/09_training_job.ipynb #14444b6f
-def _objects(s3, bucket:str, prefix:str) -> list[dict]:
-    "Every object under `prefix` (`Key`, `Size`); in a versioned bucket every version and delete marker (with `VersionId`)."
-    try:
-        if s3.get_bucket_versioning(Bucket=bucket).get('Status') in ('Enabled', 'Suspended'):
-            return [{'Key': v['Key'], 'VersionId': v['VersionId'], 'Size': v.get('Size', 0)}
-                    for p in s3.get_paginator('list_object_versions').paginate(Bucket=bucket, Prefix=prefix)
-                    for v in p.get('Versions', []) + p.get('DeleteMarkers', [])]
-        return [{'Key': o['Key'], 'Size': o['Size']} for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=prefix)
-                for o in p.get('Contents', [])]
-    except ClientError as e:
-        if e.response['Error']['Code'] == 'NoSuchBucket': return []
-        raise
-
-def _run_prefixes(s3, bucket:str, run_id:str|None) -> list[str]:
-    "`trn-tutorials/<run id>/`, or with no run every run's prefix in `bucket` (never the compile cache's)."
-    if run_id: found = [f'{PROJECT}/{run_id}/']
-    else:
-        try: found = [c['Prefix'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=f'{PROJECT}/', Delimiter='/')
-                      for c in p.get('CommonPrefixes', [])]
-        except ClientError as e:
-            if e.response['Error']['Code'] == 'NoSuchBucket': return []
-            raise
-    return [p for p in found if p != f'{COMPILE_CACHE_PREFIX}/']
-
-def _size(n:float) -> str:
-    for unit in ('B', 'kB', 'MB', 'GB'):
-        if n < 1000: return f'{n:.0f} B' if unit == 'B' else f'{n:.1f} {unit}'
-        n /= 1000
-    return f'{n:.1f} TB'
-
-# %% ../nbs/09_training_job.ipynb #6cd579b6
-def _jobs(f:SageMakerFinder) -> list[str]:
-    "The run's training jobs, ended ones too: the tagging API finds the few of ours (SageMaker keeps every finished job)."
-    if not f.by_name:
-        tagging = boto3.client('resourcegroupstaggingapi', region_name=f.region)
-        filters = [{'Key': 'project', 'Values': [PROJECT]}] + ([{'Key': 'run-id', 'Values': [f.run_id]}] if f.run_id else [])
-        try: return [r['ResourceARN'].split('/', 1)[1] for p in tagging.get_paginator('get_resources').paginate(
-                         TagFilters=filters, ResourceTypeFilters=['sagemaker:training-job']) for r in p['ResourceTagMappingList']]
-        except ClientError as e: f.denied(e)
-    return [j['TrainingJobName'] for p in f.sm.get_paginator('list_training_jobs').paginate(NameContains=PROJECT)
-            for j in p['TrainingJobSummaries'] if f.name_ok(j['TrainingJobName'])]
-
-def _status(f:SageMakerFinder, job:str) -> str|None:
-    try: return f.sm.describe_training_job(TrainingJobName=job)['TrainingJobStatus']
-    except ClientError: return None   # deleted meanwhile
-
-def _run_files(scope:Scope, jobs:list[str]) -> tuple[dict, dict]:
-    "({(bucket, prefix): objects} of the run's prefixes (and the compile cache if asked), {bucket: cache objects} kept)."
-    f, s3 = sm_finder(scope), boto3.client('s3', region_name=scope.region)
-    uris = []
-    for j in jobs:
-        try: d = f.sm.describe_training_job(TrainingJobName=j)
-        except ClientError: continue   # deleted meanwhile
-        uris += [d.get('OutputDataConfig', {}).get('S3OutputPath', ''), d.get('CheckpointConfig', {}).get('S3Uri', '')]
-    account = boto3.client('sts', region_name=scope.region).get_caller_identity()['Account']
-    buckets = {f'sagemaker-{scope.region}-{account}', *([scope.bucket] if scope.bucket else []), *project_buckets(uris),
-               *scope.shared.get('buckets', ())}   # SageMaker's default bucket, yours, the jobs' and (endpoint chapter) the models'
-    found, kept = {}, {}
-    for b in sorted(buckets):
-        for p in _run_prefixes(s3, b, scope.run_id): found[(b, p)] = _objects(s3, b, p)
-        cache = _objects(s3, b, f'{COMPILE_CACHE_PREFIX}/')
-        if scope.compile_cache: found[(b, f'{COMPILE_CACHE_PREFIX}/')] = cache
-        elif cache: kept[b] = cache
-    return {k: v for k, v in found.items() if v}, kept
-
-# %% ../nbs/09_training_job.ipynb #daebaf58
-def find_jobs(scope:Scope # what the cleanup looks at
-             ) -> dict[str, list[str]]:
-    "The run's training jobs still running (an ended one costs nothing), and its files in S3."
-    f = sm_finder(scope)
-    jobs = _jobs(f)
-    found = _run_files(scope, jobs)[0]
-    return {'training_jobs': [j for j in jobs if _status(f, j) in ('InProgress', 'Stopping')],
-            's3_objects': sorted({f's3://{b}/{o["Key"]}' for (b, _), objs in found.items() for o in objs})}
-
-def remove_jobs(scope:Scope # what the cleanup removes
-               ) -> dict[str, list[str]]:
-    "Stop the run's running jobs, wait while they save their checkpoints, then delete every file under its S3 prefix."
-    f, s3 = sm_finder(scope), boto3.client('s3', region_name=scope.region)
-    jobs = sorted(_jobs(f))
-    stopped = [j for j in jobs if _status(f, j) == 'InProgress']
-    for j in stopped: f.sm.stop_training_job(TrainingJobName=j)
-    for j in stopped:   # a stopping job still writes its checkpoints
-        while time.monotonic() < scope.until and _status(f, j) == 'Stopping': time.sleep(10)
-    found, kept = _run_files(scope, jobs)
-    n = 0
-    for (b, p), objs in sorted(found.items()):
-        for i in range(0, len(objs), 1000):   # delete_objects takes at most 1000 keys
-            batch = [{k: o[k] for k in ('Key', 'VersionId') if k in o} for o in objs[i:i + 1000]]
-            errors = s3.delete_objects(Bucket=b, Delete={'Objects': batch, 'Quiet': True}).get('Errors', [])
-            if errors: raise UsageError(f"S3 refused to delete {len(errors)} objects under s3://{b}/{p}, "
-                                        f"{errors[0]['Key']} first ({errors[0]['Code']}): see the S3 console")
-            n += len(batch)
-    scope.shared['s3_objects'] = n
-    scope.shared['kept'] = [f's3://{b}/{COMPILE_CACHE_PREFIX}/ ({len(o)} object{"s" * (len(o) != 1)}, {_size(sum(x["Size"] for x in o))})'
-                            for b, o in sorted(kept.items())]
-    return {'jobs stopped': stopped}
-
-register('training jobs', find_jobs, remove_jobs, order=20)   # after the endpoints: they bill by the hour

@@ -20,8 +20,8 @@ from .train import (XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_wo
 # %% auto #0
 __all__ = ['LOOP_BACKENDS', 'ERROR_PREFIX', 'LoopArguments', 'check_loop_args', 'loop_backend', 'Workers', 'start_workers',
            'stop_workers', 'pad_rows', 'on_device', 'train_loader', 'FilledSplit', 'eval_loader', 'make_optimizer',
-           'place', 'train_step', 'sync', 'evaluate', 'weights_sha256', 'barrier', 'save_model', 'fit', 'summary',
-           'train_loop', 'main']
+           'place', 'train_step', 'sync', 'evaluate', 'weights_sha256', 'barrier', 'save_model', 'load_model',
+           'run_steps', 'fit', 'summary', 'train_loop', 'main']
 
 # %% ../nbs/10_xla_loop.ipynb #a956af09
 LOOP_BACKENDS = ('auto', 'neuron', 'xla', 'cpu')  # the XLA path (neuron on a Trn1, xla to rehearse it) and its CPU twin
@@ -261,37 +261,56 @@ def save_model(model, # the trained model, from `place`
 # %% ../nbs/10_xla_loop.ipynb #1977c9da
 def _compiles() -> int: return _xla_compiles()[0]   # graphs compiled in this process so far (the train module counts them)
 
-def fit(args:LoopArguments, # the run's arguments
-        w:Workers, # this worker, from `start_workers`
-        ds, # the prepared splits
-        manifest:dict # what `prepare` wrote beside them
-       ) -> dict:
-    "Train, evaluate and save on this worker; the metrics on the first worker, else `{}`."
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
-    model_id, names, length, bs = args.model_id or manifest['model_id'], manifest['label_names'], manifest['max_length'], args.per_device_train_batch_size
-    tokenizer = AutoTokenizer.from_pretrained(model_id)
-    pad = tokenizer.pad_token_id or 0
-    sampler, batches = train_loader(ds['train'], w, bs, args.seed, pad, length)
-    total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * len(batches))
-    set_seed(args.seed)   # before the model: its new head is drawn at random
+def load_model(model_id:str, # the model to fine-tune
+               names:list[str], # the label names
+               seed:int, # the run's seed
+               w:Workers # this worker
+              ):
+    "The model with a new head for `names`, drawn from `seed`, on this worker's device."
+    from transformers import AutoModelForSequenceClassification, set_seed
+    set_seed(seed)   # before the model: its new head is drawn at random
     if w.xla:
         import torch_xla
-        torch_xla.manual_seed(args.seed)   # dropout on the XLA device draws from the device's generator
+        torch_xla.manual_seed(seed)   # dropout on the XLA device draws from the device's generator
     model = AutoModelForSequenceClassification.from_pretrained(
         model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         ignore_mismatched_sizes=True, **({'attn_implementation': 'eager'} if w.xla else {}))   # eager: no host sync per step
-    model = place(model, w)
-    optimizer = make_optimizer(model, args.learning_rate, args.weight_decay)
+    return place(model, w)
+
+def run_steps(model, # the model, from `load_model`
+              sampler, batches, # from `train_loader`
+              optimizer, # from `make_optimizer`
+              total:int, # steps to run
+              w:Workers # this worker
+             ) -> tuple[list, float]:
+    "Run `total` steps, epoch after epoch; the losses and the seconds they took."
     model.train()
-    c0, losses, epoch = _compiles() if w.xla else None, [], 0
-    t0 = time.perf_counter()
+    losses, epoch, t0 = [], 0, time.perf_counter()
     while len(losses) < total:
         sampler.set_epoch(epoch); epoch += 1
         for batch in batches:
             losses.append(train_step(model, batch, optimizer, w))
             if len(losses) == total: break
     sync(w)   # the last step: no next batch marks it
-    train_s = time.perf_counter() - t0
+    return losses, time.perf_counter() - t0
+
+# %% ../nbs/10_xla_loop.ipynb #5e1f0a21
+def fit(args:LoopArguments, # the run's arguments
+        w:Workers, # this worker, from `start_workers`
+        ds, # the prepared splits
+        manifest:dict # what `prepare` wrote beside them
+       ) -> dict:
+    "Train, evaluate and save on this worker; the metrics on the first worker, else `{}`."
+    from transformers import AutoTokenizer
+    model_id, names, length, bs = args.model_id or manifest['model_id'], manifest['label_names'], manifest['max_length'], args.per_device_train_batch_size
+    tokenizer = AutoTokenizer.from_pretrained(model_id)
+    pad = tokenizer.pad_token_id or 0
+    sampler, batches = train_loader(ds['train'], w, bs, args.seed, pad, length)
+    total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * len(batches))
+    model = load_model(model_id, names, args.seed, w)
+    optimizer = make_optimizer(model, args.learning_rate, args.weight_decay)
+    c0 = _compiles() if w.xla else None
+    losses, train_s = run_steps(model, sampler, batches, optimizer, total, w)
     c1 = _compiles() if w.xla else None
     val = evaluate(model, eval_loader(ds['validation'], w, args.per_device_eval_batch_size, pad, length), w, names)
     graphs = {'train': c1 - c0, 'eval': _compiles() - c1} if w.xla else None
@@ -326,6 +345,7 @@ def train_loop(args:LoopArguments # the run's arguments
     backend = loop_backend(args.backend)
     check_workers(backend, int(os.environ.get('WORLD_SIZE', 1)))
     ds, manifest = load_prepared(args.dataset_path)
+    if manifest.get('packing'): raise UsageError(f"{args.dataset_path} holds packed rows, which this loop does not train: prepare it without --pack, or train it with `python -m trn_tutorials.train`")
     set_backend_env(backend)
     w = start_workers(backend)
     try: metrics = fit(args, w, ds, manifest)

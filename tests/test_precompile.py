@@ -1,0 +1,119 @@
+"Checks of the precompile chapter's pieces: where the Neuron compile cache is, what it holds, the trial's command and steps, precompile."
+import io, os
+from contextlib import redirect_stdout
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fastcore.test import test_eq as eq, test_fail as fails, test_stdout as stdout_is
+
+from trn_tutorials.core import Accelerator, tiny_bert
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, row_lengths, sample_data
+from trn_tutorials.launch import torchrun_command
+from trn_tutorials.precompile import (PrecompileError, cache_status, compile_cache, precompile, precompile_args, precompile_command,
+                                      precompile_steps)
+from trn_tutorials.train import BucketBatchSampler, TrainArguments
+
+CPU = Accelerator('cpu', 1, 'cpu')
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+    "The bundled sample, prepared for a tiny BERT (one bucket, and four)."
+    tmp = tmp_path_factory.mktemp('launch')
+    raw = load_raw(sample_data())
+    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-4'), buckets=4))
+    return tmp
+
+
+def no_weights(tmp) -> str:
+    "A copy of the tiny BERT without its weights file: its tokenizer and config load, the model does not."
+    import shutil
+    if not (tmp/'no-weights').exists():
+        shutil.copytree(tmp/'tiny-bert', tmp/'no-weights'); (tmp/'no-weights'/'model.safetensors').unlink()
+    return str(tmp/'no-weights')
+
+
+def test_compile_cache_and_status(tmp_path):
+    eq(compile_cache({}), Path('/var/tmp/neuron-compile-cache'))
+    eq(compile_cache({'NEURON_COMPILE_CACHE_URL': '/data/ncc'}), Path('/data/ncc'))
+    eq(compile_cache({'NEURON_COMPILE_CACHE_URL': '/data/ncc', 'NEURON_CC_FLAGS': '--model-type transformer --cache_dir=/mnt/ncc'}), Path('/mnt/ncc'))
+    eq(compile_cache({'NEURON_CC_FLAGS': '--cache_dir /mnt/ncc --model-type=transformer'}), Path('/mnt/ncc'))
+    eq(compile_cache({'NEURON_COMPILE_CACHE_URL': 's3://b/p'}), 's3://b/p')
+    ncc = fake_cache(tmp_path/'neuron-compile-cache')
+    st = cache_status(ncc)
+    eq([st[k] for k in ('compiled', 'failed', 'in_progress', 'pending')], [2, 1, 1, 1])
+    eq(st['compilers'], ['2.14.213.0+013d129b', '2.15.128.0+56dc5a86'])
+    eq(st['size_mb'], 2.0)
+    eq(cache_status(tmp_path/'no-cache-yet'), {'path': str(tmp_path/'no-cache-yet'), 'compiled': 0, 'failed': 0, 'in_progress': 0,
+                                               'pending': 0, 'size_mb': 0.0, 'compilers': []})
+    eq(cache_status('s3://b/p')['compiled'], None)
+
+
+def fake_cache(root: Path) -> Path:
+    "A compile cache with 2 compiled graphs under 2 compiler versions, 1 failed, 1 compiling, 1 pending."
+    graphs = {'neuronxcc-2.15.128.0+56dc5a86/MODULE_98ba4c9111d5882d2331+39f12043': ['model.hlo_module.pb', 'compile_flags.json', 'model.neff', 'model.done'],
+              'neuronxcc-2.15.128.0+56dc5a86/MODULE_a7b0021f88c35fba5c31+39f12043': ['model.hlo_module.pb', 'compile_flags.json', 'model.log'],
+              'neuronxcc-2.15.128.0+56dc5a86/MODULE_cafd6eb1a22bbd8d668b+39f12043': ['model.hlo_module.pb', 'compile_flags.json', 'model.hlo_module.pb.lock'],
+              'neuronxcc-2.15.128.0+56dc5a86/MODULE_dbd562f4987f424d68b7+39f12043': ['model.hlo_module.pb'],
+              'neuronxcc-2.14.213.0+013d129b/MODULE_50a122f44c378e1567a4+ede6753c': ['model.hlo_module.pb', 'compile_flags.json', 'model.neff', 'model.done']}
+    for g, files in graphs.items():
+        (root/g).mkdir(parents=True)
+        for f in files: (root/g/f).write_bytes(b'\0' * (2**20 if f == 'model.neff' else 100 if f.endswith('.pb') else 0))
+    return root
+
+
+def test_precompile_command():
+    a = TrainArguments(dataset_path='d', output_dir='runs/m/', bf16=True, logging_steps=50)
+    cmd = precompile_command(a, 2, steps=10, port=29500, python='python')
+    eq(cmd[0], 'neuron_parallel_compile')
+    eq(cmd[1:], torchrun_command(replace(a, max_steps=10, output_dir='runs/m-precompile', logging_steps=5, save_steps=0, resume=False), 2, 29500, 'python'))
+    eq(cmd[cmd.index('--output_dir'):], ['--output_dir', 'runs/m-precompile', '--max_steps', '10', '--bf16', 'true', '--logging_steps', '5',
+                                        '--save_strategy', 'no', '--save_steps', '0', '--resume', 'false'])
+    eq(precompile_args(TrainArguments(logging_steps=2), 10).logging_steps, 2)
+    eq(precompile_args(TrainArguments(), 1).logging_steps, 1)
+    eq(a.output_dir, 'runs/m/')  # the real run's arguments are untouched
+    fails(lambda: precompile_command(a, 2, steps=0), contains="--steps 0 is out of range")
+
+
+def test_precompile_steps_reach_every_shape(prepared):
+    tmp = prepared
+    eq(precompile_steps(TrainArguments(dataset_path=str(tmp/'data')), 2), 2)
+    n4 = precompile_steps(TrainArguments(dataset_path=str(tmp/'data-4')), 2)
+    rows4 = row_lengths(load_prepared(str(tmp/'data-4'))[0]['train'])
+    for rank in range(2):
+        s = BucketBatchSampler(rows4, 16, 2, rank, fill_last=True, pad_to_batch=True)
+        eq({(len(b), b[0][1]) for b in list(s)[:n4]}, s.shapes())
+
+
+def test_precompile_on_cpu_and_bad_input():
+    stdout_is(lambda: eq(precompile(TrainArguments(), acc=CPU), None),
+              'precompile: not needed on cpu (only the Neuron compiler compiles graphs ahead of a run)')
+    fails(lambda: precompile(TrainArguments(), steps=0, acc=Accelerator('neuron', 2, '2 NeuronCore(s)')), contains="steps")
+    fails(lambda: precompile(TrainArguments(), 4, acc=Accelerator('neuron', 2, '2 NeuronCore(s)')), contains="--nproc_per_node")
+
+
+def test_precompile_neuron_path_with_a_stand_in_compiler(prepared, tmp_path, monkeypatch):
+    "Everything but the compiler: a stand-in `neuron_parallel_compile` runs the trial as it is, on the CPU."
+    tmp = prepared
+    ncc = fake_cache(tmp_path/'neuron-compile-cache')
+    stub = tmp_path/'bin'; stub.mkdir()
+    (stub/'neuron_parallel_compile').write_text('#!/bin/sh\nfor a; do shift; [ "$a" = neuron ] && a=cpu; set -- "$@" "$a"; done\nexec "$@"\n')
+    (stub/'neuron_parallel_compile').chmod(0o755)
+    monkeypatch.setenv('PATH', f"{stub}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv('NEURON_COMPILE_CACHE_URL', str(ncc))
+    trn = Accelerator('neuron', 1, 'stand-in')
+    trial = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp_path/'pc-model'), logging_steps=100)
+    with redirect_stdout(out := io.StringIO()): after = precompile(trial, steps=2, echo=False, acc=trn)
+    eq(after, cache_status(ncc))
+    eq(out.getvalue().splitlines()[0].startswith(f"Neuron compile cache {ncc}: 2 compiled graph(s), 1 failed"), True)
+    eq('2 compiled graph(s) (0 new)' in out.getvalue().splitlines()[-1], True)
+    eq(sorted(os.listdir(tmp_path/'pc-model-precompile')), ['precompile.log', 'trn_tutorials.json'])   # the log, and the folder's record
+    eq((tmp_path/'pc-model').exists(), False)
+    fails(lambda: precompile(replace(trial, model_id=str(tmp/'deleted-model')), steps=2, acc=trn), contains="no such model folder")
+    bad = replace(trial, model_id=no_weights(tmp))   # found out by the workers
+    with redirect_stdout(io.StringIO()):
+        fails(lambda: precompile(bad, steps=2, echo=False, acc=trn), exc=PrecompileError, contains="neuron_parallel_compile exited with status 1")

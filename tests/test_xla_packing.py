@@ -1,0 +1,70 @@
+"""Packed rows on PyTorch/XLA (the Trn1 stand-in: torch-xla on the CPU): one shape, so the training step compiles
+once and then never again, whatever texts fill the rows; the logits on the device are the CPU's."""
+import numpy as np, pytest, torch
+
+pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
+
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.packing import choose_packing, pack_lengths, pack_model, pack_texts
+from trn_tutorials.trainer import _xla_compiles
+
+
+def test_packed_steps_compile_once(tmp_path):
+    import torch_xla, torch_xla.core.xla_model as xm
+    ds = load_raw(sample_data())
+    words = sorted({w for s in ds.values() for t in s['text'] for w in t.split()})
+    path = tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)
+    tok = AutoTokenizer.from_pretrained(path)
+    enc = tok(list(ds['train']['text']))['input_ids']
+    labels = [EMOTION_LABELS.index(y) if isinstance(y, str) else y for y in ds['train']['label']]
+    c = choose_packing([len(e) for e in enc], hidden_size=32)
+    rows = pack_lengths([len(e) for e in enc], c['row_length'], c['max_texts'])
+    cols = pack_texts(enc, labels, rows, c['row_length'], c['max_texts'], tok.pad_token_id)
+    dev = torch_xla.device()
+    model = pack_model(AutoModelForSequenceClassification.from_pretrained(path, attn_implementation='eager'))
+    cpu_logits = model.eval()(**{k: torch.tensor(v[:8]) for k, v in cols.items()}).logits
+    model.to(dev)
+    with torch.no_grad(): xla_logits = model(**{k: torch.tensor(v[:8], device=dev) for k, v in cols.items()}).logits.cpu()
+    assert xla_logits.shape == (8, c['max_texts'], len(EMOTION_LABELS))
+    torch.testing.assert_close(xla_logits, cpu_logits, atol=1e-4, rtol=1e-4)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-4, device=dev))   # a tensor: no recompile as it changes
+    per_step, losses = [], []
+    for start in range(0, 8 * 8, 8):   # 8 steps of 8 rows, each with other texts
+        before = _xla_compiles()[0]
+        batch = {k: torch.tensor(v[start:start + 8], device=dev) for k, v in cols.items()}
+        opt.zero_grad(set_to_none=True)
+        loss = model(**batch).loss
+        loss.backward()
+        xm.optimizer_step(opt)
+        losses.append(loss.detach())
+        torch_xla.sync()
+        per_step.append(_xla_compiles()[0] - before)
+    # the first step compiles (it also creates AdamW's state), the second may once more; then nothing
+    assert per_step[2:] == [0] * 6, per_step
+    assert all(np.isfinite(float(l)) for l in losses)
+    assert 1 <= sum(per_step) <= 3, per_step   # the steps' graphs: a handful, not one per batch
+
+
+def test_packed_rehearsal_one_shape(tmp_path):
+    "A packed run through torchrun on the XLA device: one input shape; the second epoch and every later evaluation compile nothing."
+    import json, subprocess
+    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.launch import launch_env, torchrun_command
+    from trn_tutorials.train import TrainArguments
+    ds = load_raw(sample_data())
+    words = sorted({w for s in ds.values() for t in s['text'] for w in t.split()})
+    model = tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)
+    m = prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp_path/'data'), pack=True))
+    args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'), num_train_epochs=2, learning_rate=1e-4,
+                          per_device_train_batch_size=8, per_device_eval_batch_size=8, logging_steps=5, save_steps=10, backend='xla')
+    r = subprocess.run(torchrun_command(args, 1), env=launch_env('xla', 1), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    met = json.loads((tmp_path/'model'/'metrics.json').read_text())
+    g, L = met['compiled_graphs'], m['packing']['row_length']
+    assert met['train']['input_shapes'] == [[8, L]] and {tuple(s) for s in met['train']['eval_shapes']} == {(8, L)}
+    assert g['per_epoch'][1] == 0 and g['per_evaluation'][1:] == [0, 0, 0], g
+    assert (met['validation']['rows'], met['test']['rows']) == (72, 72)
