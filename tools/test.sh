@@ -5,7 +5,8 @@
 # and the Trn2/Trn3 TorchNeuron venv), each with the package installed from a wheel the way the README tells a reader
 # there, SageMaker's three containers' stand-ins (the training image with two nodes, the PyTorch and the Hugging Face
 # inference images, each driven through the image's own start-up), and a Python 3.10 compile check.
-# The stand-ins' base venvs (GBs of PyPI wheels) are built in the background while `make setup` and the first stages run.
+# The stand-ins' base venvs (GBs of PyPI wheels) are built in the background while `make setup` and the first stages run,
+# once per machine: they are kept in ~/.cache/trn-tutorials/bases (TRN_TUTORIALS_BASES), shared by every clone.
 # Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran. Prints each stage's seconds.
 # One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks docs pytest trn1 trn2
 # sm-training sm-pytorch-inference sm-hf-inference py310).
@@ -53,6 +54,11 @@ tmp=$(mktemp -d)
 # (hard links: seconds, no disk), so the test sees the image's state, not the previous run's; then the package goes in
 # from a wheel built from the checkout, with the README's install line for that environment (the wheel in place of the
 # name), `pip freeze` before and after, and the stage fails if the install changed what the image pins (`unchanged`).
+# The bases live outside the clone (TRN_TUTORIALS_BASES, default ~/.cache/trn-tutorials/bases), so every clone on a
+# machine shares one copy of each: a second clone neither downloads nor stores them again (7 GB for the Trn1 one).
+BASES=${TRN_TUTORIALS_BASES:-${XDG_CACHE_HOME:-$HOME/.cache}/trn-tutorials/bases}
+mkdir -p "$BASES"
+echo "stand-ins' bases: $BASES ($(df -h --output=avail "$BASES" | tail -1 | tr -d ' ') free there; a full run with no base built needs about 25 GB)"
 py312=$(ls -d ~/.pyenv/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1)
 [ -n "$py312" ] || py312=$(command -v python3.12 || true)
 env_field() {  # env_field TABLE KEY: a field of tools/environments.toml, lists one item per line (fails when absent)
@@ -92,25 +98,26 @@ base_venv() {  # base_venv DIR FROM PIN...: DIR holds exactly the pins (rebuilt 
 }
 shared_base() {  # shared_base TABLE: the dir of the base holding TABLE's `base` pins (its `image` when it has none)
   local pins; pins=$(env_field "$1" base 2>/dev/null || env_field "$1" image)
-  echo ".venv-base-$(echo $pins | sed 's/==/-/g; s/ /+/g')"
+  echo "$BASES/base-$(echo $pins | sed 's/==/-/g; s/ /+/g')"
 }
 table_base() {  # table_base TABLE: build TABLE's base: the shared base, then (when `image` adds pins) TABLE's own on top
   local sb; sb=$(shared_base "$1")
   base_venv "$sb" "" $(env_field "$1" base 2>/dev/null || env_field "$1" image) || return 1
   if [ "$(env_field "$1" image)" != "$(env_field "$1" base 2>/dev/null || env_field "$1" image)" ]; then
-    base_venv ".venv-$1-base" "$sb" $(env_field "$1" image) || return 1; echo ".venv-$1-base" > "$tmp/base-of-$1"
+    base_venv "$BASES/$1" "$sb" $(env_field "$1" image) || return 1; echo "$BASES/$1" > "$tmp/base-of-$1"
   else echo "$sb" > "$tmp/base-of-$1"; fi
 }
 fresh_venv() {  # fresh_venv BASE DIR: DIR = a copy of BASE with its own Python prefix (site-packages hard-linked)
   local b=$1 d=$2 sp; rm -rf "$d"
   "$py312" -m venv --without-pip "$d" || return 1
+  local ad; ad=$(cd "$d" && pwd)   # DIR, absolute (a stage's venv is in the clone, a base in $BASES)
   sp=$(cd "$b" && ls -d lib/python3*/site-packages)
-  rm -rf "${d:?}/$sp" && cp -al "$b/$sp" "$d/$sp" || return 1
+  rm -rf "${d:?}/$sp" && { cp -al "$b/$sp" "$d/$sp" 2>/dev/null || { rm -rf "${d:?}/$sp"; cp -a "$b/$sp" "$d/$sp"; }; } || return 1   # another disk: a real copy
   for f in "$b"/bin/*; do   # the base's console scripts (torchrun, pip, ...), their shebang pointed at DIR's Python
     local n=${f##*/}; [ -f "$f" ] || continue
-    [ -e "$d/bin/$n" ] || ! head -1 "$f" | grep -q "^#!.*$b/bin/python" || { sed "1s|^#!.*|#!$ROOT/$d/bin/python|" "$f" > "$d/bin/$n"; chmod +x "$d/bin/$n"; }
+    [ -e "$d/bin/$n" ] || ! head -1 "$f" | grep -q "^#!.*$b/bin/python" || { sed "1s|^#!.*|#!$ad/bin/python|" "$f" > "$d/bin/$n"; chmod +x "$d/bin/$n"; }
   done
-  [ "$("$d/bin/python" -c 'import sys; print(sys.prefix)')" = "$ROOT/$d" ] || { echo "$d/bin/python has not its own prefix"; return 1; }
+  [ "$("$d/bin/python" -c 'import sys; print(sys.prefix)')" = "$ad" ] || { echo "$d/bin/python has not its own prefix"; return 1; }
 }
 wheel=
 build_wheel() {  # the package as a reader gets it: a wheel built from what a fresh clone would hold
