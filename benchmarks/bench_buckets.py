@@ -85,6 +85,8 @@ def main():
     p.add_argument('--reuse_speed', action='store_true', help='keep the throughput rows of --results and only train the 2-epoch runs')
     p.add_argument('--f1_buckets', type=int, nargs='+', default=None,
                    help='bucket settings trained for 2 epochs beside the chosen length (default: the fastest one)')
+    p.add_argument('--f1_packed', action='store_true',
+                   help="also train packed rows (`prepare --pack`) for 2 epochs, about --batch_size texts a step (rows = batch_size / texts a row)")
     p.add_argument('--reuse_f1', action='store_true',
                    help='keep the 2-epoch runs of --results made with the same hyperparameters; train only the missing (setting, seed) pairs')
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
@@ -104,23 +106,28 @@ def main():
         speed = prev.get('speed') or {'date': prev['date'], 'versions': {k: prev['versions'][k] for k in ('torch', 'transformers')}}
     else: peak, rows, speed = speed_rows(a, settings, manifests, model, out, common)
     fastest = max((n for n in rows if n.endswith('buckets')), key=lambda n: rows[n]['samples_per_s'])
-    names = ['chosen'] + ([f'{k} buckets' for k in a.f1_buckets] if a.f1_buckets else [fastest])
+    names = ['chosen'] + ([f'{k} buckets' for k in a.f1_buckets] if a.f1_buckets else [fastest]) + (['packed'] if a.f1_packed else [])
+    batch = {n: a.batch_size for n in names}
+    if a.f1_packed:   # the same texts a step as the padded runs, so the same steps and learning rate
+        pm = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'/'packed'), pack=True))
+        batch['packed'] = max(1, round(a.batch_size / pm['packing']['texts_per_row']))
     full, res = {n: [] for n in names}, None
     if a.reuse_f1:
         prev = json.loads(Path(a.results).read_text())
         same = {k: prev['hyperparameters'][k] for k in ('batch_size', 'learning_rate', 'epochs')} == \
                {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'epochs': a.epochs}
         if not same: sys.exit(f'--reuse_f1: {a.results} was made with other hyperparameters; drop --reuse_f1')
-        for n in names: full[n] = [r for r in prev['two_epochs'].get(n, []) if r['seed'] in a.seeds]
+        for n in names: full[n] = [r for r in prev['two_epochs'].get(n, []) if r['seed'] in a.seeds and r.get('batch_rows', a.batch_size) == batch[n]]
     for seed in a.seeds:  # interleaved, and results written after each run, so a stopped benchmark still shows whole pairs
         for name in full:
             if any(r['seed'] == seed for r in full[name]): continue
-            m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), seed=seed,
+            m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), seed=seed, per_device_train_batch_size=batch[name],
                             output_dir=str(out/'full'/f"{name.replace(' ', '-')}-seed{seed}"), num_train_epochs=a.epochs))
             full[name].append({'seed': seed, 'epochs': a.epochs, 'test_f1': m['test']['f1'], 'test_accuracy': m['test']['accuracy'],
                                'validation_f1': m['validation']['f1'], 'samples_per_s': m['train']['samples_per_second'],
                                'train_runtime_s': m['train']['runtime_s'], 'wall_s': m['wall_s'], 'peak_rss_mib': m['peak_rss_mib'],
-                               'steps': m['train']['steps'], 'input_shapes': m['train']['input_shapes'], 'eval_shapes': m['train']['eval_shapes']})
+                               'steps': m['train']['steps'], 'input_shapes': m['train']['input_shapes'], 'eval_shapes': m['train']['eval_shapes'],
+                               'batch_rows': batch[name], 'versions': versions()})
             print(name, 'seed', seed, '2 epochs', json.dumps(full[name][-1]), flush=True)
             full[name].sort(key=lambda r: a.seeds.index(r['seed']))
             res = results(a, common, peak, rows, speed, full, t_start)
@@ -152,6 +159,11 @@ def speed_rows(a, settings, manifests, model, out, common):
     return peak, rows, {'date': time.strftime('%Y-%m-%d'), 'versions': {'torch': torch.__version__, 'transformers': transformers.__version__}}
 
 
+def versions() -> dict:
+    import torch, transformers
+    return {'torch': torch.__version__, 'transformers': transformers.__version__}
+
+
 def results(a, common, peak, rows, speed, full, t_start) -> dict:
     """Everything the docs page shows. Each bucket setting is compared with the chosen length seed by seed (the same seed
     gives both the same initial classifier head) and on the mean over seeds. The setting whose F1 the target is judged on
@@ -161,7 +173,8 @@ def results(a, common, peak, rows, speed, full, t_start) -> dict:
     f1 = {n: [r['test_f1'] for r in runs] for n, runs in full.items()}
     val = {n: float(np.mean([r['validation_f1'] for r in runs])) for n, runs in full.items() if runs}
     done = [n for n in full if n != 'chosen' and [r['seed'] for r in full[n]] == [r['seed'] for r in full['chosen']] and full[n]]
-    best = max(done, key=val.get) if done else max((n for n in full if n != 'chosen'), key=lambda n: sps[n])
+    bucketed = [n for n in done if n.endswith('buckets')]   # packed rows are compared with the chosen length, not picked among buckets
+    best = max(bucketed, key=val.get) if bucketed else max((n for n in full if n.endswith('buckets')), key=lambda n: sps[n])
     diff = {n: [b - c for b, c in zip(f1[n], f1['chosen'])] for n in done}
     return {'date': time.strftime('%Y-%m-%d'),
             'machine': f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'cpu'}, backend {detect().backend}",

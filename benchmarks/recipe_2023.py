@@ -11,7 +11,8 @@ A transcription of the tutorial's data cell (notebook) and of its `scripts/train
   exist in transformers 5; `report_to="none"` (tensorboard is not installed); the Hub upload arguments are dropped;
 - the metric: scikit-learn's weighted `f1_score`, which `evaluate.load("f1")` wraps (`evaluate` is not installed);
 - for the benchmark only: `--max_steps N` trains N optimizer steps with no evaluation and no checkpoint (the
-  recipe evaluates and saves at each epoch's end) and prints the Trainer's train metrics as one JSON line.
+  recipe evaluates and saves at each epoch's end) and prints the Trainer's train metrics as one JSON line;
+- `--bf16 True` on a machine without a GPU adds `use_cpu=True` (transformers 5 refuses bf16 there otherwise).
 
     python recipe_2023.py --prepare --data ../shared/data/emotion --model_id M --dataset_path lm_dataset
     python recipe_2023.py --model_id M --dataset_path lm_dataset --lr 5e-5 --per_device_train_batch_size 16 --epochs 3
@@ -33,6 +34,7 @@ from transformers import (
 )
 
 from transformers import Trainer, TrainingArguments
+from transformers.utils import is_torch_cuda_available
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +148,8 @@ def training_function(args):
         save_total_limit=2,
         report_to="none",
     )
+    if args.bf16 and not is_torch_cuda_available():   # benchmark on a CPU: transformers 5 takes bf16 there only with use_cpu
+        training_args |= dict(use_cpu=True)
     measure = args.max_steps > 0
     if measure: training_args |= dict(max_steps=args.max_steps, eval_strategy="no", save_strategy="no")
     training_args = TrainingArguments(**training_args)

@@ -1,0 +1,56 @@
+"""The benchmark scripts run end to end on the bundled sample and a tiny BERT, in one invocation each, and write only
+where `--results` and `--out` say: every setting measured, the ratios the docs page reads, the repo's results.json
+untouched. (The numbers on the page come from the real data and MiniLM; here only the plumbing is checked.)"""
+import hashlib, json, os, subprocess, sys
+from pathlib import Path
+
+import pytest
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.models import tiny_bert
+
+ROOT = Path(__file__).parent.parent
+SETTINGS = ['recipe (512)', 'recipe (128)', 'chosen', '2 buckets', 'packed']
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('bench')
+    words = sorted({w for s in load_raw(sample_data()).values() for t in s['text'] for w in t.split()})
+    path = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    # the recipe pads to the tokenizer's maximum, 512 for MiniLM: give the tiny model 512 positions and that maximum
+    BertTokenizerFast.from_pretrained(path, model_max_length=512).save_pretrained(path)
+    cfg = BertConfig.from_pretrained(path); cfg.max_position_embeddings = 512
+    BertForSequenceClassification(cfg).save_pretrained(path)
+    return tmp, path
+
+
+def digest(p: Path) -> str: return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize('bf16', [False, True])
+def test_bench_recipe_runs_every_setting_in_one_invocation(tiny, bf16):
+    tmp, model = tiny
+    repo_results, before = ROOT/'benchmarks'/'results.json', digest(ROOT/'benchmarks'/'results.json')
+    out, results = tmp/f'out-{bf16}', tmp/f'results-{bf16}.json'
+    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_recipe.py'), '--data', str(sample_data()), '--model', str(model),
+           '--steps', '2', '--out', str(out), '--results', str(results), *(['--bf16'] if bf16 else [])]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    key = 'recipe_bf16' if bf16 else 'recipe'
+    res = json.loads(results.read_text())
+    assert list(res) == [key]   # only its own key
+    rc = res[key]
+    assert list(rc['settings']) == SETTINGS
+    assert rc['hyperparameters'] == {'batch_size': 16, 'learning_rate': 5e-05, 'steps': 2, 'bf16': bf16}
+    for n, row in rc['settings'].items():
+        assert row['steps'] == 2 and row['samples_per_s'] > 0, (n, row)
+    assert rc['settings']['recipe (512)']['lengths'] == [512] and rc['settings']['recipe (128)']['lengths'] == [128]
+    p = rc['settings']['packed']
+    assert p['texts_per_row'] > 1 and len(p['input_shapes']) == 1   # several texts a row, one shape
+    for n in ('chosen', '2 buckets', 'packed'):
+        assert rc['settings'][n]['eval_samples_per_s'] > 0, n   # the project's runs also time their evaluation
+        assert rc['speedup_vs_recipe'][n] == pytest.approx(rc['settings'][n]['samples_per_s'] / rc['settings']['recipe (512)']['samples_per_s'])
+    assert str(tmp) not in json.dumps(rc['settings'])   # the commands name <out> and <minilm>, not this machine's paths
+    assert digest(repo_results) == before
