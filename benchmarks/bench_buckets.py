@@ -127,7 +127,7 @@ def main():
                                'validation_f1': m['validation']['f1'], 'samples_per_s': m['train']['samples_per_second'],
                                'train_runtime_s': m['train']['runtime_s'], 'wall_s': m['wall_s'], 'peak_rss_mib': m['peak_rss_mib'],
                                'steps': m['train']['steps'], 'input_shapes': m['train']['input_shapes'], 'eval_shapes': m['train']['eval_shapes'],
-                               'batch_rows': batch[name], 'versions': versions()})
+                               'batch_rows': batch[name], 'date': time.strftime('%Y-%m-%d'), 'versions': versions()})
             print(name, 'seed', seed, '2 epochs', json.dumps(full[name][-1]), flush=True)
             full[name].sort(key=lambda r: a.seeds.index(r['seed']))
             res = results(a, common, peak, rows, speed, full, t_start)

@@ -148,11 +148,17 @@ def follow_argv(msg:str, argv:list[str], d:Path) -> list[str]|None:
 def command(argv:list[str]) -> list[str]:
     return [sys.executable, *argv] if argv[:1] == ['-m'] else [TRN, *argv]
 
+def ctrl_c_default():
+    """In the child: SIGINT back to its default, as in a terminal. A runner started in the background (`cmd &` in a script)
+    ignores SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt handler: Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:dict|None=None) -> subprocess.CompletedProcess:
     "Run `argv` in `d`, offline; with `interrupt`, send SIGINT to its process group when the output matches it."
     env = {**ENV, **{k: v.replace('{d}', str(d)) for k, v in (env or {}).items()}}
     p = subprocess.Popen(command(argv), cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=ctrl_c_default)
     out, err, seen = [], [], threading.Event()
     def pump(stream, acc):
         for line in stream:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from careless import ctrl_c_default
 from trn_tutorials.core import UsageError, parse_args, tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
 from trn_tutorials.train import (ERROR_PREFIX, PROGRESS_ENV, TrainArguments, check_output_dir, check_space, classification_metrics,
@@ -106,7 +107,7 @@ def test_a_full_disk_is_one_line(tiny, monkeypatch, capsys):
 def test_ctrl_c_is_one_line(tiny):
     tmp, a = tiny
     p = subprocess.Popen([*PY, '--dataset_path', 'data', '--output_dir', 'cc', '--max_steps', '100000', '--save_steps', '8'], cwd=tmp,
-                         env=ENV | {PROGRESS_ENV: '1'}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         env=ENV | {PROGRESS_ENV: '1'}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_default)
     for line in p.stdout:
         if (e := read_progress(line)) and e['event'] == 'step' and e['step'] >= 9: break
     p.send_signal(signal.SIGINT)
