@@ -111,6 +111,7 @@ def main():
     if a.f1_packed:   # the same texts a step as the padded runs, so the same steps and learning rate
         pm = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'/'packed'), pack=True))
         batch['packed'] = max(1, round(a.batch_size / pm['packing']['texts_per_row']))
+        packed_data = pm['packing'] | {'padding_share': pm['padding_share']['train']}
     full, res = {n: [] for n in names}, None
     if a.reuse_f1:
         prev = json.loads(Path(a.results).read_text())
@@ -130,7 +131,7 @@ def main():
                                'batch_rows': batch[name], 'date': time.strftime('%Y-%m-%d'), 'versions': versions()})
             print(name, 'seed', seed, '2 epochs', json.dumps(full[name][-1]), flush=True)
             full[name].sort(key=lambda r: a.seeds.index(r['seed']))
-            res = results(a, common, peak, rows, speed, full, t_start)
+            res = results(a, common, peak, rows, speed, full, t_start) | ({'packed_data': packed_data} if a.f1_packed else {})
             (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
             # the keys other benchmarks write (`graphs`: bench_graphs.py, `recipe`: bench_recipe.py) are kept
             other = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
