@@ -38,3 +38,17 @@ def sshd(tmp_path_factory):
     assert not left, f"sshd sessions still open at the end: {left}"
     assert not alive(srv.proc.pid), "sshd still running"
     assert not procs_mentioning(str(srv.dir)), f"processes left behind: {procs_mentioning(str(srv.dir))}"
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+    "The bundled sample, prepared for a tiny BERT (one bucket, and four): the launch and precompile tests share it."
+    from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+    from trn_tutorials.models import tiny_bert
+    tmp = tmp_path_factory.mktemp('launch')
+    raw = load_raw(sample_data())
+    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
+    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
+    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-4'), buckets=4))
+    return tmp

@@ -6,25 +6,13 @@ from pathlib import Path
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails
 
-from trn_tutorials.core import Accelerator, UsageError, die_with_parent, folder_lock, lock_holder, parse_args, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data
+from trn_tutorials.core import Accelerator, UsageError, die_with_parent, folder_lock, lock_holder, parse_args
+from trn_tutorials.data import load_prepared
 from trn_tutorials.launch import (LaunchError, Progress, Results, free_port, launch, launch_env, process_tree,
                                   end_tree, stop, stream, worker_error, torchrun_command, train_argv, workers)
 from trn_tutorials.train import TrainArguments, progress_line
 
 CPU = Accelerator('cpu', 1, 'cpu')
-
-
-@pytest.fixture(scope='module')
-def prepared(tmp_path_factory):
-    "The bundled sample, prepared for a tiny BERT (one bucket, and four)."
-    tmp = tmp_path_factory.mktemp('launch')
-    raw = load_raw(sample_data())
-    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-4'), buckets=4))
-    return tmp
 
 
 def test_workers():

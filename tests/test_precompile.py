@@ -7,26 +7,14 @@ from pathlib import Path
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails, test_stdout as stdout_is
 
-from trn_tutorials.core import Accelerator, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, row_lengths, sample_data
+from trn_tutorials.core import Accelerator
+from trn_tutorials.data import load_prepared, row_lengths
 from trn_tutorials.launch import torchrun_command
 from trn_tutorials.precompile import (PrecompileError, cache_status, compile_cache, precompile, precompile_args, precompile_command,
                                       precompile_steps)
 from trn_tutorials.train import BucketBatchSampler, TrainArguments
 
 CPU = Accelerator('cpu', 1, 'cpu')
-
-
-@pytest.fixture(scope='module')
-def prepared(tmp_path_factory):
-    "The bundled sample, prepared for a tiny BERT (one bucket, and four)."
-    tmp = tmp_path_factory.mktemp('launch')
-    raw = load_raw(sample_data())
-    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-4'), buckets=4))
-    return tmp
 
 
 def no_weights(tmp) -> str:
