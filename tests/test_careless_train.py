@@ -57,6 +57,7 @@ def recorded_model(d, r):
     assert rec['kind'] == 'model' and rec['data']['dataset_path'] == str(d/'data') and rec['data']['fingerprint']['label_names'], rec
 
 STEP = r'"event": "step", "step": ([4-9]|\d\d)'   # a progress line after the first checkpoint (step 3) was sealed
+# (step lines come at most every 0.5 s, so a busy machine may already be past the second, step 6: either is kept)
 
 CASES = [
     # ---- owned folders: train writes only a new, empty or own model folder, never nested in or around the data
@@ -86,7 +87,7 @@ CASES = [
          '--num_train_epochs', '3'))[1], [], status=0, env={PROGRESS_ENV: '1'}, check=real_epochs),
     # ---- no traceback: Ctrl-C says what was kept and the command that continues (followed: it must finish)
     Case('no traceback', 'Ctrl-C after a checkpoint', lambda d: (tiny_prepared(d), train_argv(d, 'm', '--max_steps', '30'))[1],
-         ['interrupted: kept', 'checkpoint-3'], status=130, interrupt=STEP, env={PROGRESS_ENV: '1', **VENV}),
+         ['interrupted: kept', '/m/checkpoint-', 'the newest complete checkpoint'], status=130, interrupt=STEP, env={PROGRESS_ENV: '1', **VENV}),
     Case('no traceback', 'Ctrl-C before any checkpoint', lambda d: (tiny_prepared(d), train_argv(d, 'm', '--max_steps', '30', '--save_steps', '100'))[1],
          ['interrupted: no checkpoint was kept'], status=130, interrupt=r'"event": "step", "step": [2-9]', env={PROGRESS_ENV: '1', **VENV}),
     # ---- safe fixes: what the message suggests works as printed and keeps the user's files
