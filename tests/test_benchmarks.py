@@ -11,7 +11,7 @@ from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 
 ROOT = Path(__file__).parent.parent
-SETTINGS = ['recipe (512)', 'recipe (128)', 'chosen', '2 buckets', 'packed']
+SETTINGS = ['recipe (512)', 'recipe (128)', 'chosen', 'recipe (chosen length)', '2 buckets', 'packed']
 
 
 @pytest.fixture(scope='module')
@@ -47,6 +47,9 @@ def test_bench_recipe_runs_every_setting_in_one_invocation(tiny, bf16):
     for n, row in rc['settings'].items():
         assert row['steps'] == 2 and row['samples_per_s'] > 0, (n, row)
     assert rc['settings']['recipe (512)']['lengths'] == [512] and rc['settings']['recipe (128)']['lengths'] == [128]
+    assert rc['settings']['recipe (chosen length)']['lengths'] == rc['settings']['chosen']['lengths']   # the same padded tokens
+    assert rc['chosen_vs_recipe_same_length'] == pytest.approx(rc['settings']['chosen']['samples_per_s'] /
+                                                               rc['settings']['recipe (chosen length)']['samples_per_s'])
     p = rc['settings']['packed']
     assert p['texts_per_row'] > 1 and len(p['input_shapes']) == 1   # several texts a row, one shape
     for n in ('chosen', '2 buckets', 'packed'):
@@ -54,3 +57,23 @@ def test_bench_recipe_runs_every_setting_in_one_invocation(tiny, bf16):
         assert rc['speedup_vs_recipe'][n] == pytest.approx(rc['settings'][n]['samples_per_s'] / rc['settings']['recipe (512)']['samples_per_s'])
     assert str(tmp) not in json.dumps(rc['settings'])   # the commands name <out> and <minilm>, not this machine's paths
     assert digest(repo_results) == before
+
+
+def test_bench_step_times_every_variant_and_what_it_ran(tiny):
+    "bench_step: the plain Trainer and the project's variants, each in its own torchrun worker, with the optimizer and DDP each says."
+    tmp, model = tiny
+    before, results = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-step.json'
+    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_step.py'), '--data', str(sample_data()), '--model', str(model),
+           '--steps', '8', '--rounds', '1', '--out', str(tmp/'out-step'), '--results', str(results)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(results.read_text())
+    assert list(res) == ['step']
+    runs = {v: rs[0] for v, rs in res['step']['runs'].items()}
+    assert list(runs) == ['Trainer', 'project', 'project, unfused AdamW', 'project, no DDP']
+    assert [(r['optim'], r['ddp']) for r in runs.values()] == [('adamw_torch_fused', False), ('adamw_torch_fused', True),
+                                                                ('adamw_torch', True), ('adamw_torch_fused', False)]
+    for v, x in runs.items():
+        assert x['step_ms'] > 0 and x['optimizer_ms'] > 0 and x['forward_backward_ms'] > 0, (v, x)
+    assert res['step']['per_token_vs_trainer']['Trainer'] == 1.0
+    assert digest(ROOT/'benchmarks'/'results.json') == before

