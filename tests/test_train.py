@@ -259,8 +259,10 @@ def test_old_checkpoints_go_only_once_a_newer_one_is_sealed(prepared):
     seen = []
     class Watch(TrainerCallback):   # runs before the guard's on_save: the new checkpoint is written, not sealed yet
         def on_save(self, args, state, control, **kw): seen.append([(c.name, ok) for c, ok in checkpoints(args.output_dir)])
+    from transformers.utils import is_torch_xla_available
+    backend = 'xla' if is_torch_xla_available() else 'cpu'   # the Trn1 stand-in's tests run in-process on torch-xla's device
     model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
-    targs = training_arguments(TrainArguments(output_dir=str(tmp/'pruned'), max_steps=6, save_steps=2, save_total_limit=1), 'cpu')
+    targs = training_arguments(TrainArguments(output_dir=str(tmp/'pruned'), max_steps=6, save_steps=2, save_total_limit=1), backend)
     ds = load_prepared(str(tmp/'data'))[0]
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], callbacks=[Watch()])
     trainer.train()
