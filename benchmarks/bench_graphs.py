@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark: the graphs PyTorch/XLA compiles for 1, 2 and 4 length buckets (the Neuron code path, rehearsed on the CPU).
+"""Benchmark: the graphs PyTorch/XLA compiles for 1, 2 and 4 length buckets and packed rows (the Neuron code path, rehearsed on the CPU).
 
 Each setting is prepared from the real emotion files by the tutorial's `prepare` and trained by its script with
 `--backend xla` (PJRT on the CPU, one torchrun worker, in the torch-xla environment `.venv-xla`), with
@@ -71,6 +71,8 @@ def main():
     p.add_argument('--weight_decay', type=float, default=0.01, help="AdamW weight decay (the train script's default)")
     p.add_argument('--no_decay_buckets', type=int, nargs='*', default=[2],
                    help='bucket settings also trained with --weight_decay 0 (the graph count without the decay term)')
+    p.add_argument('--packed', action='store_true', help='also train packed rows (`prepare --pack`), about --batch_size texts a '
+                   'step (rows = batch_size / texts a row), evaluation rows the same way')
     p.add_argument('--python', default=str(HERE.parent/'.venv-xla'/'bin'/'python'), help='the Python with torch-xla')
     p.add_argument('--key', default='graphs', help='key of the results file to write')
     p.add_argument('--reuse', action='store_true', help='keep the settings already under --key made with the same model and '
@@ -91,16 +93,21 @@ def main():
     if a.reuse and old and not keep: sys.exit(f'--reuse: {a.results} [{a.key}] was made with another model or hyperparameters; drop --reuse')
     settings = dict(old.get('settings', {})) if keep else {}
     res = old if keep else {}
-    runs = [(k, a.weight_decay) for k in a.buckets] + [(k, 0.0) for k in a.no_decay_buckets if a.weight_decay]
+    runs = [(k, a.weight_decay) for k in a.buckets] + [(k, 0.0) for k in a.no_decay_buckets if a.weight_decay] \
+           + ([('packed', a.weight_decay)] if a.packed else [])
     for k, wd in runs:
-        name = f"{k} bucket{'s' if k > 1 else ''}" + (', weight decay 0' if wd != a.weight_decay else '')
+        name = 'packed' if k == 'packed' else f"{k} bucket{'s' if k > 1 else ''}" + (', weight decay 0' if wd != a.weight_decay else '')
         if name in settings: continue
-        data, tag = out/'data'/f'{k}-buckets', f'{k}-buckets' + ('-wd0' if wd != a.weight_decay else '')
-        manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=k))
+        tag = ('packed' if k == 'packed' else f'{k}-buckets') + ('-wd0' if wd != a.weight_decay else '')
+        data = out/'data'/tag.removesuffix('-wd0')
+        layout = dict(pack=True) if k == 'packed' else dict(buckets=k)
+        manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), **layout))
         n_params = param_tensors(model, len(manifest['label_names']))
+        per_row = manifest['packing']['texts_per_row'] if k == 'packed' else 1   # the same texts a step in every setting
+        rows = lambda n: max(1, round(n / per_row))
         args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), num_train_epochs=a.epochs, max_steps=a.max_steps,
-                              learning_rate=a.learning_rate, weight_decay=wd, per_device_train_batch_size=a.batch_size,
-                              per_device_eval_batch_size=a.eval_batch_size, backend='xla', resume=False)
+                              learning_rate=a.learning_rate, weight_decay=wd, per_device_train_batch_size=rows(a.batch_size),
+                              per_device_eval_batch_size=rows(a.eval_batch_size), backend='xla', resume=False)
         if Path(args.output_dir).exists(): import shutil; shutil.rmtree(args.output_dir)
         before = [round(x, 2) for x in os.getloadavg()]   # the machine is shared: say how busy it was
         m, graphs, wall = run(args, a.python, out/f'{tag}.log')
@@ -109,7 +116,9 @@ def main():
         from trn_tutorials.launch import torchrun_command
         cmd = torchrun_command(args, 1, port=29500, python='python')
         settings[name] = {
-            'date': time.strftime('%Y-%m-%d'), 'weight_decay': wd, 'lengths': manifest['bucket_lengths'], 'steps': t['steps'], 'steps_per_epoch': t['steps_per_epoch'],
+            'date': time.strftime('%Y-%m-%d'), 'weight_decay': wd, 'lengths': manifest['bucket_lengths'],
+            'batch_rows': args.per_device_train_batch_size, 'eval_batch_rows': args.per_device_eval_batch_size, 'texts_per_row': per_row,
+            'padding_share': manifest['padding_share']['train'], 'steps': t['steps'], 'steps_per_epoch': t['steps_per_epoch'],
             'input_shapes': t['input_shapes'], 'eval_shapes': t['eval_shapes'],
             'compiled_graphs': g, 'compile_s': m['compile_s'], 'graphs_in_debug_report': len(graphs),
             'model_graphs': {'train': sum(not c['in_eval'] for c in large), 'eval': sum(c['in_eval'] for c in large)},
@@ -127,7 +136,7 @@ def main():
                'versions': {n: v[n] for n in ('python', 'torch', 'torch-xla', 'transformers') if n in v},
                'model': model_name, 'hyperparameters': hyper, 'workers': 1,
                'command': shlex.join(['.venv/bin/python', 'benchmarks/bench_graphs.py', *sys.argv[1:]]),
-               'settings': dict(sorted(settings.items(), key=lambda kv: (int(kv[0].split()[0]), kv[0])))}
+               'settings': dict(sorted(settings.items(), key=lambda kv: (kv[0] == 'packed', kv[0])))}   # buckets by count, then packed
         (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
         full = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
         Path(a.results).write_text(json.dumps(full | {a.key: res}, indent=2) + '\n')

@@ -77,3 +77,30 @@ def test_bench_step_times_every_variant_and_what_it_ran(tiny):
         assert x['step_ms'] > 0 and x['optimizer_ms'] > 0 and x['forward_backward_ms'] > 0, (v, x)
     assert res['step']['per_token_vs_trainer']['Trainer'] == 1.0
     assert digest(ROOT/'benchmarks'/'results.json') == before
+
+
+def test_bench_buckets_trains_a_bf16_twin_with_the_same_seeds(tiny):
+    "bench_buckets --f1_bf16: the named 2-epoch setting again under bf16, on the same data and seeds, compared seed by seed."
+    tmp, model = tiny
+    before, results = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-buckets.json'
+    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_buckets.py'), '--data', str(sample_data()), '--model', str(model),
+           '--steps', '2', '--steps_512', '1', '--buckets', '2', '--seeds', '7', '--epochs', '1', '--f1_buckets', '2',
+           '--out', str(tmp/'out-buckets'), '--results', str(results)]
+    env = os.environ | {'PYTHONPATH': str(ROOT)}
+    # a setting that is not trained for 2 epochs: one line naming those that are, before anything is prepared
+    r = subprocess.run(cmd + ['--f1_bf16', 'packed'], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == ["--f1_bf16 'packed': not a 2-epoch setting of this invocation; "
+                                                                   "choose among chosen, 2 buckets"], r.stderr[-2000:]
+    assert not (tmp/'out-buckets').exists()
+    r = subprocess.run(cmd + ['--f1_bf16', '2 buckets'], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(results.read_text())
+    runs = res['two_epochs']
+    assert list(runs) == ['chosen', '2 buckets', '2 buckets, bf16']
+    assert [(rs[0]['seed'], rs[0]['bf16']) for rs in runs.values()] == [(7, False), (7, False), (7, True)]
+    twin, bf = runs['2 buckets'][0], runs['2 buckets, bf16'][0]
+    assert bf['input_shapes'] == twin['input_shapes'] and bf['steps'] == twin['steps']   # the same data, the same batches
+    assert res['bf16_minus_fp32_per_seed'] == {'2 buckets, bf16': [bf['test_f1'] - twin['test_f1']]}
+    assert res['bf16_minus_fp32']['2 buckets, bf16'] == pytest.approx(bf['test_f1'] - twin['test_f1'])
+    assert res['model'] == Path(model).name and res['best_buckets'] == '2 buckets'
+    assert digest(ROOT/'benchmarks'/'results.json') == before
