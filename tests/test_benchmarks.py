@@ -104,3 +104,24 @@ def test_bench_buckets_trains_a_bf16_twin_with_the_same_seeds(tiny):
     assert res['bf16_minus_fp32']['2 buckets, bf16'] == pytest.approx(bf['test_f1'] - twin['test_f1'])
     assert res['model'] == Path(model).name and res['best_buckets'] == '2 buckets'
     assert digest(ROOT/'benchmarks'/'results.json') == before
+
+
+def test_bench_pack_order_packs_in_a_shuffled_order_and_trains_it(tiny):
+    "bench_pack_order: prepare's packing swapped for best fit over a shuffled order, in its own process; trained per seed."
+    from trn_tutorials.data import DataArguments, load_prepared, prepare
+    tmp, model = tiny
+    before, results, out = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-order.json', tmp/'out-order'
+    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_pack_order.py'), '--data', str(sample_data()), '--model', str(model),
+           '--row_length', '64', '--max_texts', '8', '--seeds', '7', '--out', str(out), '--results', str(results)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(results.read_text())['pack_order']
+    assert [x['seed'] for x in res['runs']] == [7] and res['runs'][0]['input_shapes'] == [[res['runs'][0]['batch_rows'], 64]]
+    assert res['f1_minus_chosen_per_seed'] == [] and res['f1_minus_chosen'] is None   # no chosen-length runs in this results file
+    # the tutorial's own packing of the same texts (this process is not patched): the same row length, other rows
+    prepare(DataArguments(data=str(sample_data()), model_id=model, dataset_path=str(tmp/'tutorial-packed'), pack=True, row_length=64, max_texts=8))
+    ours, theirs = load_prepared(str(tmp/'tutorial-packed'))[0]['train'], load_prepared(str(out/'data'))[0]['train']
+    texts = lambda d: sorted(y for row in d['labels'] for y in row if y != -100)
+    assert texts(ours) == texts(theirs)   # the same texts...
+    assert ours['input_ids'][0] != theirs['input_ids'][0]   # ...in other rows: the longest text opens the tutorial's first row
+    assert digest(ROOT/'benchmarks'/'results.json') == before

