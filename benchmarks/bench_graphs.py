@@ -2,7 +2,8 @@
 """Benchmark: the graphs PyTorch/XLA compiles for 1, 2 and 4 length buckets and packed rows (the Neuron code path, rehearsed on the CPU).
 
 Each setting is prepared from the real emotion files by the tutorial's `prepare` and trained by its script with
-`--backend xla` (PJRT on the CPU, one torchrun worker, in the torch-xla environment `.venv-xla`), with
+`--backend xla` (PJRT on the CPU, one torchrun worker, in the Trn1 stand-in `.venv-trn1`: the DLAMI's torch 2.9 and
+torch-xla 2.9, the package installed as a reader installs it; `STAGES=trn1 bash tools/test.sh` makes it), with
 `PT_XLA_DEBUG_LEVEL=1` so that torch-xla reports every graph it compiles. Recorded per setting: the graphs compiled in
 training (per epoch) and in evaluation (per evaluation), the seconds spent compiling them, how many of them hold the
 model (a training step or a forward pass: as many inputs as the model has parameter tensors, or more), the input
@@ -73,7 +74,8 @@ def main():
                    help='bucket settings also trained with --weight_decay 0 (the graph count without the decay term)')
     p.add_argument('--packed', action='store_true', help='also train packed rows (`prepare --pack`), about --batch_size texts a '
                    'step (rows = batch_size / texts a row), evaluation rows the same way')
-    p.add_argument('--python', default=str(HERE.parent/'.venv-xla'/'bin'/'python'), help='the Python with torch-xla')
+    p.add_argument('--python', default=str(HERE.parent/'.venv-trn1'/'bin'/'python'),
+                   help='the Python with torch-xla and the package (default: the Trn1 stand-in)')
     p.add_argument('--key', default='graphs', help='key of the results file to write')
     p.add_argument('--reuse', action='store_true', help='keep the settings already under --key made with the same model and '
                    'hyperparameters; train only the missing ones')
@@ -83,7 +85,8 @@ def main():
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.train import TrainArguments
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    if not Path(a.python).exists(): sys.exit(f'{a.python} not found: make the torch-xla environment (tools/test.sh) or pass --python')
+    if not Path(a.python).exists():
+        sys.exit(f'{a.python} not found: make the Trn1 stand-in with `STAGES=trn1 bash tools/test.sh`, or pass --python')
     model, model_name = model_for(a.model, a.data, out)
     hyper = {'batch_size': a.batch_size, 'eval_batch_size': a.eval_batch_size, 'learning_rate': a.learning_rate,
              'epochs': a.epochs, 'max_steps': a.max_steps, 'weight_decay': a.weight_decay}
