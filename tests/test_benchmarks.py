@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import EMOTION_LABELS, load_prepared, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 
 ROOT = Path(__file__).parent.parent
@@ -60,7 +60,7 @@ def test_bench_recipe_runs_every_setting_in_one_invocation(tiny, bf16):
 
 
 def test_bench_step_times_every_variant_and_what_it_ran(tiny):
-    "bench_step: the plain Trainer and the project's variants, each in its own torchrun worker, with the optimizer and DDP each says."
+    "bench_step: the plain Trainer and the project's variants (packed rows too), each in its own torchrun worker, with the optimizer and DDP each says."
     tmp, model = tiny
     before, results = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-step.json'
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_step.py'), '--data', str(sample_data()), '--model', str(model),
@@ -70,12 +70,26 @@ def test_bench_step_times_every_variant_and_what_it_ran(tiny):
     res = json.loads(results.read_text())
     assert list(res) == ['step']
     runs = {v: rs[0] for v, rs in res['step']['runs'].items()}
-    assert list(runs) == ['Trainer', 'project', 'project, unfused AdamW', 'project, no DDP']
+    assert list(runs) == ['Trainer', 'project', 'project, unfused AdamW', 'project, no DDP', 'Trainer, 128 tokens', 'project, packed']
     assert [(r['optim'], r['ddp']) for r in runs.values()] == [('adamw_torch_fused', False), ('adamw_torch_fused', True),
-                                                                ('adamw_torch', True), ('adamw_torch_fused', False)]
+                                                                ('adamw_torch', True), ('adamw_torch_fused', False),
+                                                                ('adamw_torch_fused', False), ('adamw_torch_fused', True)]
     for v, x in runs.items():
         assert x['step_ms'] > 0 and x['optimizer_ms'] > 0 and x['forward_backward_ms'] > 0, (v, x)
-    assert res['step']['per_token_vs_trainer']['Trainer'] == 1.0
+        assert x['texts_per_s'] == pytest.approx(1000 * x['texts_per_step'] / x['step_ms'], rel=1e-3), (v, x)
+    assert {v: x['batch_rows'] for v, x in runs.items() if v != 'project, packed'} == dict.fromkeys(list(runs)[:5], 16)
+    # packed rows: fewer rows a step, holding about the 16 texts of the others, read from the packed folder's record
+    manifest = load_prepared(str(tmp/'out-step'/'packed-data'))[1]
+    per_row = manifest['rows']['train'] / manifest['packing']['rows']['train']
+    assert per_row > 1 and runs['project, packed']['batch_rows'] == round(16 / per_row)
+    assert runs['project, packed']['texts_per_step'] == round(round(16 / per_row) * per_row, 3)
+    assert res['step']['per_token_vs_trainer']['Trainer'] == 1.0 and len(res['step']['per_token_vs_trainer']) == 4
+    for v, ops in res['step']['ops_ms'].items():   # the profiled steps' ops, in groups that add up to the whole
+        assert list(ops) == ['matrix multiplies', 'dropout masks', 'AdamW kernel', 'zero fills', 'norms (clipping)', 'other', 'total'], v
+        assert ops['matrix multiplies'] > 0 and (ops['AdamW kernel'] > 0) == (v != 'project, unfused AdamW'), (v, ops)
+        assert abs(sum(ops.values()) - 2 * ops['total']) < 0.5, (v, ops)
+    m = res['step']['median']
+    assert res['step']['packed_vs_trainer_128'] == round(m['project, packed']['texts_per_s'] / m['Trainer, 128 tokens']['texts_per_s'], 3)
     assert digest(ROOT/'benchmarks'/'results.json') == before
 
 
