@@ -15,7 +15,8 @@ variants alternating, round after round, so that a slower minute of the machine 
   accelerate wraps even a single torchrun worker in `DistributedDataParallel`; this variant shows what that costs;
 - `Trainer, 128 tokens`: the plain `Trainer` on the recipe's data padded to 128, the step of the 128 recipe;
 - `project, packed`: the tutorial's trainer on `prepare --pack`'s rows (row length and texts a row chosen from the
-  data), as many rows a step as hold about 16 texts (`bench_recipe.py`'s rule).
+  data), as many rows a step as hold about 16 texts (`bench_recipe.py`'s rule);
+- `project, packed, no DDP`: the same with `use_cpu=False`.
 
 Timed by the Trainer's own callback events, per optimizer step (the median after the first 5 steps): the whole step
 (from one step's end to the next), the forward and backward pass with gradient clipping (`on_step_begin` to
@@ -36,8 +37,9 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 VARIANTS = {'Trainer': {}, 'project': {}, 'project, unfused AdamW': {'optim': 'adamw_torch'}, 'project, no DDP': {'use_cpu': False},
-            'Trainer, 128 tokens': {}, 'project, packed': {}}
-DATA = {'Trainer': 'recipe-data', 'Trainer, 128 tokens': 'recipe-data-128', 'project, packed': 'packed-data'}   # else project-data
+            'Trainer, 128 tokens': {}, 'project, packed': {}, 'project, packed, no DDP': {'use_cpu': False}}
+DATA = {'Trainer': 'recipe-data', 'Trainer, 128 tokens': 'recipe-data-128', 'project, packed': 'packed-data',
+        'project, packed, no DDP': 'packed-data'}   # else project-data
 SAME_LENGTH = list(VARIANTS)[:4]   # padded to the chosen length: compared per padded token
 BATCH = 16   # texts a step: the recipe's batch
 
@@ -98,7 +100,7 @@ def worker(a):
     set_seed(42)
     model = AutoModelForSequenceClassification.from_pretrained(a.model, num_labels=6)   # emotion's six labels
     per_row = 1.0
-    if a.variant == 'project, packed':   # several texts a row, each classified from its own [CLS], as the train script does
+    if a.variant.startswith('project, packed'):   # several texts a row, each classified from its own [CLS], as the train script does
         from trn_tutorials.packing import pack_model
         model, per_row = pack_model(model), m['rows']['train'] / m['packing']['rows']['train']
     rows = max(1, round(BATCH / per_row))
