@@ -7,9 +7,12 @@ row holds one long tweet with short ones. The benchmark page reads packed rows' 
 that. This script tests the reading: in its own process only, `prepare` packs by best fit over a shuffled order
 (`--order_seed`), with the row length and texts a row of the tutorial's packed data (`packed_data` in the results file),
 and each `--seeds` seed trains it with the hyperparameters of the 2-epoch runs (batch: as many rows as hold about
-`--batch_size` texts). Test F1 is compared seed by seed with the chosen length's runs in the results file.
+`--batch_size` texts). Test F1 is compared seed by seed with the chosen length's runs: those of the results file
+(`bench_buckets.py`'s two-epoch runs), and for a seed it has none of, a chosen-length run this script trains the same way
+(`prepare`'s defaults, batch `--batch_size` texts) and stores beside its own (`chosen_runs`).
 
     .venv/bin/python benchmarks/bench_pack_order.py --data ../shared/data/emotion --seeds 42 43 44
+    .venv/bin/python benchmarks/bench_pack_order.py --data ../shared/data/emotion --seeds 42 43 44 45 46 --reuse_runs
 
 Writes `results.json` in `--out` and the key `pack_order` of `--results` after each run. The emotion data is licensed for
 research and education: it is read from where it lies, never copied here.
@@ -45,6 +48,8 @@ def main():
     p.add_argument('--order_seed', type=int, default=0, help='seed of the shuffled order the rows are filled in')
     p.add_argument('--row_length', type=int, default=None, help="tokens a row; default: the results file's packed_data")
     p.add_argument('--max_texts', type=int, default=None, help="texts a row at most; default: the results file's packed_data")
+    p.add_argument('--reuse_runs', action='store_true',
+                   help="keep the runs of the results file's pack_order made with the same order, rows and hyperparameters; train only missing seeds")
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
     prev = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
@@ -60,23 +65,41 @@ def main():
     rows = max(1, round(hyper['batch_size'] / m['packing']['texts_per_row']))
     common = TrainArguments(learning_rate=hyper['learning_rate'], per_device_train_batch_size=rows, num_train_epochs=hyper['epochs'],
                             logging_steps=1000, save_steps=0, dataset_path=str(out/'data'))
-    chosen = {r['seed']: r for r in prev.get('two_epochs', {}).get('chosen', [])}
-    runs = []
+    order = f'best fit over a shuffled order (seed {a.order_seed})'
+    kept = prev.get('pack_order', {}) if a.reuse_runs else {}
+    if kept and (kept['order'], kept['hyperparameters'], kept['packing']) != (order, hyper, m['packing']):
+        sys.exit(f"--reuse_runs: {a.results}'s pack_order was made with another order, rows or hyperparameters; drop --reuse_runs")
+    runs = [x for x in kept.get('runs', []) if x['seed'] in a.seeds]
+    own = [x for x in kept.get('chosen_runs', []) if x['seed'] in a.seeds]   # chosen-length runs this script trained
+    chosen = {r['seed']: r for r in prev.get('two_epochs', {}).get('chosen', [])} | {r['seed']: r for r in own}
     for seed in a.seeds:
-        r = run(replace(common, seed=seed, output_dir=str(out/f'seed{seed}')))
-        runs.append({'seed': seed, 'test_f1': r['test']['f1'], 'test_accuracy': r['test']['accuracy'], 'validation_f1': r['validation']['f1'],
-                     'steps': r['train']['steps'], 'batch_rows': rows, 'input_shapes': r['train']['input_shapes'],
-                     'samples_per_s': r['train']['samples_per_second'], 'date': time.strftime('%Y-%m-%d'), 'versions': versions()})
-        print(json.dumps(runs[-1]), flush=True)
-        paired = [x for x in runs if x['seed'] in chosen]
-        res = {'order': f'best fit over a shuffled order (seed {a.order_seed})', 'hyperparameters': hyper,
-               'packing': m['packing'], 'padding_share': m['padding_share']['train'], 'runs': runs,
+        if seed not in chosen:   # the baseline first: bench_buckets' chosen-length run, as it trains one
+            if not (out/'chosen-data').exists(): prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'chosen-data')))
+            r = run(replace(common, seed=seed, output_dir=str(out/f'chosen-seed{seed}'), dataset_path=str(out/'chosen-data'),
+                            per_device_train_batch_size=hyper['batch_size']))
+            own.append(chosen.setdefault(seed, record(r, seed, hyper['batch_size'])))
+            print('chosen', json.dumps(own[-1]), flush=True)
+        if not any(x['seed'] == seed for x in runs):
+            runs.append(record(run(replace(common, seed=seed, output_dir=str(out/f'seed{seed}'))), seed, rows))
+            print('shuffled', json.dumps(runs[-1]), flush=True)
+        runs.sort(key=lambda x: a.seeds.index(x['seed'])); own.sort(key=lambda x: a.seeds.index(x['seed']))
+        diffs = [x['test_f1'] - chosen[x['seed']]['test_f1'] for x in runs]
+        res = {'order': order, 'hyperparameters': hyper, 'packing': m['packing'], 'padding_share': m['padding_share']['train'],
+               'runs': runs, 'chosen_runs': own,
                'test_f1_mean': float(np.mean([x['test_f1'] for x in runs])), 'validation_f1_mean': float(np.mean([x['validation_f1'] for x in runs])),
-               'f1_minus_chosen_per_seed': [x['test_f1'] - chosen[x['seed']]['test_f1'] for x in paired],
-               'f1_minus_chosen': float(np.mean([x['test_f1'] - chosen[x['seed']]['test_f1'] for x in paired])) if paired else None}
+               'chosen_test_f1_mean': float(np.mean([chosen[x['seed']]['test_f1'] for x in runs])),
+               'f1_minus_chosen_per_seed': diffs, 'f1_minus_chosen': float(np.mean(diffs))}
         out.mkdir(parents=True, exist_ok=True); (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
         full = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
         Path(a.results).write_text(json.dumps(full | {'pack_order': res}, indent=2) + '\n')
+
+
+def record(m: dict, seed: int, batch_rows: int) -> dict:
+    "What the results file keeps of one 2-epoch run's metrics.json."
+    return {'seed': seed, 'test_f1': m['test']['f1'], 'test_accuracy': m['test']['accuracy'], 'validation_f1': m['validation']['f1'],
+            'steps': m['train']['steps'], 'batch_rows': batch_rows, 'input_shapes': m['train']['input_shapes'],
+            'samples_per_s': m['train']['samples_per_second'], 'optim': m['args'].get('optim'),
+            'date': time.strftime('%Y-%m-%d'), 'versions': versions()}
 
 
 if __name__ == '__main__': main()

@@ -132,7 +132,14 @@ def test_bench_pack_order_packs_in_a_shuffled_order_and_trains_it(tiny):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(results.read_text())['pack_order']
     assert [x['seed'] for x in res['runs']] == [7] and res['runs'][0]['input_shapes'] == [[res['runs'][0]['batch_rows'], 64]]
-    assert res['f1_minus_chosen_per_seed'] == [] and res['f1_minus_chosen'] is None   # no chosen-length runs in this results file
+    # no chosen-length runs in this results file: the script trained the baseline itself, on prepare's default layout
+    (c,) = res['chosen_runs']
+    assert c['seed'] == 7 and c['batch_rows'] == 32 and len(c['input_shapes'][0]) == 2 and c['input_shapes'][0][1] != 64
+    assert res['f1_minus_chosen_per_seed'] == [res['runs'][0]['test_f1'] - c['test_f1']] == [res['f1_minus_chosen']]
+    # a second run into the same folder with --reuse_runs trains nothing new and keeps what it had
+    r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    assert r.returncode == 0 and 'shuffled' not in r.stdout and 'chosen' not in r.stdout, r.stderr[-3000:]
+    assert json.loads(results.read_text())['pack_order'] == res
     # the tutorial's own packing of the same texts (this process is not patched): the same row length, other rows
     prepare(DataArguments(data=str(sample_data()), model_id=model, dataset_path=str(tmp/'tutorial-packed'), pack=True, row_length=64, max_texts=8))
     ours, theirs = load_prepared(str(tmp/'tutorial-packed'))[0]['train'], load_prepared(str(out/'data'))[0]['train']
