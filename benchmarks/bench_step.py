@@ -8,15 +8,16 @@ variants alternating, round after round, so that a slower minute of the machine 
 
 - `Trainer`: the 2023 recipe's data cell padded to that length (`recipe_2023.py --prepare --max_length L`) and a plain
   `Trainer` with transformers' defaults (fused AdamW with torch >= 2.8);
-- `project`: the tutorial's trainer (`trainer_class`) on `prepare`'s data, with the train script's arguments;
+- `project`: the tutorial's trainer (`trainer_class`) on `prepare`'s data, with the train script's arguments (one fp32
+  worker on a CPU-only machine: no `use_cpu`, so no DDP);
 - `project, unfused AdamW`: the same with `--optim adamw_torch`, the train script's default until it measured this;
-- `project, no DDP`: the same as `project` with `use_cpu=False`. The train script sets `use_cpu` on the CPU: without it
-  transformers 5 would not join several torchrun workers on a machine without GPUs into one DDP group. With it,
-  accelerate wraps even a single torchrun worker in `DistributedDataParallel`; this variant shows what that costs;
+- `project, DDP`: the same with `use_cpu=True`, as the train script ran a single CPU worker until it measured this:
+  accelerate then wraps even one torchrun worker in `DistributedDataParallel` (the script still sets `use_cpu` for two
+  or more workers, which transformers 5 joins into one DDP group only with it, and for bf16);
 - `Trainer, 128 tokens`: the plain `Trainer` on the recipe's data padded to 128, the step of the 128 recipe;
 - `project, packed`: the tutorial's trainer on `prepare --pack`'s rows (row length and texts a row chosen from the
   data), as many rows a step as hold about 16 texts (`bench_recipe.py`'s rule);
-- `project, packed, no DDP`: the same with `use_cpu=False`.
+- `project, packed, DDP`: the same with `use_cpu=True`.
 
 Timed by the Trainer's own callback events, per optimizer step (the median after the first 5 steps): the whole step
 (from one step's end to the next), the forward and backward pass with gradient clipping (`on_step_begin` to
@@ -36,10 +37,10 @@ import argparse, json, os, platform, shlex, statistics, subprocess, sys, time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-VARIANTS = {'Trainer': {}, 'project': {}, 'project, unfused AdamW': {'optim': 'adamw_torch'}, 'project, no DDP': {'use_cpu': False},
-            'Trainer, 128 tokens': {}, 'project, packed': {}, 'project, packed, no DDP': {'use_cpu': False}}
+VARIANTS = {'Trainer': {}, 'project': {}, 'project, unfused AdamW': {'optim': 'adamw_torch'}, 'project, DDP': {'use_cpu': True},
+            'Trainer, 128 tokens': {}, 'project, packed': {}, 'project, packed, DDP': {'use_cpu': True}}
 DATA = {'Trainer': 'recipe-data', 'Trainer, 128 tokens': 'recipe-data-128', 'project, packed': 'packed-data',
-        'project, packed, no DDP': 'packed-data'}   # else project-data
+        'project, packed, DDP': 'packed-data'}   # else project-data
 SAME_LENGTH = list(VARIANTS)[:4]   # padded to the chosen length: compared per padded token
 BATCH = 16   # texts a step: the recipe's batch
 

@@ -11,7 +11,7 @@ from trn_tutorials.core import UsageError, parse_args, tiny_bert
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
 from trn_tutorials.launch import launch_env, torchrun_command
 from trn_tutorials.train import TrainArguments, planned_steps
-from trn_tutorials.arguments import alias_notes, changed_options, check_flags, option_argv, training_arguments
+from trn_tutorials.arguments import alias_notes, changed_options, check_flags, needs_use_cpu, option_argv, training_arguments
 
 HF_FLAGS = ['--num_train_epochs', '2', '--gradient_accumulation_steps', '2', '--lr_scheduler_type', 'cosine', '--report_to', 'none',
             '--eval_strategy', 'steps', '--eval_steps', '7', '--max_grad_norm', '0.5', '--adam_beta2', '0.98', '--label_smoothing_factor', '0.1',
@@ -70,7 +70,21 @@ def test_flags_a_backend_cannot_run_are_refused():
                                       {'train_sampling_strategy': 'group_by_length'})), 'cpu')
     ta = training_arguments(TrainArguments(), 'xla')
     assert ta.dataloader_drop_last and not ta.eval_do_concat_batches and not ta.use_cpu
-    assert training_arguments(TrainArguments(), 'cpu').use_cpu
+
+
+def test_use_cpu_only_where_the_cpu_run_needs_it(monkeypatch):
+    "One fp32 worker on a CPU-only machine runs without `use_cpu` (no DDP wrap); two workers, bf16 or an accelerator need it."
+    import torch
+    monkeypatch.setattr(torch.accelerator, 'is_available', lambda: False)
+    monkeypatch.delenv('WORLD_SIZE', raising=False)
+    fp32, bf16 = TrainArguments(), TrainArguments(bf16=True)
+    assert not training_arguments(fp32, 'cpu').use_cpu and not training_arguments(fp32, 'cpu', world_size=1).use_cpu
+    assert training_arguments(fp32, 'cpu', world_size=2).use_cpu and training_arguments(bf16, 'cpu').use_cpu
+    monkeypatch.setenv('WORLD_SIZE', '2'); assert needs_use_cpu(fp32)   # torchrun's count, by default
+    monkeypatch.setenv('WORLD_SIZE', '1'); assert not needs_use_cpu(fp32)
+    assert not TrainArguments(backend='cpu').use_cpu   # the backend alone no longer sets it: training_arguments decides
+    monkeypatch.setattr(torch.accelerator, 'is_available', lambda: True)   # a GPU (or MPS, XPU...) here: stay on the CPU
+    assert training_arguments(fp32, 'cpu').use_cpu and not training_arguments(fp32, 'cuda').use_cpu
 
 
 def test_transformers_own_checks_are_one_line():

@@ -46,7 +46,7 @@ def test_training_arguments_per_backend(tmp_path):
     ta = training_arguments(TrainArguments(output_dir=str(tmp_path/'a')), 'neuron')
     eq((ta.dataloader_drop_last, ta.eval_do_concat_batches), (True, False))
     ta_cpu = training_arguments(TrainArguments(output_dir=str(tmp_path/'b')), 'cpu')
-    eq((ta_cpu.eval_do_concat_batches, ta_cpu.use_cpu, ta.use_cpu), (True, True, False))
+    eq((ta_cpu.eval_do_concat_batches, ta.use_cpu), (True, False))
     eq((ta.save_strategy, ta.save_steps, ta.save_total_limit), ('steps', 500, 2))
     eq(training_arguments(TrainArguments(output_dir=str(tmp_path/'c'), save_steps=0), 'cpu').save_strategy, 'no')
     eq(ta_cpu.average_tokens_across_devices, False)   # the loss is a batch mean: not scaled by the worker count

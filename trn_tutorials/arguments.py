@@ -15,7 +15,7 @@ from .train import XLA_BACKENDS
 
 # %% auto #0
 __all__ = ['TRAIN_LIMITS', 'ALIASES', 'FUSED_ADAMW', 'TrainArguments', 'check_args', 'alias_notes', 'check_flags',
-           'training_arguments', 'changed_options', 'option_argv']
+           'needs_use_cpu', 'training_arguments', 'changed_options', 'option_argv']
 
 # %% ../nbs/04_arguments.ipynb #16cac8f9
 TRAIN_LIMITS = {   # the values the numeric options may take (`check_numbers`), by TrainingArguments' names; `xla_loop` shares them
@@ -79,7 +79,6 @@ def __post_init__(self:TrainArguments):
     check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here, in one line: on the CLI and in Python
     if self.backend not in BACKENDS: raise UsageError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     if self.save_steps == 0: self.save_strategy = 'no'   # the tutorial's `--save_steps 0`: no checkpoints
-    if self.backend == 'cpu': self.use_cpu = True   # else transformers 5 refuses --bf16 on a machine without a GPU
     try: TrainingArguments.__post_init__(self)
     except ValueError as e:
         if not (self.bf16 and not self.use_cpu and 'use_cpu' in str(e)): raise UsageError(' '.join(str(e).split())) from None   # one line
@@ -118,16 +117,27 @@ def check_flags(args:TrainArguments, # the run's arguments
         raise UsageError("the prepared data's buckets choose the training batches (by length): drop --group_by_length / --train_sampling_strategy")
     if args.tf32 and backend != 'cuda': raise UsageError(f"--tf32 is an NVIDIA GPU setting: drop it on {backend}")
 
+def needs_use_cpu(args:TrainArguments, # the run's arguments
+                  world_size:int|None=None # the run's workers; default: torchrun's `WORLD_SIZE`, else 1
+                 ) -> bool:
+    "On the `cpu` backend: whether the Trainer needs `use_cpu`, for two or more workers, for bf16, or to stay off an accelerator."
+    import torch
+    world = int(os.environ.get('WORLD_SIZE', 1)) if world_size is None else world_size
+    accelerator = not hasattr(torch, 'accelerator') or torch.accelerator.is_available()   # torch < 2.6: assume one
+    return world > 1 or bool(args.bf16) or accelerator
+
 def training_arguments(args:TrainArguments, # the run's arguments
-                       backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
+                       backend:str, # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
+                       world_size:int|None=None # the run's workers; default: torchrun's `WORLD_SIZE`, else 1
                       ) -> TrainArguments:
     "`args` for the Trainer on `backend`: checked with `check_flags`, and what the backend needs set."
     if backend not in FUSED_ADAMW and str(getattr(args.optim, 'value', args.optim)) == 'adamw_torch_fused':
         args = replace(args, optim='adamw_torch')   # transformers' default (torch >= 2.8), without its fused kernel: the same AdamW
     check_flags(args, backend)
-    xla = backend in XLA_BACKENDS
-    return replace(args, use_cpu=backend == 'cpu', dataloader_drop_last=args.dataloader_drop_last or xla,
-                   eval_do_concat_batches=args.eval_do_concat_batches and not xla)
+    xla, cpu = backend in XLA_BACKENDS, backend == 'cpu'
+    return replace(args, use_cpu=cpu and needs_use_cpu(args, world_size), dataloader_drop_last=args.dataloader_drop_last or xla,
+                   eval_do_concat_batches=args.eval_do_concat_batches and not xla,
+                   dataloader_pin_memory=args.dataloader_pin_memory and not cpu)   # pinned memory speeds copies to a device: none here
 
 # %% ../nbs/04_arguments.ipynb #53e9a8e0
 def changed_options(args:TrainArguments # the run's arguments
