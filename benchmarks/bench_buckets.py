@@ -23,6 +23,7 @@ import numpy as np
 from trn_tutorials.core import detect, local_model
 from trn_tutorials.data import DataArguments, load_prepared, prepare, row_lengths
 from trn_tutorials.launch import launch_env, torchrun_command
+from trn_tutorials.packing import rows_for_texts
 from trn_tutorials.train import TrainArguments
 
 HERE = Path(__file__).parent
@@ -123,7 +124,7 @@ def main():
     batch = {n: a.batch_size for n in names}
     if a.f1_packed:   # the same texts a step as the padded runs, so the same steps and learning rate
         pm = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'/'packed'), pack=True))
-        for n in ('packed', 'packed, bf16'): batch[n] = max(1, round(a.batch_size / pm['packing']['texts_per_row']))
+        for n in ('packed', 'packed, bf16'): batch[n] = rows_for_texts(a.batch_size, pm)
         packed_data = pm['packing'] | {'padding_share': pm['padding_share']['train']}
     full, res = {n: [] for n in names}, None
     if a.reuse_f1:

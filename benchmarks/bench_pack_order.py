@@ -62,7 +62,7 @@ def main():
     import datasets; datasets.disable_progress_bars()
     packing.pack_lengths = best_fit_shuffled(a.order_seed)   # prepare's packing, in this process only
     m = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'), pack=True, row_length=L, max_texts=S))
-    rows = max(1, round(hyper['batch_size'] / m['packing']['texts_per_row']))
+    rows = packing.rows_for_texts(hyper['batch_size'], m)
     common = TrainArguments(learning_rate=hyper['learning_rate'], per_device_train_batch_size=rows, num_train_epochs=hyper['epochs'],
                             logging_steps=1000, save_steps=0, dataset_path=str(out/'data'))
     order = f'best fit over a shuffled order (seed {a.order_seed})'

@@ -52,12 +52,12 @@ def project(a, name:str, buckets:int, model:str, out:Path, pack:bool=False) -> d
     from bench_buckets import run
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.launch import torchrun_command
+    from trn_tutorials.packing import rows_for_texts, texts_per_row
     from trn_tutorials.train import TrainArguments
     tag = 'packed' if pack else f'{buckets}-buckets'
     data = out/'data'/tag
     manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=buckets, pack=pack))
-    per_row = manifest['rows']['train'] / manifest['packing']['rows']['train'] if pack else 1
-    bs = max(1, round(a.batch_size / per_row))   # packed rows: about the texts of a padded batch
+    per_row, bs = texts_per_row(manifest), rows_for_texts(a.batch_size, manifest)   # packed rows: about the texts of a padded batch
     args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), learning_rate=a.learning_rate,
                           per_device_train_batch_size=bs, max_steps=a.steps, logging_steps=1000, save_steps=0, resume=False, bf16=a.bf16)
     if Path(args.output_dir).exists(): import shutil; shutil.rmtree(args.output_dir)

@@ -102,9 +102,9 @@ def worker(a):
     model = AutoModelForSequenceClassification.from_pretrained(a.model, num_labels=6)   # emotion's six labels
     per_row = 1.0
     if a.variant.startswith('project, packed'):   # several texts a row, each classified from its own [CLS], as the train script does
-        from trn_tutorials.packing import pack_model
-        model, per_row = pack_model(model), m['rows']['train'] / m['packing']['rows']['train']
-    rows = max(1, round(BATCH / per_row))
+        from trn_tutorials.packing import pack_model, rows_for_texts, texts_per_row
+        model, per_row, rows = pack_model(model), texts_per_row(m), rows_for_texts(BATCH, m)
+    else: rows = BATCH
     common = dict(output_dir=str(Path(a.out)/'runs'/a.variant.replace(' ', '').replace(',', '')), per_device_train_batch_size=rows, learning_rate=5e-5,
                   max_steps=a.steps + PROFILED, eval_strategy='no', save_strategy='no', report_to='none', disable_tqdm=True, logging_steps=1000)
     prof = op_profile(a.steps)

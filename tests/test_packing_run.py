@@ -10,6 +10,7 @@ from trn_tutorials.core import UsageError
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data
 from trn_tutorials.launch import launch
 from trn_tutorials.models import tiny_bert
+from trn_tutorials.packing import rows_for_texts, texts_per_row
 from trn_tutorials.train import TrainArguments
 
 
@@ -34,6 +35,12 @@ def test_prepare_pack_keeps_every_text_once(tiny):
         seg = np.asarray(d['segment_ids'])
         assert all(len(set(r[r > 0])) == (l >= 0).sum() for r, l in zip(seg, labels))   # one segment per labelled slot
     assert m['packing'] == pk and rec['options']['pack'] is True
+    # the batch that holds a padded batch's texts: rows a step times texts a row, as close to them as whole rows come
+    per_row = texts_per_row(rec)
+    assert per_row == rec['rows']['train'] / pk['rows']['train'] > 1 and texts_per_row({'rows': rec['rows']}) == 1
+    for texts in (1, 16, 32, 100):
+        n = rows_for_texts(texts, rec)
+        assert abs(n * per_row - texts) <= min(abs(k * per_row - texts) for k in range(1, 200)) + 1e-9   # the nearest whole rows
 
 
 @pytest.mark.parametrize('bad, says', [

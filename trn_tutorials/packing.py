@@ -12,8 +12,8 @@ from .core import Limit, UsageError, check_number
 
 # %% auto #0
 __all__ = ['PACKING_LIMITS', 'ROW_LENGTHS', 'TEXTS_PER_ROW', 'PACKABLE', 'pack_lengths', 'packing_share', 'row_cost',
-           'choose_packing', 'pack_texts', 'pack_splits', 'packed_mask', 'check_packable', 'packed_forward',
-           'pack_model']
+           'choose_packing', 'pack_texts', 'pack_splits', 'texts_per_row', 'rows_for_texts', 'packed_mask',
+           'check_packable', 'packed_forward', 'pack_model']
 
 # %% ../nbs/03d_packing.ipynb #e49d8e42
 PACKING_LIMITS = {'row_length': Limit(8, example=128), 'max_texts': Limit(1, 512, example=12)}   # the numbers packing takes
@@ -124,6 +124,18 @@ def pack_splits(ds, # validated splits (`text`, `label`), e.g. from `validate`
         out[s] = Dataset.from_dict(pack_texts(ids, d['label'], rows, row_length, max_texts, tokenizer.pad_token_id or 0), features=feats)
         stats[s] = {'texts': len(n), 'rows': len(rows), 'padding_share': round(packing_share(n, rows, row_length), 4)}
     return DatasetDict(out), stats
+
+# %% ../nbs/03d_packing.ipynb #01a9e52a
+def texts_per_row(manifest:dict # `prepare`'s record of a prepared folder, as `load_prepared` returns it
+                 ) -> float:
+    "The training texts a row holds on average: 1 unless the folder is packed."
+    return manifest['rows']['train'] / manifest['packing']['rows']['train'] if manifest.get('packing') else 1.0
+
+def rows_for_texts(texts:int, # the texts a step should hold: a padded run's batch
+                   manifest:dict # `prepare`'s record of the folder to train on
+                  ) -> int:
+    "Rows a step that hold about `texts` texts: the batch size that keeps a padded run's steps."
+    return max(1, round(texts / texts_per_row(manifest)))
 
 # %% ../nbs/03d_packing.ipynb #474a02f9
 def packed_mask(segment_ids, # [batch, row_length] from `pack_texts`

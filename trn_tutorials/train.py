@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .core import (UsageError, check_backend, check_folder, check_owner, die_with_parent, folder_lock, parse_args,
                                  set_backend_env, short_path, write_record)
 from .data import data_fingerprint, load_prepared, prep_command
+from .packing import texts_per_row
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # imported when a run is parsed: it loads transformers
 
 # %% auto #0
@@ -263,7 +264,7 @@ def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, s
     baseline = majority_baseline(ds['train']['labels'], ds[final]['labels'], names)
     fed, scored = shapes.pop('train_rows_fed'), sum(s['rows'] for s in scores.values())
     train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
-    per_row = manifest['rows']['train'] / manifest['packing']['rows']['train'] if manifest.get('packing') else 1   # texts a row
+    per_row = texts_per_row(manifest)
     return {
         'model_id': args.model_id or manifest['model_id'], 'dataset_path': str(args.dataset_path), 'max_length': manifest['max_length'],
         'bucket_lengths': manifest.get('bucket_lengths', [manifest['max_length']]),
