@@ -83,7 +83,7 @@ def main():
     a = p.parse_args()
     import datasets; datasets.disable_progress_bars()
     from trn_tutorials.data import DataArguments, prepare
-    from trn_tutorials.packing import rows_for_texts
+    from trn_tutorials.packing import rows_for_texts, texts_per_row
     from trn_tutorials.train import TrainArguments
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     if not Path(a.python).exists():
@@ -107,7 +107,7 @@ def main():
         layout = dict(pack=True) if k == 'packed' else dict(buckets=k)
         manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), **layout))
         n_params = param_tensors(model, len(manifest['label_names']))
-        per_row = manifest['packing']['texts_per_row'] if k == 'packed' else 1
+        per_row = texts_per_row(manifest)
         rows = lambda n: rows_for_texts(n, manifest)   # the same texts a step in every setting
         args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), num_train_epochs=a.epochs, max_steps=a.max_steps,
                               learning_rate=a.learning_rate, weight_decay=wd, per_device_train_batch_size=rows(a.batch_size),

@@ -77,7 +77,7 @@ def main():
             if not (out/'chosen-data').exists(): prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'chosen-data')))
             r = run(replace(common, seed=seed, output_dir=str(out/f'chosen-seed{seed}'), dataset_path=str(out/'chosen-data'),
                             per_device_train_batch_size=hyper['batch_size']))
-            own.append(chosen.setdefault(seed, record(r, seed, hyper['batch_size'])))
+            chosen[seed] = record(r, seed, hyper['batch_size']); own.append(chosen[seed])
             print('chosen', json.dumps(own[-1]), flush=True)
         if not any(x['seed'] == seed for x in runs):
             runs.append(record(run(replace(common, seed=seed, output_dir=str(out/f'seed{seed}'))), seed, rows))
