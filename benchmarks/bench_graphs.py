@@ -139,7 +139,7 @@ def main():
                'machine': f"{platform.machine()}, {os.cpu_count()} cores, backend xla (PJRT on the CPU)",
                'versions': {n: v[n] for n in ('python', 'torch', 'torch-xla', 'transformers') if n in v},
                'model': model_name, 'hyperparameters': hyper, 'workers': 1,
-               'command': shlex.join(['.venv/bin/python', 'benchmarks/bench_graphs.py', *sys.argv[1:]]),
+               'command': shlex.join(['.venv/bin/python', 'benchmarks/bench_graphs.py', *(x.replace(a.out, '<out>') for x in sys.argv[1:])]),
                'settings': dict(sorted(settings.items(), key=lambda kv: (kv[0] == 'packed', kv[0])))}   # buckets by count, then packed
         (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
         full = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
