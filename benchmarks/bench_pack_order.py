@@ -12,7 +12,7 @@ and each `--seeds` seed trains it with the hyperparameters of the 2-epoch runs (
 (`prepare`'s defaults, batch `--batch_size` texts) and stores beside its own (`chosen_runs`).
 
     .venv/bin/python benchmarks/bench_pack_order.py --data ../shared/data/emotion --seeds 42 43 44
-    .venv/bin/python benchmarks/bench_pack_order.py --data ../shared/data/emotion --seeds 42 43 44 45 46 47 --reuse_runs
+    .venv/bin/python benchmarks/bench_pack_order.py --data ../shared/data/emotion --seeds 42 43 44 45 46 47 48 49 50 51 52 53 --reuse_runs
 
 Writes `results.json` in `--out` and the key `pack_order` of `--results` after each run. The emotion data is licensed for
 research and education: it is read from where it lies, never copied here.
