@@ -340,7 +340,8 @@ def _packed_record(packing:dict, stats:dict, length:int) -> dict:
     return {'max_length': packing['row_length'], 'bucket_lengths': [packing['row_length']], 'padding_share': {s: v['padding_share'] for s, v in stats.items()},
             'bucket_rows': {s: [v['rows']] for s, v in stats.items()},
             'packing': {'text_length': length, 'row_length': packing['row_length'], 'max_texts': packing['max_texts'],
-                        'rows': {s: v['rows'] for s, v in stats.items()}, 'texts_per_row': packing['texts_per_row']}}
+                        'order_seed': packing['order_seed'], 'rows': {s: v['rows'] for s, v in stats.items()},
+                        'texts_per_row': round(stats['train']['texts'] / stats['train']['rows'], 2)}}
 
 # %% ../nbs/03_data.ipynb #d0a7a009
 def _summary(args:DataArguments, raw:DatasetDict, ds:DatasetDict, m:dict, train_lengths:np.ndarray) -> str:
@@ -382,7 +383,7 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     manifest = _manifest(args, dest, model_id, tok, raw, ds, gone, unused, lengths, bl)
     _check_space(dest, sum(manifest['rows'].values()), length, len(tok.model_input_names))
     if packing:
-        tds, stats = pack_splits(ds, tok, length, packing['row_length'], packing['max_texts'])
+        tds, stats = pack_splits(ds, tok, length, packing['row_length'], packing['max_texts'], packing['order_seed'])
         manifest |= _packed_record(packing, stats, length)
     else: tds = tokenize(ds, tok, length, bl)
     _save(tds, manifest, dest)

@@ -11,9 +11,9 @@ import numpy as np
 from .core import Limit, UsageError, check_number
 
 # %% auto #0
-__all__ = ['PACKING_LIMITS', 'ROW_LENGTHS', 'TEXTS_PER_ROW', 'PACKABLE', 'pack_lengths', 'packing_share', 'row_cost',
-           'choose_packing', 'pack_texts', 'pack_splits', 'texts_per_row', 'rows_for_texts', 'packed_mask',
-           'check_packable', 'packed_forward', 'pack_model']
+__all__ = ['PACKING_LIMITS', 'ORDER_SEED', 'ROW_LENGTHS', 'TEXTS_PER_ROW', 'PACKABLE', 'pack_lengths', 'packing_share',
+           'shuffled', 'row_cost', 'choose_packing', 'pack_texts', 'pack_splits', 'texts_per_row', 'rows_for_texts',
+           'packed_mask', 'check_packable', 'packed_forward', 'pack_model']
 
 # %% ../nbs/03d_packing.ipynb #e49d8e42
 PACKING_LIMITS = {'row_length': Limit(8, example=128), 'max_texts': Limit(1, 512, example=12)}   # the numbers packing takes
@@ -32,7 +32,7 @@ def _check_lengths(lengths, row_length:int, max_texts:int) -> np.ndarray:
 def pack_lengths(lengths, # token lengths of the texts, each at most `row_length`
                  row_length:int, # tokens a row holds
                  max_texts:int, # texts a row holds at most
-                 order=None # the text indices in the order they are placed; `None`: longest first
+                 order=None # the text indices in the order they are placed, e.g. `shuffled(len(lengths))`; `None`: longest first
                 ) -> list[list[int]]:
     "Rows of text indices, best fit decreasing: each text, longest first (or in `order`), goes to the fullest row it fits."
     l = _check_lengths(lengths, row_length, max_texts)
@@ -54,11 +54,24 @@ def packing_share(lengths, # token lengths of the texts
     "The share of the positions the model computes on that are padding."
     return float(1 - np.asarray(lengths).sum() / (len(rows) * row_length))
 
+# %% ../nbs/03d_packing.ipynb #a287af7f
+ORDER_SEED = 0   # the seed of the order training rows are filled in: the one the benchmark page measured
+
+def shuffled(n:int, # how many texts
+             seed:int=ORDER_SEED # the shuffle's seed
+            ) -> np.ndarray:
+    "The order training texts are packed in: a permutation of `range(n)`, the same for the same seed."
+    return np.random.default_rng(seed).permutation(n)
+
 # %% ../nbs/03d_packing.ipynb #ef36c533
 ROW_LENGTHS = (64, 128, 192, 256, 384, 512)   # longer rows `choose_packing` weighs against the shortest
 TEXTS_PER_ROW = (2, 4, 6, 8, 12, 16, 24, 32)   # texts per row it tries, fewest first
 
-def _share(l, L:int, S:int) -> float: return packing_share(l, pack_lengths(l, L, S), L)
+def _rows(l, L:int, S:int, order_seed:int|None) -> list[list[int]]:
+    "`pack_lengths` in the order `shuffled` gives for `order_seed`; `None`: longest first."
+    return pack_lengths(l, L, S, order=None if order_seed is None else shuffled(len(l), order_seed))
+
+def _share(l, L:int, S:int, order_seed:int|None) -> float: return packing_share(l, _rows(l, L, S, order_seed), L)
 
 def row_cost(share:float, # the padding share of the packed rows
              row_length:int, # tokens a row holds
@@ -72,18 +85,19 @@ def choose_packing(lengths, # token lengths of the training texts, as tokenized 
                    hidden_size:int=768, # the model's hidden size (`config.hidden_size`): it weighs attention against the rest
                    row_length:int|None=None, # tokens a row holds; `None`: chosen
                    max_texts:int|None=None, # texts a row holds at most; `None`: chosen
-                   pad_multiple:int=8 # the shortest row: the longest text, rounded up to a multiple of this
+                   pad_multiple:int=8, # the shortest row: the longest text, rounded up to a multiple of this
+                   order_seed:int|None=ORDER_SEED # the rows are filled in the order `shuffled` gives for this seed; `None`: longest first
                   ) -> dict:
-    "Row length, texts per row, and what they give: rows, texts per row on average, the padding share."
+    "Row length, texts per row, and what they give for the training rows: rows, texts per row on average, the padding share."
     l = np.asarray(lengths)
     if row_length is None:
         first = math.ceil(l.max() / pad_multiple) * pad_multiple
-        row_length = min([first] + [L for L in ROW_LENGTHS if L > first], key=lambda L: row_cost(_share(l, L, min(L, 512)), L, hidden_size))
+        row_length = min([first] + [L for L in ROW_LENGTHS if L > first], key=lambda L: row_cost(_share(l, L, min(L, 512), order_seed), L, hidden_size))
     if max_texts is None:
-        best, most = _share(l, row_length, min(row_length, 512)), min(row_length, 512)
-        max_texts = next(S for S in (*TEXTS_PER_ROW, most) if S >= most or _share(l, row_length, S) <= best + 0.005)
-    rows = pack_lengths(l, row_length, max_texts)
-    return {'row_length': row_length, 'max_texts': max_texts, 'rows': len(rows), 'texts_per_row': round(len(l) / len(rows), 2),
+        best, most = _share(l, row_length, min(row_length, 512), order_seed), min(row_length, 512)
+        max_texts = next(S for S in (*TEXTS_PER_ROW, most) if S >= most or _share(l, row_length, S, order_seed) <= best + 0.005)
+    rows = _rows(l, row_length, max_texts, order_seed)
+    return {'row_length': row_length, 'max_texts': max_texts, 'order_seed': order_seed, 'rows': len(rows), 'texts_per_row': round(len(l) / len(rows), 2),
             'padding_share': round(packing_share(l, rows, row_length), 4)}
 
 # %% ../nbs/03d_packing.ipynb #c0d893b2
@@ -110,9 +124,10 @@ def pack_splits(ds, # validated splits (`text`, `label`), e.g. from `validate`
                 tokenizer, # the tokenizer of the model to fine-tune
                 max_length:int, # texts are cut to this many tokens
                 row_length:int, # tokens a row holds
-                max_texts:int # texts a row holds at most
+                max_texts:int, # texts a row holds at most
+                order_seed:int|None=ORDER_SEED # the training rows are filled in the order `shuffled` gives for this seed; `None`: longest first
                ):
-    "Every split packed: a `DatasetDict` of rows with the columns of `pack_texts`, and each split's texts, rows and padding share."
+    "Every split packed (train in a shuffled order, the rest longest first): a `DatasetDict` of rows with the columns of `pack_texts`, and each split's texts, rows and padding share."
     from datasets import Dataset, DatasetDict, Features, Sequence, Value
     feats = Features({**{k: Sequence(Value('int32'), length=row_length) for k in ('input_ids', 'position_ids', 'segment_ids')},
                       'cls_index': Sequence(Value('int32'), length=max_texts), 'labels': Sequence(Value('int32'), length=max_texts)})
@@ -120,7 +135,7 @@ def pack_splits(ds, # validated splits (`text`, `label`), e.g. from `validate`
     for s, d in ds.items():
         ids = tokenizer(list(d['text']), truncation=True, max_length=max_length, verbose=False)['input_ids']
         n = [len(i) for i in ids]
-        rows = pack_lengths(n, row_length, max_texts)
+        rows = _rows(n, row_length, max_texts, order_seed if s == 'train' else None)
         out[s] = Dataset.from_dict(pack_texts(ids, d['label'], rows, row_length, max_texts, tokenizer.pad_token_id or 0), features=feats)
         stats[s] = {'texts': len(n), 'rows': len(rows), 'padding_share': round(packing_share(n, rows, row_length), 4)}
     return DatasetDict(out), stats
