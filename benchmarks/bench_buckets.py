@@ -132,7 +132,8 @@ def main():
         same = {k: prev['hyperparameters'][k] for k in ('batch_size', 'learning_rate', 'epochs')} == \
                {'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'epochs': a.epochs}
         if not same: sys.exit(f'--reuse_f1: {a.results} was made with other hyperparameters; drop --reuse_f1')
-        for n in names: full[n] = [r for r in prev['two_epochs'].get(n, []) if r['seed'] in a.seeds and r.get('batch_rows', a.batch_size) == batch[n]]
+        kept = lambda n: not n.startswith('packed') or same_rows(prev.get('packed_data'), packed_data)   # packed runs: only of the rows prepare makes now
+        for n in names: full[n] = [r for r in prev['two_epochs'].get(n, []) if kept(n) and r['seed'] in a.seeds and r.get('batch_rows', a.batch_size) == batch[n]]
     for seed in a.seeds:  # interleaved, and results written after each run, so a stopped benchmark still shows whole pairs
         for name in full:
             if any(r['seed'] == seed for r in full[name]): continue
@@ -153,6 +154,12 @@ def main():
             other = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
             Path(a.results).write_text(json.dumps({k: v for k, v in other.items() if k not in res} | res, indent=2) + '\n')
     print(json.dumps(res, indent=2))
+
+
+def same_rows(a: dict | None, b: dict) -> bool:
+    "Two records of packed data train the same rows: the order they were filled in (`order_seed`; none: longest first), row length, texts a row, training rows."
+    key = lambda p: (p.get('order_seed'), p['row_length'], p['max_texts'], p['rows']['train'])
+    return a is not None and key(a) == key(b)
 
 
 def speed_rows(a, settings, manifests, model, out, common):

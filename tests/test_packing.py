@@ -7,8 +7,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Bert
 from trn_tutorials.core import UsageError
 from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.packing import (check_packable, choose_packing, pack_lengths, pack_model, pack_texts, packed_forward,
-                                   packing_share)
+from trn_tutorials.packing import (ORDER_SEED, check_packable, choose_packing, pack_lengths, pack_model, pack_texts,
+                                   packed_forward, packing_share, shuffled)
 
 
 @pytest.fixture(scope='module')
@@ -38,11 +38,19 @@ def test_choices_report_what_they_give():
     l = np.random.default_rng(0).integers(4, 40, 3000)
     c = choose_packing(l, hidden_size=384)
     assert c['row_length'] >= 40 and c['row_length'] % 8 == 0 and 1 <= c['max_texts'] <= c['row_length']
-    rows = pack_lengths(l, c['row_length'], c['max_texts'])
-    assert c['rows'] == len(rows) and c['padding_share'] == round(packing_share(l, rows, c['row_length']), 4)
+    rows = pack_lengths(l, c['row_length'], c['max_texts'], order=shuffled(len(l)))   # as the training rows are filled
+    assert c['order_seed'] == ORDER_SEED == 0 and c['rows'] == len(rows) and c['padding_share'] == round(packing_share(l, rows, c['row_length']), 4)
     assert c['padding_share'] < 0.02 and c['texts_per_row'] == round(len(l) / len(rows), 2)
     given = choose_packing(l, row_length=128, max_texts=4)
     assert (given['row_length'], given['max_texts']) == (128, 4)
+    longest = choose_packing(l, hidden_size=384, order_seed=None)   # judged on rows filled longest first
+    assert longest['order_seed'] is None and longest['rows'] == len(pack_lengths(l, longest['row_length'], longest['max_texts']))
+
+
+def test_shuffled_order_is_a_seeded_permutation():
+    o = shuffled(1000)
+    assert sorted(o) == list(range(1000)) and list(o) != list(range(1000))
+    assert list(o) == list(shuffled(1000, ORDER_SEED)) and list(o) != list(shuffled(1000, 1))   # the same rows on every machine
 
 
 def test_bad_input_one_line_and_the_fix_works():

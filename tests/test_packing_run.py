@@ -7,10 +7,10 @@ import numpy as np, pytest, torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data
+from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data, validate
 from trn_tutorials.launch import launch
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.packing import rows_for_texts, texts_per_row
+from trn_tutorials.packing import ORDER_SEED, pack_lengths, pack_splits, pack_texts, rows_for_texts, shuffled, texts_per_row
 from trn_tutorials.train import TrainArguments
 
 
@@ -34,13 +34,27 @@ def test_prepare_pack_keeps_every_text_once(tiny):
         assert (labels >= 0).sum() == rec['rows'][s] == len(raw[s])   # every text once
         seg = np.asarray(d['segment_ids'])
         assert all(len(set(r[r > 0])) == (l >= 0).sum() for r, l in zip(seg, labels))   # one segment per labelled slot
-    assert m['packing'] == pk and rec['options']['pack'] is True
+    assert m['packing'] == pk and rec['options']['pack'] is True and pk['order_seed'] == ORDER_SEED
+    assert pk['texts_per_row'] == round(rec['rows']['train'] / pk['rows']['train'], 2)   # of the rows made, not of a plan
     # the batch that holds a padded batch's texts: rows a step times texts a row, as close to them as whole rows come
     per_row = texts_per_row(rec)
     assert per_row == rec['rows']['train'] / pk['rows']['train'] > 1 and texts_per_row({'rows': rec['rows']}) == 1
     for texts in (1, 16, 32, 100):
         n = rows_for_texts(texts, rec)
         assert abs(n * per_row - texts) <= min(abs(k * per_row - texts) for k in range(1, 200)) + 1e-9   # the nearest whole rows
+
+
+@pytest.mark.parametrize('order_seed', [ORDER_SEED, None])
+def test_training_rows_shuffled_validation_and_test_longest_first(tiny, order_seed):
+    tmp, model = tiny
+    tok, ds = AutoTokenizer.from_pretrained(model), validate(load_raw(sample_data()))
+    packed, stats = pack_splits(ds, tok, 64, 64, 8, order_seed)
+    for s, d in ds.items():
+        ids = tok(list(d['text']), truncation=True, max_length=64)['input_ids']
+        n = [len(i) for i in ids]
+        rows = pack_lengths(n, 64, 8, order=shuffled(len(n), order_seed) if s == 'train' and order_seed is not None else None)
+        want = pack_texts(ids, d['label'], rows, 64, 8, tok.pad_token_id)
+        assert packed[s]['input_ids'] == want['input_ids'] and packed[s]['labels'] == want['labels'] and stats[s]['rows'] == len(rows)
 
 
 @pytest.mark.parametrize('bad, says', [
