@@ -142,6 +142,14 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
     assert r.returncode == 0 and 'shuffled' not in r.stdout and 'chosen' not in r.stdout, r.stderr[-3000:]
     assert json.loads(results.read_text())['pack_order'] == res
     assert res['order'] == 'best fit over a shuffled order (seed 0)' and res['packing']['order_seed'] == 0
+    # --bf16: the same rows under bf16 autocast, beside the fp32 twin above; the fp32 baseline is reused, not retrained
+    r = subprocess.run(cmd + ['--bf16'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    assert r.returncode == 0 and 'shuffled, bf16' in r.stdout and 'chosen' not in r.stdout, r.stderr[-3000:]
+    both = json.loads(results.read_text())
+    (bf,), (fp,) = both['pack_order_bf16']['runs'], res['runs']
+    assert both['pack_order'] == res and (bf['bf16'], fp['bf16']) == (True, False) and bf['input_shapes'] == fp['input_shapes']
+    assert both['pack_order_bf16']['bf16_minus_fp32_per_seed'] == {'7': bf['test_f1'] - fp['test_f1']}
+    assert both['pack_order_bf16']['f1_minus_chosen'] == bf['test_f1'] - c['test_f1']
     # the rows it trained are the tutorial's: prepare --pack in this process makes the same training rows
     prepare(DataArguments(data=str(sample_data()), model_id=model, dataset_path=str(tmp/'tutorial-packed'), pack=True, row_length=64, max_texts=8))
     ours, theirs = load_prepared(str(tmp/'tutorial-packed'))[0]['train'], load_prepared(str(out/'data'))[0]['train']
