@@ -243,3 +243,58 @@ def test_a_command_imports_only_what_it_runs(args, unloaded):
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=120)
     assert r.returncode == 0, r.stderr
     assert 'LOADED []' in r.stdout, r.stdout[-300:]
+
+
+# issue 25: quickstart packs where every shape is a compiled graph
+
+def _tiny_distilbert(path, like):
+    "A DistilBERT with `like`'s tokenizer: a family packing does not support."
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
+    tok = AutoTokenizer.from_pretrained(like)
+    DistilBertForSequenceClassification(DistilBertConfig(vocab_size=tok.vocab_size, dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path):
+    from trn_tutorials.cli import packs_by_default
+    from trn_tutorials.data import DataArguments
+    bert = tiny_bert(tmp_path/'tiny-bert', ['happy', 'sad'], labels=EMOTION_LABELS)
+    d = lambda m=bert, **k: DataArguments(model_id=m, **k)
+    assert [packs_by_default(d(), b) for b in ('neuron', 'torchneuron', 'xla', 'cuda', 'cpu')] == [True, True, True, False, False]
+    for given in ({'buckets'}, {'max_length'}, {'pack'}): assert not packs_by_default(d(), 'neuron', given), given
+    assert not packs_by_default(d(pack=True), 'neuron')   # asked for: not quickstart's default
+    assert packs_by_default(d(), 'neuron', {'learning_rate', 'row_length'})   # --row_length is a packing option: it packs
+    assert not packs_by_default(d(_tiny_distilbert(tmp_path/'distil', bert)), 'neuron')
+    assert not packs_by_default(d(str(tmp_path/'no-such-model')), 'neuron')   # prep refuses it in its own words
+
+
+def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(tmp_path, monkeypatch, capsys):
+    "quickstart on a backend that packs (the CPU standing in for Neuron here: the XLA test runs the real one): packed rows, the batch of "
+    "texts as rows, a relaunch with the same command resumes, one with another batch is refused in texts and the printed fix continues it."
+    import trn_tutorials.cli as C
+    from trn_tutorials.data import load_prepared
+    from trn_tutorials.packing import rows_for_texts
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(C, 'PACKS_ON', ('cpu',))
+    words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
+    tiny_bert('tiny-bert', words, labels=EMOTION_LABELS)
+    argv = ['quickstart', '--data', sample_data(), '--model_id', 'tiny-bert', '--num_train_epochs', '1', '--learning_rate', '1e-3', '--backend', 'cpu']
+    out = C.run(argv)
+    said = capsys.readouterr().out
+    rec = load_prepared('runs/emotion-data')[1]
+    rows = rows_for_texts(16, rec)
+    assert rec['packing'] and 1 < rows < 16
+    assert 'layout: packed rows, the default on cpu' in said and f'batch: 16 texts a step = {rows} packed rows' in said, said
+    assert json.loads(Path(out['output_dir'], 'metrics.json').read_text())['args']['per_device_train_batch_size'] == rows
+    C.run(argv)   # the same command again: the same rows, so it continues the finished run
+    assert 'resuming from checkpoint-' in capsys.readouterr().out
+    code, err = run_cli(monkeypatch, capsys, argv + ['--per_device_train_batch_size', '8'])
+    assert code == 2 and len(err) == 1 and f'{rows} packed rows a step' in err[0], err
+    fix = err[0].split('use ')[1].split(' to continue')[0].split()
+    assert fix[0] == '--per_device_train_batch_size' and rows_for_texts(int(fix[1]), rec) == rows
+    C.run(argv + fix)
+    assert 'resuming from checkpoint-' in capsys.readouterr().out
+    C.run([*argv, '--buckets', '2', '--dataset_path', 'padded', '--output_dir', 'padded-model'])   # a layout given: no packing, no conversion
+    said = capsys.readouterr().out
+    assert 'layout:' not in said and 'batch:' not in said and not load_prepared('padded')[1].get('packing')

@@ -68,3 +68,23 @@ def test_packed_rehearsal_one_shape(tmp_path):
     assert met['train']['input_shapes'] == [[8, L]] and {tuple(s) for s in met['train']['eval_shapes']} == {(8, L)}
     assert g['per_epoch'][1] == 0 and g['per_evaluation'][1:] == [0, 0, 0], g
     assert (met['validation']['rows'], met['test']['rows']) == (72, 72)
+
+
+def test_quickstart_packs_on_the_xla_rehearsal(tmp_path):
+    "`trn-tutorials quickstart --backend xla`, as a user types it: packed rows by default, the batch of 16 texts trained as rows, one shape."
+    import json, os, subprocess, sys
+    from pathlib import Path
+    from trn_tutorials.data import load_prepared
+    from trn_tutorials.packing import rows_for_texts
+    ds = load_raw(sample_data())
+    tiny_bert(tmp_path/'tiny-bert', sorted({w for s in ds.values() for t in s['text'] for w in t.split()}), labels=EMOTION_LABELS)
+    r = subprocess.run([str(Path(sys.executable).parent/'trn-tutorials'), 'quickstart', '--backend', 'xla', '--data', sample_data(),
+                        '--model_id', 'tiny-bert', '--num_train_epochs', '1', '--learning_rate', '1e-3'],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=900, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = load_prepared(str(tmp_path/'runs'/'emotion-data'))[1]
+    rows, L = rows_for_texts(16, rec), rec['packing']['row_length']
+    assert 'layout: packed rows, the default on xla' in r.stdout and f'batch: 16 texts a step = {rows} packed rows' in r.stdout, r.stdout
+    met = json.loads((tmp_path/'runs'/'emotion-model'/'metrics.json').read_text())
+    assert met['backend'] == 'xla' and met['train']['input_shapes'] == [[rows, L]], met['train']
+    assert (met['test']['rows'], met['train']['texts_per_row']) == (72, round(360 / rec['packing']['rows']['train'], 3))

@@ -150,15 +150,15 @@ def _data_changed(was:dict, now:dict) -> str|None:
     return '; '.join(out) or None
 
 # %% ../nbs/04b_checkpoints.ipynb #f62aa259
-def _other_run(last:Path, args, data:dict|None=None) -> str|None:
-    "Why checkpoint `last` belongs to another run than `args` on data of fingerprint `data` (what differs), or `None`."
+def _other_run(last:Path, args, data:dict|None=None, later:tuple=()) -> str|None:
+    "Why checkpoint `last` belongs to another run than `args` on data of fingerprint `data` (what differs, `later` left out), or `None`."
     try: was = json.loads((last/RUN_ARGS).read_text())
     except (OSError, ValueError): return None   # not written (older checkpoint, or cut off): the step count still decides
     new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}"
     if data and isinstance(was.get('data'), dict) and (what := _data_changed(was['data'], data)):
         return f"{last} was trained on other data than {args.dataset_path} holds now ({what}): it cannot continue on it; {new} to start over"
     now = args.to_dict()
-    diff = [n for n in SAME_RUN if n in was and n in now and was[n] != now[n]]
+    diff = [n for n in SAME_RUN if n in was and n in now and n not in later and was[n] != now[n]]
     if diff: return f"{last} was written by a run with {_opts(was, diff)}, not {_opts(now, diff)}: use {_opts(was, diff)} to continue it, or {new}"
 
 # %% ../nbs/04b_checkpoints.ipynb #29bae544
@@ -166,13 +166,14 @@ def resume_from(args, # the run's `TrainArguments`
                 workers:int|None=None, # if given, the checkpoint must have been planned for as many steps as this run
                 fill_last:bool=False, # as in `planned_steps`
                 found:tuple|None=None, # `newest_complete(args.output_dir)`, if already known (it reads every file)
-                data:dict|None=None # the data's `data_fingerprint`, compared with the checkpoint's
+                data:dict|None=None, # the data's `data_fingerprint`, compared with the checkpoint's
+                later:tuple=() # options of `SAME_RUN` not known yet, compared later (quickstart's batch in packed rows, before it packs)
                ) -> Path|None:
     "The newest complete checkpoint a run of `args` continues from, or `None`; a one-line error if the run cannot continue it."
     last = (found or newest_complete(args.output_dir))[0]
     if last and not args.resume:
         raise UsageError(f"{args.output_dir} holds checkpoints (newest: {last.name}): pass --resume true to continue from it, or another --output_dir")
-    if last and (why := _other_run(last, args, data)): raise UsageError(why)
+    if last and (why := _other_run(last, args, data, later)): raise UsageError(why)
     if last and workers:
         was = json.loads((last/'trainer_state.json').read_text()).get('max_steps')
         now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, fill_last)

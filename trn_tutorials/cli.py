@@ -15,10 +15,10 @@ from .core import check_folder, check_owner, folder_record, hub_reachable
 from .core import instance_type, parse_args, short_path
 
 # %% auto #0
-__all__ = ['StopArguments', 'PredictArguments', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted', 'prep_kept',
-           'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd',
-           'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data', 'quickstart',
-           'command', 'disk_full', 'run', 'main']
+__all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted',
+           'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd',
+           'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data',
+           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
 
 # %% ../nbs/07_cli.ipynb #ed494db8
 def _launch_arguments() -> type:
@@ -216,6 +216,38 @@ def keep_user_data(data:DataArguments # quickstart's data options, `data` resolv
     raise UsageError(f"--dataset_path {p} holds {what}, which quickstart would replace with {data.data}: "
                      f"pass --dataset_path {shlex.quote(str(free))} to keep it")
 
+# %% ../nbs/07_cli.ipynb #7d03afef
+PACKS_ON = ('neuron', 'torchneuron', 'xla')   # the Neuron backends and their XLA rehearsal: every input shape is a compiled graph
+
+def packs_by_default(data:DataArguments, # quickstart's data options, `model_id` resolved
+                     backend:str, # the backend the run trains on, as `check_backend` resolved it
+                     given:set[str]=frozenset() # fields whose options the user gave (`given_options`)
+                    ) -> bool:
+    "Whether quickstart packs data the user did not ask to pack: on `PACKS_ON`, for a model packing supports, no layout given."
+    if data.pack or backend not in PACKS_ON or given & {'pack', 'buckets', 'max_length'}: return False
+    from transformers import AutoConfig
+    from trn_tutorials.packing import PACKABLE
+    try: return AutoConfig.from_pretrained(data.model_id).model_type in PACKABLE
+    except (OSError, ValueError): return False   # no such model, or not one transformers knows: `prep` says so in one line
+
+# %% ../nbs/07_cli.ipynb #7b6a8cb6
+def packed_batch(train:TrainArguments, # quickstart's training options: `per_device_train_batch_size` in texts
+                 manifest:dict # the packed data's record, as `prepare` returns it
+                ) -> int:
+    "Rows a step that hold about `per_device_train_batch_size` texts; a one-line error if the checkpoint the run continues has others."
+    from trn_tutorials.checkpoints import RUN_ARGS, newest_complete
+    from trn_tutorials.data import data_fingerprint
+    from trn_tutorials.packing import rows_for_texts, texts_per_row
+    texts, rows = train.per_device_train_batch_size, rows_for_texts(train.per_device_train_batch_size, manifest)
+    last = newest_complete(train.output_dir)[0] if train.resume else None
+    try: run = json.loads((last/RUN_ARGS).read_text()) if last else {}
+    except (OSError, ValueError): run = {}   # no arguments file (an older checkpoint): launch's step count decides
+    if (run.get('data') or {}).get('sha256') != data_fingerprint(manifest)['sha256']: return rows   # none, or other data: launch says what changed
+    if (was := run.get('per_device_train_batch_size', rows)) != rows:
+        raise UsageError(f"{last} was written by a run of {was} packed rows a step, not the {rows} that hold {texts} texts: use "
+                         f"--per_device_train_batch_size {round(was * texts_per_row(manifest))} to continue it, or another --output_dir")
+    return rows
+
 # %% ../nbs/07_cli.ipynb #86fbfb87
 OFFLINE_SAMPLE_DEFAULTS = {'learning_rate': 1e-4}
 
@@ -245,10 +277,16 @@ def _quickstart(data, train, how, given, t0):
     if how.instance_type: instance_type(how.instance_type)
     backend = check_backend(train.backend, acc, how.instance_type)
     workers(how.nproc_per_node, acc, backend)
-    resume_from(train)
+    pack = packs_by_default(data, backend, given)   # quickstart packs on Neuron, where no layout was given
+    data.pack = data.pack or pack
+    resume_from(train, later=('per_device_train_batch_size',) if pack else ())   # in rows once the data is packed
     print(f"accelerator: {backend} ({acc.detail if backend == acc.backend else 'PJRT on the CPU: the Neuron code path, rehearsed'})\ndata:  {short_path(data.data)}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
-          + f"\nmodel: {short_path(data.model_id)}\n", flush=True)
-    prep_cmd(data)
+          + f"\nmodel: {short_path(data.model_id)}" + (f"\nlayout: packed rows, the default on {backend} (--buckets 2 or --max_length pads instead)" if pack else '') + '\n', flush=True)
+    m = prep_cmd(data)
+    if pack:
+        texts, train.per_device_train_batch_size = train.per_device_train_batch_size, packed_batch(train, m)
+        print(f"\nbatch: {texts} texts a step = {train.per_device_train_batch_size} packed rows (`trn-tutorials train --per_device_train_batch_size "
+              f"{train.per_device_train_batch_size}` on this data)", flush=True)
     out = train_cmd(train, how)
     print(f"quickstart finished in {time.time() - t0:.0f} s; model and metrics.json in {short_path(train.output_dir)}")
     return out
