@@ -66,6 +66,9 @@ def main():
     if kept and ((kept['order'], kept['hyperparameters']) != (order, hyper) or not same_rows(kept['packing'], m['packing'])):
         sys.exit(f"--reuse_runs: {a.results}'s {key} was made with another order, rows or hyperparameters; drop --reuse_runs")
     fp32 = prev.get('pack_order', {}) if a.bf16 and same_rows(prev.get('pack_order', {}).get('packing'), m['packing']) else {}   # the twins
+    if a.bf16 and (lone := [s for s in a.seeds if s not in {r['seed'] for r in fp32.get('runs', [])}]):
+        print(f"note: {a.results} has no fp32 run of these rows for seed(s) {' '.join(map(str, lone))}, so bf16_minus_fp32 leaves them out: "
+              f"run bench_pack_order.py --seeds {' '.join(map(str, lone))} without --bf16 first to compare them", file=sys.stderr, flush=True)
     runs = [x for x in kept.get('runs', []) if x['seed'] in a.seeds]
     own = [x for x in kept.get('chosen_runs', []) if x['seed'] in a.seeds]   # chosen-length runs this script trained
     chosen = {r['seed']: r for r in prev.get('two_epochs', {}).get('chosen', []) + fp32.get('chosen_runs', []) + own}   # fp32, one length

@@ -159,6 +159,12 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
     results.write_text(json.dumps(old))
     r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
     assert r.returncode != 0 and 'drop --reuse_runs' in r.stderr and 'shuffled' not in r.stdout
+    # --bf16 with no fp32 twin of these rows: it says so in one line instead of writing a silent null
+    r = subprocess.run(cmd + ['--bf16', '--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    assert r.returncode == 0 and 'shuffled' not in r.stdout, r.stderr[-3000:]
+    note = [l for l in r.stderr.splitlines() if l.startswith('note:')]
+    assert len(note) == 1 and 'for seed(s) 7' in note[0] and '--seeds 7 without --bf16' in note[0], r.stderr[-3000:]
+    assert json.loads(results.read_text())['pack_order_bf16']['bf16_minus_fp32'] is None
     assert digest(ROOT/'benchmarks'/'results.json') == before
 
 

@@ -34,7 +34,7 @@ def pack_lengths(lengths, # token lengths of the texts, each at most `row_length
                  max_texts:int, # texts a row holds at most
                  order=None # the text indices in the order they are placed, e.g. `shuffled(len(lengths))`; `None`: longest first
                 ) -> list[list[int]]:
-    "Rows of text indices, best fit decreasing: each text, longest first (or in `order`), goes to the fullest row it fits."
+    "Rows of text indices by best fit: each text, longest first (best fit decreasing) or in `order`, goes to the fullest row it fits."
     l = _check_lengths(lengths, row_length, max_texts)
     rows, room = [], [[] for _ in range(row_length + 1)]   # room[r]: open rows with r tokens free
     for i in np.argsort(-l, kind='stable') if order is None else order:
