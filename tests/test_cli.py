@@ -298,3 +298,6 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(tmp
     C.run([*argv, '--buckets', '2', '--dataset_path', 'padded', '--output_dir', 'padded-model'])   # a layout given: no packing, no conversion
     said = capsys.readouterr().out
     assert 'layout:' not in said and 'batch:' not in said and not load_prepared('padded')[1].get('packing')
+    C.run([*argv, '--pack', '--dataset_path', 'asked', '--output_dir', 'asked-model'])   # --pack asked for: no default, the batch still counts texts
+    said = capsys.readouterr().out
+    assert 'layout:' not in said and f'batch: 16 texts a step = {rows} packed rows' in said, said

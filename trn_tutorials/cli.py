@@ -277,13 +277,13 @@ def _quickstart(data, train, how, given, t0):
     if how.instance_type: instance_type(how.instance_type)
     backend = check_backend(train.backend, acc, how.instance_type)
     workers(how.nproc_per_node, acc, backend)
-    pack = packs_by_default(data, backend, given)   # quickstart packs on Neuron, where no layout was given
-    data.pack = data.pack or pack
-    resume_from(train, later=('per_device_train_batch_size',) if pack else ())   # in rows once the data is packed
+    auto = packs_by_default(data, backend, given)   # quickstart packs on Neuron, where no layout was given
+    data.pack = data.pack or auto
+    resume_from(train, later=('per_device_train_batch_size',) if data.pack else ())   # in rows once the data is packed
     print(f"accelerator: {backend} ({acc.detail if backend == acc.backend else 'PJRT on the CPU: the Neuron code path, rehearsed'})\ndata:  {short_path(data.data)}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
-          + f"\nmodel: {short_path(data.model_id)}" + (f"\nlayout: packed rows, the default on {backend} (--buckets 2 or --max_length pads instead)" if pack else '') + '\n', flush=True)
+          + f"\nmodel: {short_path(data.model_id)}" + (f"\nlayout: packed rows, the default on {backend} (--buckets 2 or --max_length pads instead)" if auto else '') + '\n', flush=True)
     m = prep_cmd(data)
-    if pack:
+    if data.pack:   # quickstart's batch counts texts, packed or not
         texts, train.per_device_train_batch_size = train.per_device_train_batch_size, packed_batch(train, m)
         print(f"\nbatch: {texts} texts a step = {train.per_device_train_batch_size} packed rows (`trn-tutorials train --per_device_train_batch_size "
               f"{train.per_device_train_batch_size}` on this data)", flush=True)
