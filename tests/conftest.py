@@ -52,3 +52,15 @@ def prepared(tmp_path_factory):
     prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
     prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-4'), buckets=4))
     return tmp
+
+
+@pytest.fixture
+def distilbert_like(tmp_path):
+    "A function that saves a tiny DistilBERT (a family packing does not support) with the tokenizer of the model `like`; its folder."
+    def make(like):
+        from transformers import AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
+        tok, path = AutoTokenizer.from_pretrained(like), tmp_path/'tiny-distilbert'
+        DistilBertForSequenceClassification(DistilBertConfig(vocab_size=tok.vocab_size, dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(path)
+        tok.save_pretrained(path)
+        return str(path)
+    return make

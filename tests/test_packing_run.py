@@ -1,10 +1,9 @@
 """`prepare --pack` and a packed training run, end to end: the record, the refusals (before tokenizing, one line, a
 fix that works), every text scored once, and the saved model a plain classifier that scores each text alone."""
-import json, shutil
-from pathlib import Path
+import json
 
 import numpy as np, pytest, torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data, validate
@@ -78,15 +77,10 @@ def test_short_row_refused_and_the_fix_works(tiny):
     assert m['packing']['row_length'] == fix
 
 
-def test_a_family_packing_cannot_run_refused_before_tokenizing(tiny, tmp_path):
+def test_a_family_packing_cannot_run_refused_before_tokenizing(tiny, tmp_path, distilbert_like):
     _, model = tiny
-    d = tmp_path/'tiny-distilbert'
-    DistilBertForSequenceClassification(DistilBertConfig(vocab_size=AutoTokenizer.from_pretrained(model).vocab_size, dim=32,
-                                                         hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(d)
-    for f in Path(model).glob('*.txt'): shutil.copy(f, d)
-    for f in Path(model).glob('tokenizer*'): shutil.copy(f, d)
-    for f in Path(model).glob('special_tokens_map.json'): shutil.copy(f, d)
-    with pytest.raises(UsageError) as e: prepare(DataArguments(data=sample_data(), model_id=str(d), dataset_path=str(tmp_path/'data'), pack=True))
+    d = distilbert_like(model)
+    with pytest.raises(UsageError) as e: prepare(DataArguments(data=sample_data(), model_id=d, dataset_path=str(tmp_path/'data'), pack=True))
     assert 'not distilbert' in str(e.value) and '--buckets 2' in str(e.value) and not (tmp_path/'data').exists()
 
 

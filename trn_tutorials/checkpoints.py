@@ -15,8 +15,8 @@ from .samplers import planned_steps
 
 # %% auto #0
 __all__ = ['COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete',
-           'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints', 'resume_from', 'diverged',
-           'CheckpointGuard']
+           'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints', 'checkpoint_args', 'resume_from',
+           'diverged', 'CheckpointGuard']
 
 # %% ../nbs/04b_checkpoints.ipynb #c73f1267
 _CKPT = re.compile(r'^checkpoint-(\d+)$')
@@ -150,10 +150,15 @@ def _data_changed(was:dict, now:dict) -> str|None:
     return '; '.join(out) or None
 
 # %% ../nbs/04b_checkpoints.ipynb #f62aa259
+def checkpoint_args(checkpoint:Path # a checkpoint folder
+                   ) -> dict|None:
+    "The arguments and data fingerprint its run wrote into `checkpoint` (`RUN_ARGS`); `None` where there are none."
+    try: return json.loads((Path(checkpoint)/RUN_ARGS).read_text())
+    except (OSError, ValueError): return None   # not written (an older checkpoint, or cut off)
+
 def _other_run(last:Path, args, data:dict|None=None, later:tuple=()) -> str|None:
     "Why checkpoint `last` belongs to another run than `args` on data of fingerprint `data` (what differs, `later` left out), or `None`."
-    try: was = json.loads((last/RUN_ARGS).read_text())
-    except (OSError, ValueError): return None   # not written (older checkpoint, or cut off): the step count still decides
+    if (was := checkpoint_args(last)) is None: return None   # the step count still decides
     new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}"
     if data and isinstance(was.get('data'), dict) and (what := _data_changed(was['data'], data)):
         return f"{last} was trained on other data than {args.dataset_path} holds now ({what}): it cannot continue on it; {new} to start over"
