@@ -47,6 +47,8 @@ want() { [[ " $STAGES " == *" $1 "* ]]; }
 export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 export PATH="$ROOT/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
 tmp=$(mktemp -d)
+# the reader's folder the chapters on the instance share (core's `reader_folder`): a fresh one for this run, never ~/trn-tutorials
+export TRN_TUTORIALS_DIR="$tmp/reader"
 
 # ---- the reader environments' stand-ins (tools/environments.toml) ----
 # Each has a base venv on Python 3.12 holding only the real image's pins (`image`: the heavy CUDA builds of torch from
@@ -210,12 +212,14 @@ run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the tabl
     TRN_TUTORIALS_STANDIN=$t PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${rest[@]}"
     count $(pytest_counts "$tmp/$t.xml")
   fi
-  local nb flags; flags=$(env_field "$t" flags)
-  for nb in $(env_field "$t" notebooks); do   # the chapter's flow there, its flagged cells too; outputs not stored
-    echo "notebook: $nb (cells flagged $flags run too)"
-    if PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" tools/run_nb.py --check --flags $flags -- "$nb"; then count 1 0
-    else fail "$t: $nb"; fi
-  done
+  [ -n "$(env_field "$t" notebooks)" ] || return
+  # the journey (tools/journey.py): the table's chapters in reading order, one kernel each, all in one reader's folder,
+  # their flagged cells too, on the environment's stand-in; a chapter that fails stops it, as it stops a reader
+  local s=$SECONDS ok
+  PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" tools/journey.py --table "$t" 2>&1 | tee "$tmp/$t-journey.log"
+  ok=$(grep -c '^ok nbs/' "$tmp/$t-journey.log"); count "$ok" 0
+  [ "$ok" -eq "$(env_field "$t" notebooks | wc -l)" ] || fail "$t: the journey stopped (above)"
+  timings+=("$t journey $((SECONDS - s))s")
 }
 
 

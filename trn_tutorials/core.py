@@ -10,9 +10,10 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['RECORD', 'KINDS', 'UsageError', 'field_help', 'documented', 'parse_args', 'given_options', 'Limit', 'check_number',
-           'check_numbers', 'arguments_of', 'check_type', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock',
-           'die_with_parent', 'folder_record', 'write_record', 'check_owner']
+__all__ = ['RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'UsageError', 'field_help', 'documented', 'parse_args',
+           'given_options', 'Limit', 'check_number', 'check_numbers', 'arguments_of', 'check_type', 'check_folder',
+           'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'folder_record', 'write_record', 'check_owner',
+           'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch']
 
 # %% ../nbs/90_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -402,6 +403,64 @@ def check_owner(folder, # the folder a run will write, e.g. `args.output_dir`
                          f"pass another --{option} (a new or empty folder)")
     if rec.get('kind') != kind: raise UsageError(f"--{option} {folder} is {_what(rec)}, not {KINDS[kind][0]}: pass another --{option}")
     return p
+
+# %% ../nbs/90_core.ipynb #8a6d0c86
+READER_ENV = 'TRN_TUTORIALS_DIR'   # the environment variable naming the reader's folder; unset: ~/trn-tutorials
+READER_DEFAULT = '~/trn-tutorials'
+
+def reader_path() -> Path:
+    "The reader's folder as set (`$TRN_TUTORIALS_DIR`, else `~/trn-tutorials`): nothing made, nothing checked."
+    return Path(os.environ.get(READER_ENV) or READER_DEFAULT).expanduser()
+
+def reader_folder() -> Path:
+    "Make the reader's folder (made if missing, checked writable) the working folder; return it."
+    p, said = reader_path(), os.environ.get(READER_ENV) or READER_DEFAULT
+    fix = f"set {READER_ENV} to a folder you can write to (in a notebook: %env {READER_ENV}=~/trn-tutorials)"
+    try: p.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise UsageError(f"your folder {said} cannot be made ({(e.strerror or type(e).__name__).lower()}): {fix}") from None
+    try: check_folder(p, READER_ENV)
+    except UsageError: raise UsageError(f"your folder {said} is not writable: {fix}") from None
+    os.chdir(p)
+    return p
+
+# %% ../nbs/90_core.ipynb #b148bd03
+def reader_contents(folder=None # a folder; default the working folder
+                   ) -> dict:
+    "Name -> kind of each folder trn-tutorials wrote in `folder`: what the chapters before left for the next one."
+    p = Path(folder or '.')
+    found = sorted(q.parent for pat in ('*/', '*/*/') for q in p.glob(pat + RECORD))   # e.g. runs/emotion-data
+    return {str(q.relative_to(p)): (folder_record(q) or {}).get('kind') or 'damaged' for q in found}
+
+# %% ../nbs/90_core.ipynb #e3412db6
+FIRST = {'prepared data': ("the data chapter (03_data.ipynb)", "trn-tutorials prep --dataset_path {name}"),
+         'model': ("the launch chapter (05_launch.ipynb)", "trn-tutorials train --output_dir {name}")}
+
+def made_before(name:str, # a folder in the reader's folder, e.g. 'runs/emotion-data'
+                kind:str # what an earlier chapter wrote there: 'prepared data' or 'model'
+               ) -> str:
+    "`name` if an earlier chapter wrote it as `kind`; else a one-line `UsageError` naming the chapter (or command) to run first."
+    rec = folder_record(name)
+    if rec is None or rec.get('kind') != kind:
+        chapter, cmd = FIRST[kind]
+        has = 'has no' if rec is None else f"has {_what(rec)} as"
+        raise UsageError(f"your folder {has} {name}: run {chapter} first, or `{cmd.format(name=name)}`")
+    return name
+
+# %% ../nbs/90_core.ipynb #6363ca1d
+class scratch:
+    "A demo's own temporary folder, the working folder until `close()` (or the end of a `with` block) gives the previous one back."
+    def __init__(self):
+        import tempfile
+        self.back = Path.cwd()
+        self.path = Path(tempfile.mkdtemp(prefix='trn-tutorials-demo-'))
+        os.chdir(self.path)
+    def close(self):
+        "Go back to the folder the demo started in; remove the demo's folder."
+        import shutil
+        if Path.cwd() == self.path or self.path in Path.cwd().parents: os.chdir(self.back)
+        shutil.rmtree(self.path, ignore_errors=True)
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
 
 # %% ../nbs/90_core.ipynb #b0c1c002
 _MOVED = {'backends': ('neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator', 'neuron_stack',

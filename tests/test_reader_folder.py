@@ -1,0 +1,91 @@
+"""The reader's folder (core's `reader_folder`, `made_before`, `scratch`) and the journey that walks the chapters in it."""
+import json, os, subprocess, sys, tomllib
+from pathlib import Path
+
+import pytest
+
+from trn_tutorials.core import (READER_ENV, UsageError, made_before, reader_contents, reader_folder, reader_path, scratch,
+                                write_record)
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture
+def back_here():
+    here = Path.cwd()
+    yield
+    os.chdir(here)
+
+
+def test_the_setting_names_the_folder_and_the_default_is_in_home(tmp_path, monkeypatch, back_here):
+    monkeypatch.setenv('HOME', str(tmp_path/'home')); monkeypatch.delenv(READER_ENV, raising=False)
+    assert reader_path() == tmp_path/'home'/'trn-tutorials'
+    assert reader_folder() == tmp_path/'home'/'trn-tutorials' == Path.cwd()
+    monkeypatch.setenv(READER_ENV, str(tmp_path/'mine'/'deeper'))
+    assert reader_folder() == Path.cwd() == tmp_path/'mine'/'deeper'
+    assert reader_contents() == {}
+
+
+def test_a_folder_that_cannot_be_written_is_refused_in_one_line_and_the_fix_works(tmp_path, monkeypatch, back_here):
+    (tmp_path/'a-file').write_text('mine')
+    monkeypatch.setenv(READER_ENV, str(tmp_path/'a-file'/'trn'))
+    with pytest.raises(UsageError) as e: reader_folder()
+    msg = str(e.value)
+    assert '\n' not in msg and f"set {READER_ENV} to a folder you can write to" in msg, msg
+    assert (tmp_path/'a-file').read_text() == 'mine' and Path.cwd() != tmp_path/'a-file'   # nothing of the user's touched
+    monkeypatch.setenv(READER_ENV, str(tmp_path/'ok'))   # the fix, as printed: another folder
+    assert reader_folder() == tmp_path/'ok'
+
+
+def test_a_chapter_run_before_the_one_it_needs_is_told_which_to_run(tmp_path, monkeypatch, back_here):
+    monkeypatch.setenv(READER_ENV, str(tmp_path/'r'))
+    reader_folder()
+    with pytest.raises(UsageError, match=r"has no runs/emotion-data: run the data chapter \(03_data.ipynb\) first, or `trn-tutorials prep --dataset_path runs/emotion-data`"):
+        made_before('runs/emotion-data', 'prepared data')
+    write_record('runs/emotion-data', {'kind': 'model'})
+    with pytest.raises(UsageError, match='has a model folder'): made_before('runs/emotion-data', 'prepared data')
+    write_record('runs/emotion-data', {'kind': 'prepared data'})
+    write_record('runs/emotion-model', {'kind': 'model'})
+    assert made_before('runs/emotion-data', 'prepared data') == 'runs/emotion-data'
+    assert reader_contents() == {'runs/emotion-data': 'prepared data', 'runs/emotion-model': 'model'}
+
+
+def test_scratch_gives_the_folder_back_even_when_the_demo_fails(tmp_path, back_here):
+    os.chdir(tmp_path)
+    with pytest.raises(ZeroDivisionError):
+        with scratch() as demo:
+            assert Path.cwd() == demo.path != tmp_path
+            Path('made-by-the-demo').mkdir(); 1 / 0
+    assert Path.cwd() == tmp_path and not demo.path.exists()
+    demo = scratch(); os.chdir(tmp_path)   # the reader moved away by hand: close() removes the demo, stays where they are
+    demo.close()
+    assert Path.cwd() == tmp_path and not demo.path.exists()
+
+
+def _journey() -> list[str]:
+    return tomllib.loads((ROOT/'tools'/'environments.toml').read_text())['trn1-dlami']['notebooks']
+
+
+def test_the_journey_chapters_keep_their_demos_in_scratch_folders_and_their_trn1_cells_in_yours():
+    chapters = _journey()
+    assert chapters[0] == 'nbs/03_data.ipynb' and chapters == sorted(chapters)   # reading order
+    for c in chapters:
+        cells = [''.join(x['source']) for x in json.loads((ROOT/c).read_text())['cells'] if x['cell_type'] == 'code']
+        assert not any('mkdtemp()' in s and 'chdir' in s for s in cells), f"{c}: a demo moves the kernel away for good: use scratch()"
+        trn1 = [s for s in cells if s.startswith('#| neuron')]
+        for s in trn1:   # the data an earlier chapter left: asked for by name, with the line that says what to run first
+            if 'runs/emotion-data' in s: assert "made_before('runs/emotion-data', 'prepared data')" in s, (c, s)
+        assert not trn1 or any('made_before(' in s for s in trn1), c
+
+
+def test_the_journey_stand_in_makes_this_machine_a_trn1_with_one_visible_core(tmp_path):
+    sys.path.insert(0, str(ROOT/'tools'))
+    try: import journey
+    finally: sys.path.pop(0)
+    env = {**os.environ, **journey.stand_in(tmp_path/'s')}
+    ls = subprocess.run(['neuron-ls', '--json-output'], env=env, capture_output=True, text=True, check=True).stdout
+    assert json.loads(ls) == json.loads(journey.NEURON_LS.read_text())   # the guide's output, verbatim
+    code = ("import json; from trn_tutorials.backends import detect, neuron_stack; a = detect(); "
+            "print(json.dumps([neuron_stack(), a.backend, a.workers, a.neuron_cores]))")
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.splitlines()[-1]) == ['neuron', 'neuron', 1, 1]
