@@ -26,6 +26,15 @@ def test_workers():
     eq(1024 < free_port() < 65536, True)
 
 
+def test_workers_of_the_cpu_on_purpose_count_cpu_cores_on_a_trn1_too():
+    "A demo with backend='cpu' on a Trn1 (one NeuronCore visible): one worker by default, up to the CPU cores, not the NeuronCores."
+    one_core = Accelerator('neuron', 1, '1 NeuronCore(s)')
+    eq(workers(acc=one_core, backend='cpu'), 1)
+    eq(workers(2, one_core, 'cpu'), 2)   # refused before: "1 NeuronCore(s) visible"
+    fails(lambda: workers(10_000, one_core, 'cpu'), contains=f"use --nproc_per_node {os.cpu_count()} or fewer")
+    eq(workers(acc=Accelerator('neuron', 2, '2 NeuronCore(s)'), backend='cpu'), 1)   # was 2: one per NeuronCore
+
+
 def test_launch_env():
     eq(launch_env('neuron', 2, base={'MALLOC_ARENA_MAX': '8'})['MALLOC_ARENA_MAX'], '8')
     eq('NEURON_CC_FLAGS' in launch_env('cpu', 1, base={}), False)

@@ -89,3 +89,11 @@ def test_the_journey_stand_in_makes_this_machine_a_trn1_with_one_visible_core(tm
             "print(json.dumps([neuron_stack(), a.backend, a.workers, a.neuron_cores]))")
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True).stdout
     assert json.loads(out.splitlines()[-1]) == ['neuron', 'neuron', 1, 1]
+
+
+def test_every_chapter_opens_with_where_it_runs_and_what_it_needs():
+    for fn in sorted((ROOT/'nbs').glob('[0-9]*.ipynb')):
+        cells = [''.join(c['source']) for c in json.loads(fn.read_text())['cells'] if c['cell_type'] == 'markdown']
+        title = next(i for i, s in enumerate(cells) if s.startswith('# '))
+        line = cells[title + 1]
+        assert line.startswith(('> **Where:**', '> **Reference:**')) and '**Needs:**' in line, f"{fn.name}: {line[:80]!r}"

