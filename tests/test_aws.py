@@ -62,11 +62,11 @@ def test_launch_describe_cleanup(moto_server, tmp_path):
     assert [r['CidrIp'] for r in rule['IpRanges']] == [f'{IP}/32']
     assert not rule.get('Ipv6Ranges') and not rule.get('UserIdGroupPairs') and not rule.get('PrefixListIds')
 
-    # key pair and root volume tagged; volume 256 GB gp3
+    # key pair and root volume tagged; volume 512 GB gp3 (the minimum the Neuron setup guides ask for)
     (kp,) = ec2.describe_key_pairs(KeyNames=[d['KeyName']])['KeyPairs']
     assert want.items() <= tags_of(kp).items()
     (vol,) = ec2.describe_volumes(Filters=[{'Name': 'attachment.instance-id', 'Values': [inst.instance_id]}])['Volumes']
-    assert want.items() <= tags_of(vol).items() and (vol['Size'], vol['VolumeType']) == (256, 'gp3')
+    assert want.items() <= tags_of(vol).items() and (vol['Size'], vol['VolumeType']) == (512, 'gp3')
 
     # cost guard: shutdown behaviour terminate + a scheduled power-off in user data
     attr = lambda a: ec2.describe_instance_attribute(InstanceId=inst.instance_id, Attribute=a)

@@ -1,18 +1,73 @@
 """Which backend a Trainium instance gets, as its reader meets it: `detect` and `check_backend` on the `neuron-ls`
 output of a Trn1/Trn2, with torch-neuronx present or not (a stand-in package: its metadata is all `detect` reads),
 and the wrong-venv mistake refused through `launch` and the CLI before anything is written.
+
+The `neuron-ls` outputs are the Neuron docs' own examples, copied into tests/fixtures/neuron-ls/ (its README.md names
+each source): the neuron-ls guide's `neuron-ls -j` on a trn2n.48xlarge under LNC=2, whose `nc_count` already counts
+logical NeuronCores (4 per Trainium2, which has 8 physical ones), and the documented tables of a trn1.2xlarge and a
+trn1.32xlarge (the docs show no Trn1 JSON: their rows are read under the JSON names the guide gives the columns).
+The fake `neuron-ls` programs print the documented JSON and accept only the flag of their release: `--output-format
+json` from Neuron 2.34 on (which drops `--json-output`: notice of 2026-10-16), `--json-output`/`-j` before it.
 """
 import importlib, importlib.metadata, json, os, stat, subprocess, sys
 from pathlib import Path
 
 import pytest
 
+from trn_tutorials.backends import CATALOG, neuron_lnc, neuron_ls, visible_neuron_cores
 from trn_tutorials.core import UsageError, check_backend, detect
 from trn_tutorials.train import TrainArguments
 
-TRN1_2XL = json.dumps([{"neuron_device": 0, "nc_count": 2, "memory_size": 34359738368}])
-TRN2_3XL = json.dumps({"instance_type": "trn2.3xlarge", "logical_neuroncore_config": 2,
-                       "neuron_devices": [{"neuron_device": 0, "nc_count": 8}]})
+FIXTURES = Path(__file__).resolve().parent/'fixtures'/'neuron-ls'
+COLUMNS = {'NEURON DEVICE': 'neuron_device', 'NEURON CORES': 'nc_count', 'NEURON CORE IDS': 'neuroncore_ids'}   # the guide's Field Definitions
+
+
+def documented(name:str) -> str:
+    "A `neuron-ls` output as the Neuron docs print it (tests/fixtures/neuron-ls/README.md says where each comes from)."
+    return (FIXTURES/name).read_text()
+
+
+def table_devices(text:str) -> list[dict]:
+    "The rows of a documented `neuron-ls` table as device records, under the JSON names the guide gives its columns."
+    rows = [[c.strip() for c in l.strip().strip('|').split('|')] for l in text.splitlines() if l.startswith('|')]
+    names = [f'{a} {b}'.strip() for a, b in zip(rows[0], rows[1])]
+    devices = []
+    for row in rows[2:]:
+        d = {COLUMNS[k]: v for k, v in zip(names, row) if k in COLUMNS}
+        d['neuron_device'], d['nc_count'] = int(d['neuron_device']), int(d['nc_count'])
+        if 'neuroncore_ids' in d:
+            lo, _, hi = d['neuroncore_ids'].partition('-')
+            d['neuroncore_ids'] = list(range(int(lo), int(hi or lo) + 1))
+        devices.append(d)
+    return devices
+
+
+TRN2 = documented('trn2n.48xlarge-j.json')   # the guide's `neuron-ls -j`: devices 0 and 15 of a trn2n.48xlarge, LNC=2
+TRN2_DEVICE = json.dumps(json.loads(TRN2)[:1])   # one Trainium2 as neuron-ls reports it: what a trn2.3xlarge has
+TRN1_2XL = json.dumps(table_devices(documented('trn1.2xlarge.txt')))
+TRN1_32XL = json.dumps(table_devices(documented('trn1.32xlarge-topology.txt')))
+
+
+def test_fixtures_are_the_guide():
+    "The JSON is the guide's block less its `...` line; under LNC=2 each device counts 4 cores with 4 core ids; Trn1: 2 per device."
+    text = documented('trn2n.48xlarge-j.txt')
+    assert [l for l in text.splitlines() if l.strip() != '...'] == TRN2.splitlines() and '...' in text.splitlines()[29]
+    devs = json.loads(TRN2)
+    assert [(d['neuron_device'], d['nc_count'], d['logical_neuroncore_config'], d['neuroncore_ids']) for d in devs] == \
+           [(0, 4, 2, [0, 1, 2, 3]), (15, 4, 2, [60, 61, 62, 63])]   # device 15 holds ids 60-63: 4 logical cores per device
+    assert json.loads(TRN1_2XL) == [{'neuron_device': 0, 'nc_count': 2, 'neuroncore_ids': [0, 1]}]
+    assert [d['nc_count'] for d in json.loads(TRN1_32XL)] == [2] * 16
+
+
+def test_lnc_is_not_divided_twice():
+    "`nc_count` already counts logical cores under the LNC neuron-ls reports: exporting that LNC changes nothing; Trn1 has none."
+    assert neuron_lnc(TRN2, env={}) == 2   # what neuron-ls reports, per device
+    assert visible_neuron_cores(TRN2, env={}) == 8
+    assert visible_neuron_cores(TRN2, env={'NEURON_LOGICAL_NC_CONFIG': '2'}) == 8   # the default, exported: not halved
+    assert visible_neuron_cores(TRN2, env={'NEURON_LOGICAL_NC_CONFIG': '1'}) == 16   # LNC=1: each of the 8 physical cores
+    assert visible_neuron_cores(TRN2, env={'NEURON_RT_VISIBLE_CORES': '0-3', 'NEURON_LOGICAL_NC_CONFIG': '2'}) == 4
+    for env in ({}, {'NEURON_LOGICAL_NC_CONFIG': '2'}, {'NEURON_LOGICAL_NC_CONFIG': '1'}):   # LNC applies to Trn2/Trn3 only
+        assert (visible_neuron_cores(TRN1_2XL, env=env), visible_neuron_cores(TRN1_32XL, env=env)) == (2, 32), env
 
 
 def fake_neuronx(root:Path, version:str|None) -> Path:
@@ -46,8 +101,9 @@ def no_device_opened(monkeypatch):
 
 def test_torchneuron_found_without_opening_a_device(neuronx, no_device_opened):
     neuronx('2.14.3')   # torch-neuronx 2.13+ is TorchNeuron (Neuron 2.33)
-    acc = detect(TRN2_3XL, env={})
-    assert (acc.backend, acc.workers) == ('torchneuron', 4), acc   # 8 physical cores, two per logical core
+    for env in ({}, {'NEURON_LOGICAL_NC_CONFIG': '2'}):
+        acc = detect(TRN2_DEVICE, env=env)   # one Trainium2: 8 physical cores, 4 logical ones under LNC=2, as neuron-ls counts them
+        assert (acc.backend, acc.workers) == ('torchneuron', CATALOG['trn2.3xlarge'].neuron_cores) == ('torchneuron', 4), (env, acc)
     assert no_device_opened == [], f"detect opened the Neuron runtime in the launcher: {no_device_opened}"
 
 
@@ -92,14 +148,43 @@ def test_new_enough_passes(neuronx, monkeypatch):
     assert check_backend('torchneuron') == 'torchneuron'
 
 
+def fake_neuron_ls(b:Path, accepts:tuple) -> Path:
+    "A `neuron-ls` in `b` that prints the guide's JSON for the arguments in `accepts` only (else a usage error, exit 2); it logs each call's arguments."
+    b.mkdir(parents=True, exist_ok=True)
+    exe, log = b/'neuron-ls', b/'neuron-ls.calls'
+    ok = ' | '.join(f'"{a}"' for a in accepts)
+    exe.write_text(f"""#!/bin/sh
+# a stand-in neuron-ls: the Neuron LS User Guide's `neuron-ls -j` output (tests/fixtures/neuron-ls/), for {' or '.join(accepts)} only
+echo "$*" >> '{log}'
+case "$*" in
+  {ok}) cat '{FIXTURES/"trn2n.48xlarge-j.json"}'; exit 0 ;;
+esac
+echo "usage: neuron-ls [options]; unrecognized arguments: $*" >&2
+exit 2
+""")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return log
+
+
+NEW, OLD = ('--output-format json',), ('--json-output', '-j')   # what neuron-ls accepts from Neuron 2.34 on, and before it
+
+
+@pytest.mark.parametrize('accepts, asked', [(NEW, ['--output-format json']), (OLD, ['--output-format json', '--json-output'])],
+                         ids=['2.34', '2.31'])
+def test_neuron_ls_flags(tmp_path, monkeypatch, accepts, asked):
+    "`neuron_ls` asks with 2.34's `--output-format json` first and, where an older tool refuses it, with `--json-output`."
+    log = fake_neuron_ls(tmp_path/'bin', accepts)
+    monkeypatch.setenv('PATH', f"{tmp_path/'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert neuron_ls() == json.loads(TRN2)
+    assert log.read_text().splitlines() == asked
+    assert (detect(env={}).neuron_cores, visible_neuron_cores(env={'NEURON_LOGICAL_NC_CONFIG': '2'})) == (8, 8)
+
+
 @pytest.fixture
 def neuron_ls_on_path(tmp_path):
-    "A `neuron-ls` that prints a trn1.2xlarge's devices, first on PATH: the instance, minus the hardware."
-    b = tmp_path/'bin'; b.mkdir()
-    exe = b/'neuron-ls'
-    exe.write_text(f"#!/bin/sh\ncat <<'EOF'\n{TRN1_2XL}\nEOF\n")
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    return {**os.environ, 'PATH': f"{b}{os.pathsep}{os.environ['PATH']}"}
+    "A `neuron-ls` that prints the guide's Trn2 devices, first on PATH: the instance, minus the hardware."
+    fake_neuron_ls(tmp_path/'bin', NEW + OLD)
+    return {**os.environ, 'PATH': f"{tmp_path/'bin'}{os.pathsep}{os.environ['PATH']}"}
 
 
 def test_wrong_venv_refused_by_launch_and_cli(tmp_path, neuron_ls_on_path, monkeypatch):

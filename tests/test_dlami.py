@@ -181,3 +181,26 @@ def test_newest_by_creation_date(moto_server):
     cells = json.loads((ROOT/'nbs/01a_dlami.ipynb').read_text())['cells']
     shown = json.dumps([o for c in cells for o in c.get('outputs', [])])
     assert TRN1_DLAMI in shown and '2026-08-12T' not in shown and "'created'" not in shown
+
+
+def test_trn2_takes_the_newest_torchneuron_dlami_on_either_ubuntu(tmp_path, monkeypatch):
+    """The torch-neuronx 2.14 DLAMI ships on Ubuntu 24.04 and 26.04 (Neuron 2.33 docs, setup/pytorch/update-dlami.rst):
+    a Trn2/Trn3 gets the newest of them, whichever its Ubuntu. A moto_server of its own holds two more images, named
+    as the 24.04 one is (the docs give no 26.04 image name; ids and dates made up): a 26.04 image of 2026-11-11 and a
+    24.04 image of 2026-11-20, both SDK 2.33.1 (released 2026-11-11)."""
+    import local_services as L
+    u2604, u2404 = 'ami-0dl4m1tn2602611', 'ami-0dl4m1tn2402611'
+    monkeypatch.setattr(L, 'AMIS', L.AMIS + [
+        L._dlami(u2604, 'Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 26.04) 20261111', '2.33.1'),
+        L._dlami(u2404, 'Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04) 20261120', '2.33.1')])
+    (tmp_path/'moto').mkdir()
+    with L.MotoServer(tmp_path/'moto') as srv:
+        for k in L.AWS_VARS_TO_DROP: monkeypatch.delenv(k, raising=False)
+        for k, v in srv.env.items(): monkeypatch.setenv(k, v)
+        monkeypatch.setattr(boto3, 'DEFAULT_SESSION', None)
+        im = find_ami(instance_type='trn2.3xlarge')
+        assert (im['id'], im['sdk'], im['venv']) == (u2404, '2.33.1', DLAMI['trn2'].venv)   # the newest, on 24.04
+        boto3.client('ec2').deregister_image(ImageId=u2404)
+        im = find_ami(instance_type='trn2.48xlarge')   # then the 26.04 one, newer than the rehearsal's 24.04 of 2026-10-19
+        assert (im['id'], im['name']) == (u2604, 'Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 26.04) 20261111')
+        assert find_ami(instance_type='trn1.2xlarge')['id'] == TRN1_DLAMI   # Trn1 keeps its 2.31 image

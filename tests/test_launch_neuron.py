@@ -32,6 +32,9 @@ def test_cache_loads_told_apart_from_compiles(tmp_path):
     s3 = cache_status('s3://bucket/neuron-cache')
     assert graphs_from_cache({'train': 9, 'eval': 6}, s3, s3) is None and graphs_from_cache({'train': 9, 'eval': 6}, None, None) is None
     assert 'graphs compiled' in dict(Results.from_metrics(metrics(), 600.0).rows())
+    # a cache that holds no graph after the run supplied none: no neuronx-cc ran (the Trn1 stand-in's torch-xla on the CPU)
+    empty = cache_status(tmp_path/'empty-cache')
+    assert graphs_from_cache({'train': 9, 'eval': 6}, empty, empty) is None   # said "15 loaded from the Neuron cache" before
 
 
 def test_warnings_shown_in_results():

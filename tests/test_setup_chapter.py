@@ -122,7 +122,7 @@ def test_the_chapters_launch(moto_server, tmp_path, monkeypatch):
     assert attr('instanceInitiatedShutdownBehavior')['InstanceInitiatedShutdownBehavior']['Value'] == 'terminate'
     assert 'shutdown -h +480 ' in base64.b64decode(attr('userData')['UserData']['Value']).decode()
     vol = ec2.describe_volumes(Filters=tag_filters(inst.run_id))['Volumes'][0]
-    assert (vol['Size'], vol['VolumeType']) == (256, 'gp3')
+    assert (vol['Size'], vol['VolumeType']) == (512, 'gp3')   # the Neuron setup guides' minimum root volume
     # the key path as the user names its folder (~/.ssh/...), the file itself in the expanded folder, mode 0400
     assert inst.key_path == f'~/.ssh/trn-tutorials-{inst.run_id}.pem'
     key = Path(inst.key_path).expanduser()

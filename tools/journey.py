@@ -4,8 +4,9 @@ run too, on the Trn1 stand-in. Run it with the stand-in's Python (`.venv-trn1`, 
 builds from the Neuron 2.31 DLAMI's versions); tools/test.sh runs it in the trn1 stage.
 
 The stand-in for what a Trn1 has and a CPU machine lacks, made in a temporary folder and put first on PATH/PYTHONPATH:
-- `neuron-ls`: prints the neuron-ls guide's own JSON for a trn1.2xlarge (tests/fixtures/neuron-ls/), so `detect()`
-  finds NeuronCores and the backend is `neuron`, as on the instance: nothing in the cells is edited.
+- `neuron-ls`: as the 2.31 DLAMI's tool, it answers `--json-output`/`-j` only (2.34's `--output-format json` is a usage
+  error), with the real tool's JSON for a trn1.2xlarge (tests/fixtures/neuron-ls/, its README says where it comes from),
+  so `detect()` finds NeuronCores and the backend is `neuron`, as on the instance: nothing in the cells is edited.
 - `torch_neuronx`: the package's metadata (the 2.31 DLAMI's torch-neuronx version), which is what `neuron_stack`
   reads; importing it sets nothing. PJRT_DEVICE=CPU puts torch-xla on the CPU, where torch-neuronx would choose the
   NeuronCores.
@@ -19,14 +20,14 @@ The chapters and the flags run are the `notebooks` and `flags` of the trn1-dlami
 Usage: .venv-trn1/bin/python tools/journey.py [--store] [--chapters nbs/03_data.ipynb ...]
   --store   write the outputs of the flagged cells into the notebooks (the rest of each notebook is left as it is)
 """
-import json, os, shutil, subprocess, sys, tempfile, time, tomllib
+import json, os, re, shutil, subprocess, sys, tempfile, time, tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'tools'))
 import run_nb  # noqa: E402  (its reading of cell flags)
 
-NEURON_LS = ROOT/'tests'/'fixtures'/'neuron-ls'/'trn1.2xlarge.json'   # the neuron-ls guide's example, copied verbatim
+NEURON_LS = ROOT/'tests'/'fixtures'/'neuron-ls'/'trn1.2xlarge.json'   # the real tool's output on a trn1.2xlarge (fixtures README)
 NEURONX_VERSION = '2.9.0.2.15.32035'   # torch-neuronx in the Neuron 2.31 DLAMI's PyTorch 2.9 venv (tools/environments.toml)
 REHEARSED = ("> The output above comes from CI's rehearsal on the Trn1 stand-in (torch-xla on the CPU for the NeuronCores, "
              "one worker, the offline data and model), not from a Trn1.")
@@ -38,8 +39,9 @@ def table(name:str='trn1-dlami') -> dict:
 def stand_in(d:Path) -> dict:
     "Make the Trn1 stand-in's programs and package in `d`; return the environment variables that put them in place."
     (d/'bin').mkdir(parents=True); (d/'site'/'torch_neuronx').mkdir(parents=True)
-    ls = NEURON_LS.read_text()
-    tools = {'neuron-ls': f"#!/bin/sh\n# the neuron-ls guide's output for a trn1.2xlarge\ncat <<'EOF'\n{ls.rstrip()}\nEOF\n",
+    tools = {'neuron-ls': ("#!/bin/sh\n# the Neuron 2.31 tool: JSON with --json-output/-j only (2.34's --output-format json is new)\n"
+                           f"case \"$*\" in\n  --json-output|-j) cat '{NEURON_LS}'; exit 0 ;;\nesac\n"
+                           "echo \"neuron-ls: unrecognized arguments: $*\" >&2; exit 2\n"),
              'neuron_parallel_compile': '#!/bin/sh\n# stand-in: runs the trial as given (nothing is extracted or compiled)\nexec "$@"\n'}
     for name, text in tools.items():
         (d/'bin'/name).write_text(text); (d/'bin'/name).chmod(0o755)
@@ -79,12 +81,25 @@ def main(argv=None):
                 failed += 1
                 print(f"FAILED {c} ({time.time() - t0:.0f} s): exit {r.returncode} (the cell's error is above)", flush=True)
                 break   # a reader stops at the first chapter that fails: the next ones need what it leaves
-            if a.store: note_rehearsed(fn, flagged(fn, {'neuron'}))
+            if a.store:
+                cleared = unstore_paths(fn, keep)
+                note_rehearsed(fn, [i for i in flagged(fn, {'neuron'}) if i not in cleared])
             print(f"ok {c}: {len(keep)} flagged cell(s) run, {time.time() - t0:.0f} s; the reader's folder holds "
                   f"{json.dumps(_contents(work/'reader'))}", flush=True)
     finally: shutil.rmtree(work, ignore_errors=True)
     print(f"journey: {time.time() - t_all:.0f} s")
     return failed
+
+def unstore_paths(fn:Path, ids:list[str]) -> list[str]:
+    "Clear the outputs of the cells `ids` of `fn` that hold a machine path (a stored output never does); return their ids."
+    nb, cleared = json.loads(fn.read_text()), []
+    marks = re.compile('|'.join(rf'(?<![\w/.-]){re.escape(m)}/' for m in (str(ROOT), tempfile.gettempdir(), str(Path.home()))))
+    for c in nb['cells']:
+        if c.get('id') in ids and marks.search(json.dumps(c.get('outputs', []))):
+            c['outputs'], c['execution_count'] = [], None; cleared.append(c['id'])
+            print(f"  {fn.name} cell {c['id']}: output not stored (it holds machine paths: the raw log of a run)")
+    if cleared: fn.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
+    return cleared
 
 def note_rehearsed(fn:Path, ids:list[str]):
     "Put `REHEARSED` under each of the cells `ids` of `fn` (once): their stored outputs come from this rehearsal."

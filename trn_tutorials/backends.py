@@ -11,24 +11,22 @@ from pathlib import Path
 from .core import Limit, UsageError, check_number, documented
 
 # %% auto #0
-__all__ = ['BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'neuron_core_total', 'parse_visible_cores',
-           'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator', 'neuron_stack', 'machine_instance_type',
-           'detect', 'Stack', 'instance_family', 'backend_env', 'set_backend_env', 'check_stack', 'check_backend',
-           'InstanceType', 'instance_type', 'run_cost']
+__all__ = ['NEURON_LS_JSON', 'BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'neuron_core_total',
+           'parse_visible_cores', 'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator', 'neuron_stack',
+           'machine_instance_type', 'detect', 'Stack', 'instance_family', 'backend_env', 'set_backend_env',
+           'check_stack', 'check_backend', 'InstanceType', 'instance_type', 'run_cost']
 
 # %% ../nbs/01b_backends.ipynb #00d5c226
 def _devices(ls) -> list:
-    "The list of device records in `neuron-ls` JSON, old (a list) or new (an object holding one)."
+    "The device records in `neuron-ls` JSON: the list itself (`--json-output`), or the one an object holds (`--output-format json`)."
     if isinstance(ls, str): ls = json.loads(ls)
-    if isinstance(ls, list): return ls
-    if isinstance(ls, dict):
-        for v in ls.values():
-            if isinstance(v, list) and v and isinstance(v[0], dict) and 'nc_count' in v[0]: return v
+    if isinstance(ls, list): return ls if all(isinstance(d, dict) and 'nc_count' in d for d in ls) else []
+    if isinstance(ls, dict): return next((found for v in ls.values() if isinstance(v, (list, dict)) and (found := _devices(v))), [])
     return []
 
 def neuron_core_total(ls # `neuron-ls` JSON: the text, or the parsed list/object
                      ) -> int:
-    "Total NeuronCores on the devices that `neuron-ls` reports."
+    "Total NeuronCores on the devices that `neuron-ls` reports: logical cores, under the LNC it reports (Trn2/Trn3)."
     return sum(int(d.get('nc_count', 0)) for d in _devices(ls))
 
 # %% ../nbs/01b_backends.ipynb #a00eaef5
@@ -45,34 +43,47 @@ def parse_visible_cores(spec:str # value of NEURON_RT_VISIBLE_CORES, e.g. "0-3" 
     return sorted(set(cores))
 
 # %% ../nbs/01b_backends.ipynb #2dc76e1d
+NEURON_LS_JSON = (('--output-format', 'json'), ('--json-output',))   # Neuron 2.34+, then the flag of 2.33 and before
+
 def neuron_ls(timeout:float=20 # seconds to wait for `neuron-ls`
              ) -> list|dict|None:
-    "Parsed `neuron-ls --json-output`, or `None` where there is no Neuron tool or device."
+    "Parsed `neuron-ls` JSON (`--output-format json`, else `--json-output`), or `None` where there is no Neuron tool or device."
     exe = shutil.which('neuron-ls') or shutil.which('neuron-ls', path='/opt/aws/neuron/bin')
     if not exe: return None
-    try: r = subprocess.run([exe, '--json-output'], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired): return None
-    if r.returncode != 0 or not r.stdout.strip(): return None
-    try: return json.loads(r.stdout)
-    except json.JSONDecodeError: return None
+    for flags in NEURON_LS_JSON:   # a tool that refuses a flag exits with a usage error (or prints no JSON): try the next
+        try: r = subprocess.run([exe, *flags], capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired): return None
+        if r.returncode != 0 or not r.stdout.strip(): continue
+        try: return json.loads(r.stdout)
+        except json.JSONDecodeError: continue
+    return None
 
 # %% ../nbs/01b_backends.ipynb #703ef460
+def _reported_lnc(ls) -> int|None:
+    "The LNC `neuron-ls` counted `nc_count` with: its top-level field, else the devices' (Trn2/Trn3); `None` where it reports none (Trn1)."
+    ls = json.loads(ls) if isinstance(ls, str) else ls
+    key = lambda d: next((v for k, v in d.items() if k.replace('-', '_') == 'logical_neuroncore_config'), None)
+    v = key(ls) if isinstance(ls, dict) else None
+    if v is None: v = next((x for d in _devices(ls) if (x := key(d)) is not None), None)
+    try: return max(1, int(v)) if v is not None else None
+    except (TypeError, ValueError): return None
+
 def neuron_lnc(ls=None, # `neuron-ls` JSON, if known
                env:dict|None=None # environment to read `NEURON_LOGICAL_NC_CONFIG` from; default `os.environ`
               ) -> int:
-    "Physical NeuronCores per logical core (LNC): the runtime's variable, else what `neuron-ls` reports, else 1 (Trn1)."
-    v = (os.environ if env is None else env).get('NEURON_LOGICAL_NC_CONFIG')
-    if v is None and isinstance(ls := json.loads(ls) if isinstance(ls, str) else ls, dict):
-        v = next((x for k, x in ls.items() if k.replace('-', '_') == 'logical_neuroncore_config'), None)
-    try: return max(1, int(v)) if v is not None else 1
-    except (TypeError, ValueError): return 1
+    "Physical NeuronCores per logical core a process gets: the runtime's variable where `neuron-ls` reports an LNC, else that LNC, else 1 (Trn1)."
+    reported = _reported_lnc(ls) if ls is not None else None
+    if reported is None: return 1
+    try: return max(1, int((os.environ if env is None else env).get('NEURON_LOGICAL_NC_CONFIG', reported)))
+    except (TypeError, ValueError): return reported
 
 def visible_neuron_cores(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
-                         env:dict|None=None # environment to read `NEURON_RT_VISIBLE_CORES` from; default `os.environ`
+                         env:dict|None=None # environment to read the runtime's variables from; default `os.environ`
                         ) -> int:
-    "How many NeuronCores this process may use: logical cores (Trn2/Trn3 group two by default), limited to the visible ones."
+    "How many NeuronCores this process may use: the logical cores `neuron-ls` counts (regrouped where the LNC asked differs), limited to the visible ones."
     ls = neuron_ls() if ls is None else ls
-    total = neuron_core_total(ls) // neuron_lnc(ls, env) if ls is not None else 0
+    if ls is None: return 0
+    total = neuron_core_total(ls) * (_reported_lnc(ls) or 1) // neuron_lnc(ls, env)   # physical cores / the LNC they will be grouped by
     spec = (os.environ if env is None else env).get('NEURON_RT_VISIBLE_CORES')
     if not total or not spec: return total
     return len([c for c in parse_visible_cores(spec) if c < total])

@@ -51,7 +51,7 @@ DLAMI = {
                   'PyTorch 2.9 + torch-neuronx (PyTorch/XLA): the last DLAMIs with it are those of Neuron SDK 2.31',
                   ('torch-neuronx==2.9.0.2.15.32035', 'neuronx-cc==2.26.6360.0'),
                   f"the last DLAMI with Trn1's PyTorch/XLA environment {STACKS['neuron'].venv} (Neuron 2.32 removed it)"),
-    'trn2': Dlami(('Deep Learning AMI Neuron torch-neuronx 2.14* (Ubuntu 24.04) *',), '2.33',
+    'trn2': Dlami(('Deep Learning AMI Neuron torch-neuronx 2.14* (Ubuntu *) *',), '2.33',   # Ubuntu 24.04 and 26.04
                   STACKS['torchneuron'].venv, None,
                   'PyTorch 2.14 + TorchNeuron (native device `neuron`, beta since Neuron SDK 2.33, Trn2/Trn3 only)'),
 }

@@ -263,7 +263,7 @@ def find_instance(run_id:str|None=None, # the run's id; `None` = the only runnin
 # %% ../nbs/01_setup.ipynb #7736b9a7
 MIN_VOLUME_GB = 120
 INSTANCE_LIMITS = {   # the numbers `launch_instance` takes
-    'volume_gb': Limit(MIN_VOLUME_GB, 16384, example=256),   # gp3 volumes hold at most 16 TiB
+    'volume_gb': Limit(MIN_VOLUME_GB, 16384, example=512),   # gp3 volumes hold at most 16 TiB; Neuron's guides ask for 512 or more
     'max_hours': Limit(0, MAX_HOURS, lo_open=True, special=((0, 'no cost guard'),), example=8),
     'timeout': Limit(0, 24 * 3600, lo_open=True, example=900)}
 
@@ -336,7 +336,7 @@ def launch_instance(instance_type:str='trn1.2xlarge', # an instance type from `c
            my_ip:str|None=None, # the IPv4 address SSH is opened to; default: discovered via checkip.amazonaws.com
            key_name:str|None=None, # existing EC2 key pair to reuse; default: a new one for this run
            key_dir:str='~/.ssh', # folder of the private keys
-           volume_gb:int=256, # root volume size in GB (gp3), at least 120
+           volume_gb:int=512, # root volume size in GB (gp3): 512 as the Neuron docs ask; 120 at the least (the DLAMI's snapshot)
            max_hours:float=8.0, # cost guard: power off and terminate after this many hours; 0 = off
            run_id:str|None=None, # id tagged on everything created; default: a new one
            subnet_id:str|None=None, # subnet to launch into; default: a default subnet in a zone offering the type
@@ -372,7 +372,7 @@ class InstanceArguments:
     my_ip: str|None = None # IPv4 address SSH is opened to (default: from https://checkip.amazonaws.com)
     key_name: str|None = None # existing EC2 key pair to reuse (default: a new one for this run)
     key_dir: str = '~/.ssh' # folder of the private keys (<key_name>.pem)
-    volume_gb: int = 256 # root volume in GB, gp3, 120 to 16384
+    volume_gb: int = 512 # root volume in GB, gp3, 120 to 16384 (Neuron's setup guides ask for 512 or more)
     max_hours: float = 8.0 # cost guard: power off and terminate after this many hours, at most 720 (0 = off)
     run_id: str|None = None # id tagged on everything created (default: a new one)
     subnet_id: str|None = None # subnet to launch into (default: a default subnet in a zone with the type)

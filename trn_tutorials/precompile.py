@@ -73,6 +73,7 @@ def graphs_from_cache(counted:dict|None, # `metrics['compiled_graphs']`: what to
                      ) -> int|None:
     "How many of the graphs torch-xla counted were loaded from the Neuron compile cache; `None` where that cannot be told."
     if not counted or not before or not after or before.get('compiled') is None or after.get('compiled') is None: return None
+    if not after['compiled']: return None   # an empty cache supplied nothing: no neuronx-cc ran (the CPU's torch-xla, say)
     n = counted['train'] + counted['eval']
     return n - min(n, max(0, after['compiled'] - before['compiled']))
 
