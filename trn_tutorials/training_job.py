@@ -48,7 +48,7 @@ def sm_cost(name:str, # SageMaker instance type
     return None if p is None else round(p * count * seconds / 3600, 4)
 
 # %% ../nbs/09_training_job.ipynb #7732ef3a
-NEURON_TRAINING_IMAGE = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'   # the last one AWS publishes (Neuron SDK 2.30)
+NEURON_TRAINING_IMAGE = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'   # the last PyTorch/XLA (Trn1) training image (Neuron SDK 2.30; since 2.33 TorchNeuron has its own, for Trn2/Trn3)
 IMAGES_CHECKED = '2026-11-24'   # read from the SageMaker Python SDK 3.27's image_uri_config (pytorch.json, huggingface-neuronx.json)
 NEURON_TRAINING_REGIONS = (   # where the SDK lists the Neuron training DLCs (its newest, huggingface-pytorch-training-neuronx 4.55.4)
     'ap-northeast-1', 'ap-south-1', 'ap-south-2', 'ap-southeast-1', 'ap-southeast-2', 'ap-southeast-4',
