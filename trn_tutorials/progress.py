@@ -4,7 +4,7 @@
 
 # %% ../nbs/04c_progress.ipynb #ec09a32c
 from __future__ import annotations
-import json, os, platform, time
+import json, math, os, platform, time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -12,8 +12,8 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'USUAL_LR', 'classification_metrics', 'majority_baseline', 'progress_line',
-           'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'save_plots', 'summary',
-           'collapse_warning']
+           'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'save_plots', 'metrics_text',
+           'summary', 'collapse_warning']
 
 # %% ../nbs/04c_progress.ipynb #fd3c7a82
 def classification_metrics(labels, # true label ids
@@ -156,6 +156,19 @@ def _atomic(p:Path, write):
     tmp = p.with_name(f'.{p.name}.tmp-{os.getpid()}')
     try: write(tmp); os.replace(tmp, p)
     finally: tmp.unlink(missing_ok=True)
+
+# %% ../nbs/04c_progress.ipynb #a8c4f3b6
+def _finite_json(x):
+    "`x` with numpy values as Python ones, and each number that is not finite as `None`."
+    if isinstance(x, dict): return {k: _finite_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)): return [_finite_json(v) for v in x]
+    if isinstance(x, np.generic): x = x.item()
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+def metrics_text(metrics:dict # what `train` returns
+                ) -> str:
+    "`metrics` as strict JSON, for `metrics.json`: a number that is not finite (nan, inf) is `null`."
+    return json.dumps(_finite_json(metrics), indent=2, allow_nan=False)
 
 # %% ../nbs/04c_progress.ipynb #fc7362b2
 def summary(metrics:dict # what `train` returns

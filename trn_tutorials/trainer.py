@@ -12,11 +12,12 @@ import numpy as np
 from .core import UsageError
 from .data import row_lengths
 from .samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows
+from .progress import _flat
 from .checkpoints import SEAL_TIMEOUT_S, CheckpointGuard, _host_store, diverged
 
 # %% auto #0
-__all__ = ['BucketBatches', 'LrAsData', 'CountShapes', 'EpochGraphs', 'CountGraphs', 'TimedEvaluation', 'LossGuard', 'SetEpoch',
-           'as_callback', 'Guards', 'CpuResume', 'trainer_class']
+__all__ = ['BucketBatches', 'labelled_loss', 'LabelledLoss', 'LrAsData', 'CountShapes', 'EpochGraphs', 'CountGraphs',
+           'TimedEvaluation', 'LossGuard', 'SetEpoch', 'as_callback', 'Guards', 'CpuResume', 'trainer_class']
 
 # %% ../nbs/04d_trainer.ipynb #4b737444
 class BucketBatches:
@@ -55,6 +56,31 @@ class BucketBatches:
 
     def get_eval_dataloader(self, eval_dataset=None): return self._scoring_loader(self.eval_dataset if eval_dataset is None else eval_dataset)
     def get_test_dataloader(self, test_dataset): return self._scoring_loader(test_dataset)
+
+# %% ../nbs/04d_trainer.ipynb #6c0d2b91
+def labelled_loss(predictions, # every worker's logits: [rows, labels], or [rows, texts, labels] (packed rows); per-batch arrays, or a tuple (logits first)
+                  label_ids # their labels: [rows], or [rows, texts]; -100 for a filler row or an empty slot
+                 ) -> float|None:
+    "The mean cross-entropy over the labelled texts of every worker; `None` where no text is labelled or `predictions` are not logits."
+    if predictions is None or label_ids is None: return None
+    x, y = _flat(predictions), _flat(label_ids)
+    if x.ndim != y.ndim + 1 or x.shape[:-1] != y.shape or not np.issubdtype(x.dtype, np.floating): return None   # e.g. reduced by `preprocess_logits_for_metrics`
+    x, y = x.reshape(-1, x.shape[-1]).astype(np.float64), y.reshape(-1)
+    keep = y >= 0   # the texts `compute_metrics` scores
+    if not keep.any(): return None
+    x, y = x[keep], y[keep].astype(np.int64)
+    top = x.max(-1, keepdims=True)
+    log_z = (top + np.log(np.exp(x - top).sum(-1, keepdims=True)))[:, 0]   # log of the softmax's denominator, without overflow
+    return float((log_z - x[np.arange(len(y)), y]).sum() / len(y))
+
+# %% ../nbs/04d_trainer.ipynb #f4a09d63
+class LabelledLoss:
+    "Trainer hook: the loss of `evaluate` and `predict` is `labelled_loss` of the logits and labels gathered from every worker."
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix='eval'):
+        out = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        loss = labelled_loss(out.predictions, out.label_ids)   # `None` without logits (no `compute_metrics`): the Trainer's stays
+        if loss is not None: out.metrics[f'{metric_key_prefix}_loss'] = loss
+        return out
 
 # %% ../nbs/04d_trainer.ipynb #5f4a93b3
 def _lr_as_data(optimizer, device):
@@ -195,7 +221,8 @@ def _gather_shapes(trainer) -> dict|None:
 class LossGuard:
     "Stop at a logged training loss that is not finite, on every worker at the same step, with the line `diverged` gives."
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # not `eval_loss`: a worker whose evaluation batch is all filler rows (no label to score) logs a nan loss for it
+        # the training loss only: weights that are not finite show in the next one, or in the check after training (`_finite`);
+        # `eval_loss` is finite with finite weights, filler rows or not (`LabelledLoss`)
         try: v = float((logs or {})['loss'])
         except (KeyError, TypeError, ValueError): return
         # averaged over the workers before it is logged: every worker stops here, at the same step
@@ -251,5 +278,5 @@ class CpuResume:
 def trainer_class() -> type:
     "`BucketTrainer`: transformers' `Trainer` with the pieces above; made on first use (importing `Trainer` takes seconds)."
     from transformers import Trainer
-    pieces = (TimedEvaluation, CountShapes, BucketBatches, LrAsData, CpuResume, Guards)   # `Guards` sets up first
+    pieces = (TimedEvaluation, CountShapes, BucketBatches, LabelledLoss, LrAsData, CpuResume, Guards)   # `Guards` sets up first
     return type('BucketTrainer', (*pieces, Trainer), {'__doc__': 'A `Trainer` with ' + ', '.join(p.__name__ for p in pieces)})
