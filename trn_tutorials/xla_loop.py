@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_xla_loop.ipynb #a6878bf5
 from __future__ import annotations
-import hashlib, json, math, os, sys, time
+import hashlib, math, os, sys, time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from .core import UsageError, check_backend, check_numbers, documented, parse_args, set_backend_env
 from .data import load_prepared
+from .progress import metrics_text
 from .train import (XLA_BACKENDS, PaddedRows, _versions, _xla_compiles, check_workers, classification_metrics,
                                  majority_baseline)
 
@@ -351,7 +352,7 @@ def train_loop(args:LoopArguments # the run's arguments
     try: metrics = fit(args, w, ds, manifest)
     finally: stop_workers(w)
     if metrics:
-        Path(args.output_dir, 'metrics.json').write_text(json.dumps(metrics, indent=2))
+        Path(args.output_dir, 'metrics.json').write_text(metrics_text(metrics))   # strict JSON: a nan is null
         print(summary(metrics), flush=True)
     return metrics
 
