@@ -52,6 +52,26 @@ def test_training_arguments_per_backend(tmp_path):
     eq(ta_cpu.average_tokens_across_devices, False)   # the loss is a batch mean: not scaled by the worker count
 
 
+def test_attention_per_backend_and_packing():
+    "Eager attention on the XLA backends, and on TorchNeuron for packed rows (their 4-D float mask); transformers' default elsewhere."
+    from trn_tutorials.train import attention_for
+    eq({b: (attention_for(b, False), attention_for(b, True)) for b in ('neuron', 'xla', 'torchneuron', 'cuda', 'cpu')},
+       {'neuron': ('eager', 'eager'), 'xla': ('eager', 'eager'), 'torchneuron': (None, 'eager'), 'cuda': (None, None), 'cpu': (None, None)})
+
+
+def test_check_device_on_torchneuron():
+    "The Trainer's device and world size, as the Trainer's arguments report them: `neuron` and every worker, or one line."
+    from types import SimpleNamespace as NS
+    from trn_tutorials.train import check_device
+    seen = lambda device, world: NS(device=NS(type=device), world_size=world)
+    eq(check_device(seen('neuron', 2), 'torchneuron', workers=2), None)
+    fails(lambda: check_device(seen('cpu', 1), 'torchneuron', workers=1), contains="the Trainer's device is cpu, not `neuron`")
+    fails(lambda: check_device(seen('neuron', 1), 'torchneuron', workers=2), contains="WORLD_SIZE 2 asks for 2 workers, but the Trainer's process group holds 1")
+    with pytest.raises(UsageError) as e: check_device(seen('cpu', 1), 'torchneuron', workers=1)
+    assert '\n' not in str(e.value) and 'neuron-ls' in str(e.value) and 'torchrun --nproc_per_node N -m trn_tutorials.train' in str(e.value)
+    eq([check_device(seen('cpu', 1), b, workers=2) for b in ('neuron', 'xla', 'cuda', 'cpu')], [None] * 4)   # the other backends: not checked here
+
+
 def epoch_rows(samplers): return sorted(i for s in samplers for b in s for i in b)
 
 

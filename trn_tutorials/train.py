@@ -18,7 +18,7 @@ if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # importe
 # %% auto #0
 __all__ = ['XLA_BACKENDS', 'NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'check_output_dir', 'claim_output_dir', 'check_space',
            'check_model', 'check_batch', 'torchrun_worker', 'torchrun_command', 'check_torchrun', 'check_workers',
-           'train', 'relaunch_command', 'main']
+           'import_torchneuron', 'check_device', 'attention_for', 'train', 'relaunch_command', 'main']
 
 # %% ../nbs/04_train.ipynb #f8efe212
 # the pieces of the other train chapters: imported here as well, where `launch`, `xla_loop`, the CLI and the tests find them
@@ -28,7 +28,7 @@ from .checkpoints import (COMPLETE, RUN_ARGS, SAME_RUN, SEAL_TIMEOUT_S, Checkpoi
                                        checkpoint_complete, checkpoint_problem, checkpoints, diverged, newest_complete, resume_from,
                                        seal_checkpoint, skipped_note)
 from .progress import (PLOTS, PROGRESS_ENV, PROGRESS_PREFIX, USUAL_LR, _atomic, _flat, _scores, _versions, classification_metrics,
-                                    collapse_warning, majority_baseline, plot_confusion, plot_history, progress_callback, progress_line,
+                                    collapse_warning, majority_baseline, metrics_text, plot_confusion, plot_history, progress_callback, progress_line,
                                     read_progress, save_plots, summary)
 from .trainer import _finite, _gather_shapes, _lr_as_data, _xla_compiles, trainer_class
 
@@ -167,6 +167,7 @@ def _check_runtime(backend:str, world_size:int, args):
     "A one-line error where this process cannot train on `backend`."
     check_workers(backend, world_size)
     if backend == 'torchneuron':
+        import_torchneuron(backend)   # `main` did it before transformers; for `train(args)` from Python, as early as it can
         from transformers.utils import import_utils
         if not hasattr(import_utils, 'is_torch_neuron_available'):   # transformers 5 places the model on `neuron`; 4.57 cannot
             raise UsageError("TorchNeuron needs a transformers that knows the `neuron` device: pip install -U 'transformers>=5'")
@@ -174,6 +175,33 @@ def _check_runtime(backend:str, world_size:int, args):
     if is_torch_xla_available() != (backend in XLA_BACKENDS):
         raise UsageError(f"this Python imported transformers before --backend {backend} could set USE_TORCH_XLA: "
                          f"run training in its own process (`{torchrun_command(args)}`, or `launch`)")
+
+# %% ../nbs/04_train.ipynb #b7d1e202
+def import_torchneuron(backend:str # a resolved backend
+                      ) -> bool:
+    "On `torchneuron`, import `torch_neuronx`: it registers the device `neuron` and its distributed backend. Whether `torch.neuron` is there."
+    if backend != 'torchneuron': return False
+    import importlib.util
+    if importlib.util.find_spec('torch_neuronx') is None: return False   # `check_backend` names the install; `check_device` refuses
+    import torch, torch_neuronx  # noqa: F401  (before transformers: it looks for `torch.neuron` once)
+    return hasattr(torch, 'neuron')
+
+def check_device(targs, # the Trainer's arguments, `training_arguments(args, backend)`
+                 backend:str, # a resolved backend
+                 workers:int|None=None # the workers torchrun started; default its `WORLD_SIZE`, else 1
+                ):
+    "A one-line `UsageError` unless the Trainer on `torchneuron` trains on the device `neuron`, with every worker torchrun started."
+    if backend != 'torchneuron': return
+    workers = int(os.environ.get('WORLD_SIZE', 1)) if workers is None else workers
+    if targs.device.type != 'neuron':
+        raise UsageError(f"--backend torchneuron: the Trainer's device is {targs.device.type}, not `neuron` (torch_neuronx was imported after "
+                         "transformers, or found no NeuronCore): check that `neuron-ls` lists the NeuronCores, then train with "
+                         "`torchrun --nproc_per_node N -m trn_tutorials.train ...` or `launch`, which import torch_neuronx before transformers")
+    if targs.world_size != workers:
+        raise UsageError(f"--backend torchneuron: torchrun's WORLD_SIZE {workers} asks for {workers} workers, but the Trainer's process group "
+                         f"holds {targs.world_size}, so each would train alone: start the workers with "
+                         f"`torchrun --nproc_per_node {workers} -m trn_tutorials.train ...` or `launch`")
+
 
 # %% ../nbs/04_train.ipynb #c86bf2ad
 _HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc')   # kept from the Trainer's log
@@ -210,17 +238,26 @@ def _prepare(args:TrainArguments # the run's arguments
         if (note := skipped_note(found[1], start) or (start and f"resuming from {start.name}")): _note(note)
     return backend, ds, manifest, start, few_steps, data
 
+# %% ../nbs/04_train.ipynb #b7d1e204
+def attention_for(backend:str, # a resolved backend
+                  packed:bool # whether the rows are packed (the manifest has `packing`)
+                 ) -> str|None:
+    "The `attn_implementation` the model loads with: 'eager' on the XLA backends and for packed rows on `torchneuron`; else `None` (transformers' default)."
+    return 'eager' if backend in XLA_BACKENDS or (backend == 'torchneuron' and packed) else None
+
+
 # %% ../nbs/04_train.ipynb #1b1e3f67
-def _model(args:TrainArguments, manifest:dict, xla:bool) -> tuple:
+def _model(args:TrainArguments, manifest:dict, backend:str) -> tuple:
     "The model's id, its tokenizer, and the classifier with the data's label names."
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
     model_id, names = args.model_id or manifest['model_id'], manifest['label_names']
     tokenizer = AutoTokenizer.from_pretrained(model_id)
     set_seed(args.seed)   # before the model: its new head is drawn at random
+    attention = attention_for(backend, bool(manifest.get('packing')))
     # a checkpoint with another head (2 labels, or none) gets a fresh one sized for our labels
     model = AutoModelForSequenceClassification.from_pretrained(
         model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
-        ignore_mismatched_sizes=True, **({'attn_implementation': 'eager'} if xla else {}))
+        ignore_mismatched_sizes=True, **({'attn_implementation': attention} if attention else {}))
     if manifest.get('packing'):   # several texts a row: each attends to itself, each classified from its own [CLS]
         from trn_tutorials.packing import pack_model
         model = pack_model(model)
@@ -234,7 +271,8 @@ def train(args:TrainArguments # the run's arguments
     names = manifest['label_names']
     from trn_tutorials.arguments import training_arguments
     targs = training_arguments(args, backend)   # a flag the backend cannot run: refused before the model is loaded
-    model_id, tokenizer, model = _model(args, manifest, backend in XLA_BACKENDS)
+    check_device(targs, backend)   # on torchneuron: the Trainer on `neuron`, with every worker; else refused, before the model is loaded
+    model_id, tokenizer, model = _model(args, manifest, backend)
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=args.to_dict() | {'data': data},
                               processing_class=tokenizer,
                               compute_metrics=lambda p: {k: v for k, v in _scores(p, names).items() if k in ('accuracy', 'f1', 'mcc')})
@@ -252,7 +290,7 @@ def train(args:TrainArguments # the run's arguments
     metrics = _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, start, few_steps, t0)
     if (collapse := collapse_warning(metrics)): metrics['warnings'].insert(0, collapse)
     save_plots(metrics, args.output_dir)
-    _atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(json.dumps(metrics, indent=2)))   # last: the run is complete
+    _atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(metrics_text(metrics)))   # last: the run is complete; strict JSON
     if collapse: print(collapse, file=sys.stderr, flush=True)   # where a person looks, not only in train.log
     print(summary(metrics))
     return metrics
@@ -338,6 +376,7 @@ def _as_worker(argv:list[str], relaunch:bool) -> str|None:
             sys.stderr.flush()
             os.execv(sys.executable, relaunch_command(argv))   # the same process: torchrun takes its pid, its signals and its exit status
     if backend: set_backend_env(backend)
+    import_torchneuron(backend)   # before transformers is imported: it looks for the device `neuron` once
     return backend
 
 def _quiet_logs():
