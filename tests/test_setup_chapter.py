@@ -148,8 +148,8 @@ def test_chapter_opens_with_the_dated_stack_table():
     import json
     cells = json.loads((Path(__file__).resolve().parents[1]/'nbs/01_setup.ipynb').read_text())['cells']
     md = [''.join(c['source']) for c in cells if c['cell_type'] == 'markdown']
-    assert md[0].startswith('# Setup')
-    table = md[1]
+    assert md[0].startswith('# Setup') and md[1].startswith('> **Where:** your laptop')   # where it runs, then the stack
+    table = md[2]
     for s in ('| Trn1', '| Trn2, Trn3', 'Neuron **2.31** DLAMI', 'torch-neuronx` 2.9', '2026-05-20', 'Neuron 2.30', 'Neuron 2.32',
               'TorchNeuron', 'Neuron 2.33 (2026-10-19)', '"Deep Learning AMI Neuron torch-neuronx 2.14"',
               'pip install "trn-tutorials[trn1]"', 'pip install "trn-tutorials[trn2]"', 'backend `neuron`', 'backend `torchneuron`'):
