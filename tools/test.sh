@@ -7,6 +7,7 @@
 # inference images, each driven through the image's own start-up), and a Python 3.10 compile check.
 # The stand-ins' base venvs (GBs of PyPI wheels) are built in the background while `make setup` and the first stages run,
 # once per machine: they are kept in ~/.cache/trn-tutorials/bases (TRN_TUTORIALS_BASES), shared by every clone.
+# The book's stages and the environment stages run at once, in two lanes (LANES=1: one after the other).
 # Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran. Prints each stage's seconds.
 # One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks docs pytest trn1 trn2
 # sm-training sm-pytorch-inference sm-hf-inference py310).
@@ -236,12 +237,14 @@ fi
 
 make -s setup || { echo "make setup failed"; echo "0 passed, 1 failed"; exit 1; }   # .venv (a no-op when up to date)
 
+# the local services (sshd, moto, a Java runtime) both lanes below use
 if want services && [ -f .ci/services.sh ]; then
   stage_start services
   bash .ci/services.sh .venv || fail "services setup"
   stage_end services
 fi
 
+book_stages() {  # the book and the package in .venv: the notebooks, the docs' preprocessing, pytest
 if want notebooks; then
   stage_start "notebooks (nbdev_test)"
   nbs=$(ls nbs/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
@@ -282,11 +285,28 @@ if want pytest; then
     for f in tests/test_chaos.py tests/test_train.py tests/test_train_checks.py; do once+=(--ignore "$f"); done
     echo "tests/test_chaos.py, test_train.py, test_train_checks.py: in the trn1 stage (the reader's Trn1 venv)"
   fi
+  if [ "${LANES:-2}" != 1 ]; then   # these run in the other lane, after the environment stages (balance)
+    for f in "${ALONGSIDE[@]}"; do once+=(--ignore "$f"); done
+    echo "${ALONGSIDE[*]}: in the other lane (stage pytest-2)"
+  fi
   "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" --ignore tests/containers "${once[@]}" tests
   count $(pytest_counts "$tmp/pytest.xml")
   stage_end pytest
 fi
+}
 
+# The pytest files the environment lane runs after its stages, in .venv, so that the two lanes take about as long
+# (with LANES=1, or without the pytest stage, they run in the pytest stage as the rest)
+ALONGSIDE=(tests/test_benchmarks.py tests/test_careless_launch.py)
+pytest_alongside() {
+  want pytest && [ "${LANES:-2}" != 1 ] || return 0
+  stage_start "pytest-2 (.venv): ${ALONGSIDE[*]}"
+  "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest-2.xml" "${ALONGSIDE[@]}"
+  count $(pytest_counts "$tmp/pytest-2.xml")
+  stage_end pytest-2
+}
+
+environment_stages() {  # the reader environments' stand-ins, the images' stand-ins, the Python 3.10 check
 if want trn1; then
   stage_start "Trn1 DLAMI stand-in: Python 3.12, torch 2.9 + torch-xla 2.9 (for torch-neuronx), pip install \"trn-tutorials[trn1]\""
   if stand_in trn1-dlami .venv-trn1; then count 1 0; run_env_tests trn1-dlami .venv-trn1 pytest nbdev fastcore execnb
@@ -347,6 +367,27 @@ if want py310; then
   if [ -n "$py310" ] && "$py310" -m compileall -q trn_tutorials tests; then echo "ok: $py310"; count 1 0
   else fail "no Python 3.10 found or the package does not compile under it"; fi
   stage_end py310
+fi
+}
+
+# Two lanes, run at once: the book's stages here (one or two CPUs each) and the environment stages in the background
+# (their own venvs, folders and reader's folder), whose log is printed when both are done. On this 2-CPU kind of machine
+# neither lane keeps both CPUs busy for long, so together they take about as long as the longer lane, not their sum.
+# LANES=1 runs them one after the other (the environment stages' output then comes as it runs).
+if [ "${LANES:-2}" = 1 ]; then
+  book_stages; environment_stages
+else
+  ( export TRN_TUTORIALS_DIR="$tmp/reader-environments"; passed=0; failed=0; timings=()
+    { environment_stages; pytest_alongside; } > "$tmp/environments.log" 2>&1
+    echo "$passed $failed" > "$tmp/environments.counts"; printf '%s\n' "${timings[@]}" > "$tmp/environments.timings" ) &
+  env_pid=$!
+  echo "the environment stages run alongside, in the background (their output follows the book's stages)"
+  book_stages
+  wait "$env_pid"
+  echo; echo "==== the environment stages (run alongside the ones above) ===="; cat "$tmp/environments.log"
+  if [ -s "$tmp/environments.counts" ]; then count $(cat "$tmp/environments.counts")
+  else fail "the environment stages ended before counting (above)"; fi
+  while IFS= read -r l; do [ -n "$l" ] && timings+=("$l (alongside)"); done < "$tmp/environments.timings"
 fi
 
 [ -z "${prebuild_pid:-}" ] || { wait "$prebuild_pid"; echo; echo "the stand-ins' bases (built in the background):"; grep -v "^WARNING: Location" "$tmp/prebuild.log" | sed 's/^/  /'; }
