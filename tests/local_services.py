@@ -40,15 +40,15 @@ def _die_with_parent():
     except Exception: pass
 
 
-def _wait_listening(proc: subprocess.Popen, port: int, timeout: float, log: Path, what: str):
+def _wait_listening(proc: subprocess.Popen, port: int, timeout: float, log: Path, what: str, host: str = '127.0.0.1'):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        if port_open(port): return
+        if port_open(port, host): return
         time.sleep(0.05)
     proc.kill(); proc.wait(5)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s: {log.read_text()[-2000:]}")
+    raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout} s: {log.read_text()[-2000:]}")
 
 
 def _stop(proc: subprocess.Popen | None, timeout: float = 10):
@@ -172,12 +172,15 @@ class MotoServer:
 class Sshd:
     """A real OpenSSH sshd on a free 127.0.0.1 port: key login only, for the current user (root by key only).
 
-    `home`: the HOME of its sessions (default: the user's own); `authorized`: more private keys it accepts."""
+    `home`: the HOME of its sessions (default: the user's own); `authorized`: more private keys it accepts;
+    `host`, `port`: where it listens (default 127.0.0.1 and a free port); `wrap`: a command line sshd's is appended to
+    (e.g. `unshare` giving it a file system view of its own, as tools/journey.py's instance stand-in does)."""
     exe = '/usr/sbin/sshd'  # sshd must be started by its absolute path (it re-executes itself)
 
-    def __init__(self, workdir=None, home=None, authorized=()):
+    def __init__(self, workdir=None, home=None, authorized=(), host: str = '127.0.0.1', port: int | None = None, wrap=()):
         self.dir = Path(workdir or tempfile.mkdtemp(prefix='sshd-'))
-        self.port, self.user, self.proc = free_port(), getpass.getuser(), None
+        self.port, self.user, self.proc = port or free_port(), getpass.getuser(), None
+        self.host, self.wrap = host, list(wrap)
         self.home, self.authorized = home, [Path(k).expanduser() for k in authorized]
         self.key = self.dir/'client_ed25519'            # the private key sshd accepts
         self.known_hosts = self.dir/'known_hosts'       # empty: the client learns the host key (accept-new)
@@ -197,7 +200,7 @@ class Sshd:
         (self.dir/'authorized_keys').chmod(0o600)
         self.known_hosts.touch()
         self.config.write_text(f"""Port {self.port}
-ListenAddress 127.0.0.1
+ListenAddress {self.host}
 HostKey {self.dir}/host_ed25519
 PidFile {self.dir}/sshd.pid
 AuthorizedKeysFile {self.dir}/authorized_keys
@@ -217,9 +220,9 @@ LogLevel VERBOSE
         t = subprocess.run([self.exe, '-t', '-f', str(self.config)], capture_output=True, text=True, timeout=30)
         if t.returncode: raise RuntimeError(f"sshd rejects its test config: {t.stderr.strip()}")
         with open(self.log, 'wb') as f:
-            self.proc = subprocess.Popen([self.exe, '-D', '-e', '-f', str(self.config)], stdout=f, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen([*self.wrap, self.exe, '-D', '-e', '-f', str(self.config)], stdout=f, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-        _wait_listening(self.proc, self.port, timeout, self.log, 'sshd')
+        _wait_listening(self.proc, self.port, timeout, self.log, 'sshd', self.host)
         return self
 
     def children(self) -> list[int]:

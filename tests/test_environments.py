@@ -15,7 +15,8 @@ KEYS = {'title', 'venv', 'python', 'checked', 'source', 'image', 'neuron', 'stan
         'extra', 'unchanged', 'tests', 'notebooks', 'flags'}
 CONTAINER_KEYS = {'kind', 'title', 'image_uri', 'python', 'checked', 'source', 'base', 'image', 'neuron', 'stands_in',
                   'not_stated', 'unchanged', 'start', 'tests'}
-DLAMIS = sorted(n for n, e in ENVS.items() if e.get('kind') != 'container')
+DLAMIS = sorted(n for n, e in ENVS.items() if e.get('kind') not in ('container', 'laptop'))
+LAPTOPS = sorted(n for n, e in ENVS.items() if e.get('kind') == 'laptop')
 CONTAINERS = sorted(n for n, e in ENVS.items() if e.get('kind') == 'container')
 
 
@@ -72,6 +73,15 @@ def test_environment_has_source_and_date(name):
     assert e['tests'] and all(t.startswith('tests/test_') and t.endswith('.py') for t in e['tests'])
     assert all((ROOT/n).is_file() for n in e['notebooks'])
     assert set(e['flags']) <= set(settings()['tst_flags'].split())
+
+
+def test_laptop_journey():
+    "The laptop's table: the chapters a reader runs there, in reading order, which exist, with the `#| aws` cells run."
+    assert LAPTOPS == ['laptop']
+    e = ENVS['laptop']
+    assert {'kind', 'title', 'python', 'stands_in', 'notebooks', 'flags'} <= set(e)
+    assert e['notebooks'] == sorted(e['notebooks']) and all((ROOT/n).is_file() for n in e['notebooks'])
+    assert e['flags'] == ['aws'] and set(e['flags']) <= set(settings()['tst_flags'].split())
 
 
 @pytest.mark.parametrize('name', DLAMIS)

@@ -16,15 +16,25 @@ The stand-in for what a Trn1 has and a CPU machine lacks, made in a temporary fo
   nothing fills a Neuron compile cache, and the cache status says so).
 What this cannot show: neuronx-cc, the device, collectives between NeuronCores, Trainium's speed.
 
-The chapters and the flags run are the `notebooks` and `flags` of the trn1-dlami table in tools/environments.toml.
+The laptop journey (`--table laptop`, flag `aws`, run with .venv's Python: the laptop's environment) walks the chapters
+a reader runs on the laptop, setup -> SSH -> Jupyter -> cleanup, as a reader's Run All: `IN_TEST` unset, so no hidden
+rehearsal cell starts a stand-in of its own, and the `#| aws` cells run as written, against one set of stand-ins for
+the whole walk (`Laptop`: one moto server, a temporary HOME, a local address service; `Instances`: an sshd at the
+launched instance's own address). After cleanup nothing of the run may be left (`Laptop.left`), or the walk fails.
+
+The chapters and the flags run are the `notebooks` and `flags` of a table in tools/environments.toml (trn1-dlami unless
+--table says otherwise). A failing cell fails its chapter, which stops the walk (exit status 1).
 Usage: .venv-trn1/bin/python tools/journey.py [--store] [--chapters nbs/03_data.ipynb ...]
-  --store   write the outputs of the flagged cells into the notebooks (the rest of each notebook is left as it is)
+       .venv/bin/python tools/journey.py --table laptop [--store]
+  --store   write the outputs of the flagged cells into the notebooks (the rest of each notebook is left as it is), each
+            with a line saying it comes from the rehearsal; outputs that hold a machine path, or (laptop) a value that
+            differs at every walk, are not stored
 """
-import json, os, re, shutil, subprocess, sys, tempfile, time, tomllib
+import http.server, json, os, re, shlex, shutil, signal, socket, subprocess, sys, tempfile, threading, time, tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT/'tools'))
+sys.path.insert(0, str(ROOT/'tools')); sys.path.insert(1, str(ROOT/'tests'))
 import run_nb  # noqa: E402  (its reading of cell flags)
 
 NEURON_LS = ROOT/'tests'/'fixtures'/'neuron-ls'/'trn1.2xlarge.json'   # the real tool's output on a trn1.2xlarge (fixtures README)
@@ -67,52 +77,220 @@ def main(argv=None):
     t = table(a.table)
     walk, flags = a.chapters or t['notebooks'], set(t['flags'])
     work = Path(tempfile.mkdtemp(prefix='trn-tutorials-journey-'))
-    os.environ.update(stand_in(work/'stand-in'), TRN_TUTORIALS_DIR=str(work/'reader'))
+    laptop = Laptop(work) if 'aws' in flags else None   # the laptop's chapters: AWS and the instance stood in for
+    os.environ['TRN_TUTORIALS_DIR'] = str(work/'reader')
     print(f"journey: {' -> '.join(Path(c).stem for c in walk)}, in one reader's folder; "
           f"flagged cells run: {', '.join(sorted(flags))}")
     failed, t_all = 0, time.time()
     try:
+        if laptop:
+            try: laptop.start()
+            except Exception as e:
+                print(f"FAILED the laptop's stand-ins: {e}", flush=True); return 1
+        else: os.environ.update(stand_in(work/'stand-in'))
         for c in walk:
             fn, t0 = (ROOT/c).resolve(), time.time()
             keep = flagged(fn, flags)
             how = ['--keep', *keep] if a.store else ['--check']   # one Python per chapter, as Jupyter gives each its own kernel
-            r = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nb.py'), '--flags', *sorted(flags), *how, '--', str(fn)])
-            if r.returncode != 0:
+            reader = ['--reader'] if laptop else []   # a reader's Run All: no hidden rehearsal (the walk's stand-ins are up)
+            try: rc = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nb.py'), *reader, '--flags', *sorted(flags), *how, '--', str(fn)],
+                                     timeout=600 if laptop else None).returncode
+            except subprocess.TimeoutExpired: rc = 'timeout (600 s)'
+            if rc != 0:
                 failed += 1
-                print(f"FAILED {c} ({time.time() - t0:.0f} s): exit {r.returncode} (the cell's error is above)", flush=True)
+                print(f"FAILED {c} ({time.time() - t0:.0f} s): exit {rc} (the cell's error is above)", flush=True)
                 break   # a reader stops at the first chapter that fails: the next ones need what it leaves
             if a.store:
-                cleared = unstore_paths(fn, keep)
-                note_rehearsed(fn, [i for i in flagged(fn, {'neuron'}) if i not in cleared])
+                cleared = unstore_paths(fn, keep, VARYING if laptop else None)
+                shown = flagged(fn, {'aws'} if laptop else {'neuron'})
+                note_rehearsed(fn, [i for i in shown if i not in cleared], REHEARSED_AWS if laptop else REHEARSED)
             print(f"ok {c}: {len(keep)} flagged cell(s) run, {time.time() - t0:.0f} s; the reader's folder holds "
                   f"{json.dumps(_contents(work/'reader'))}", flush=True)
-    finally: shutil.rmtree(work, ignore_errors=True)
+        if laptop and not failed:
+            if left := laptop.left():
+                failed += 1; print(f"FAILED cleanup: the run left {json.dumps(left)}", flush=True)
+            else: print(f"journey: after cleanup nothing of the run is left (moto: no tagged instance, volume, security group "
+                        f"or key pair; no key file in ~/.ssh; instance stand-ins booted and halted: {len(laptop.instances.booted)})")
+    finally:
+        if laptop: laptop.stop()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"journey: {time.time() - t_all:.0f} s")
     return failed
 
-def unstore_paths(fn:Path, ids:list[str]) -> list[str]:
-    "Clear the outputs of the cells `ids` of `fn` that hold a machine path (a stored output never does); return their ids."
+def unstore_paths(fn:Path, ids:list[str], varying:re.Pattern|None=None) -> list[str]:
+    """Clear the outputs of the cells `ids` of `fn` that hold a machine path (a stored output never does), or a match of
+    `varying` (what differs at every walk); return their ids."""
     nb, cleared = json.loads(fn.read_text()), []
     marks = re.compile('|'.join(rf'(?<![\w/.-]){re.escape(m)}/' for m in (str(ROOT), tempfile.gettempdir(), str(Path.home()))))
     for c in nb['cells']:
-        if c.get('id') in ids and marks.search(json.dumps(c.get('outputs', []))):
+        out = json.dumps(c.get('outputs', []))
+        if c.get('id') in ids and (marks.search(out) or (varying and varying.search(out))):
             c['outputs'], c['execution_count'] = [], None; cleared.append(c['id'])
-            print(f"  {fn.name} cell {c['id']}: output not stored (it holds machine paths: the raw log of a run)")
+            print(f"  {fn.name} cell {c['id']}: output not stored (it holds machine paths, or what differs at every walk)")
     if cleared: fn.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
     return cleared
 
-def note_rehearsed(fn:Path, ids:list[str]):
-    "Put `REHEARSED` under each of the cells `ids` of `fn` (once): their stored outputs come from this rehearsal."
+def note_rehearsed(fn:Path, ids:list[str], note:str=REHEARSED):
+    "Put `note` under each of the cells `ids` of `fn` (once): their stored outputs come from this rehearsal."
     nb = json.loads(fn.read_text()); cells = nb['cells']
     for i in reversed([k for k, c in enumerate(cells) if c.get('id') in ids]):
         nxt = cells[i + 1] if i + 1 < len(cells) else None
         if nxt and nxt['cell_type'] == 'markdown' and ''.join(nxt['source']).startswith("> The output above comes from CI's rehearsal"): continue
-        cells.insert(i + 1, {'cell_type': 'markdown', 'id': f"{cells[i]['id'][:6]}r1", 'metadata': {}, 'source': [REHEARSED]})
+        cells.insert(i + 1, {'cell_type': 'markdown', 'id': f"{cells[i]['id'][:6]}r1", 'metadata': {}, 'source': [note]})
     fn.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
     subprocess.run([str(Path(sys.executable).parent/'nbdev_clean'), '--fname', str(fn)], check=False)
 
 def _contents(p:Path) -> dict:
     from trn_tutorials.core import reader_contents
     return reader_contents(p) if p.is_dir() else {}
+
+
+
+# ---- the laptop journey: the `#| aws` cells against one moto server, SSH through an sshd at the instance's address ----
+
+REHEARSED_AWS = ("> The output above comes from CI's rehearsal against a local moto server (for AWS) and a local sshd (for the "
+                 "instance), not from AWS.")
+# what differs at every walk, so a stored output never holds it: a run id, an instance id, a Jupyter token
+VARYING = re.compile(r'\b\d{8}-\d{6}-[0-9a-z]{4}\b|\bi-[0-9a-f]{17}\b|token=[0-9a-f]{16,}')
+
+
+class Instances(threading.Thread):
+    """The instances the setup chapter launches, stood in for while they run. moto records an instance and gives it a
+    public address (54.214.x.y) but starts no machine; this thread watches moto like the EC2 console would, and when an
+    instance of this project is `running` (and its key file, which setup writes before launching, is in the walk's
+    `~/.ssh`), it "boots" it:
+
+    - its public address is put on this machine's loopback (`ip addr add <ip>/32 dev lo`: root with CAP_NET_ADMIN), so
+      the chapters reach `<ip>:22` as they would reach the instance, with no edit to a cell;
+    - a real OpenSSH sshd (tests/local_services.py `Sshd`) listens on `<ip>:22`, accepting the run's key only (and its
+      own client key), in a mount namespace of its own (`unshare --mount`) where `/opt` is the instance's: the DLAMI's
+      environment `/opt/aws_neuronx_venv_pytorch_2_9` (`make_venv`: this machine's Python and its Jupyter server as
+      `jupyter-lab`), and `/etc/passwd` names the DLAMI's user `ubuntu` with its home in the walk's folder. That user has
+      uid 0 here (this machine's Python lives under /root, which no other user may read); on a DLAMI it is uid 1000.
+
+    When the instance leaves `running` (cleanup terminates it), its sshd stops, whatever still runs on it is killed (as
+    termination does) and the address comes off the loopback. What this cannot show: the security group (moto records
+    its /32 rule; nothing here filters packets by it), the boot time, the DLAMI's Neuron tools and its real JupyterLab,
+    and a network between laptop and instance (both share this machine's localhost: Jupyter's 8888 and the tunnel's
+    8889 must be free here)."""
+    def __init__(self, work:Path, home:Path):
+        super().__init__(daemon=True)
+        self.work, self.home, self.up, self.errors, self.booted = work, home, {}, [], []
+        self.done = threading.Event()
+
+    def run(self):
+        import boto3
+        from trn_tutorials.aws import tag_filters
+        ec2 = boto3.client('ec2')
+        while not self.done.is_set():
+            try:
+                for r in ec2.describe_instances(Filters=tag_filters())['Reservations']:
+                    for d in r['Instances']:
+                        iid, state, ip = d['InstanceId'], d['State']['Name'], d.get('PublicIpAddress')
+                        key = self.home/'.ssh'/f"{d.get('KeyName')}.pem"
+                        if state == 'running' and ip and iid not in self.up and key.exists(): self.boot(iid, ip, key)
+                        elif state != 'running' and iid in self.up: self.halt(iid)
+            except Exception as e:   # a stand-in that cannot start fails the walk, in one line
+                self.errors.append(f"{type(e).__name__}: {e}"); print(f"FAILED instance stand-in: {self.errors[-1]}", flush=True)
+                return
+            self.done.wait(0.2)
+
+    def boot(self, iid:str, ip:str, key:Path):
+        from local_services import Sshd, make_venv
+        from trn_tutorials.dlami import DLAMI
+        root = self.work/'instances'/iid
+        venv = Path(DLAMI['trn1'].venv)
+        (root/'opt'/'aws'/'neuron'/'bin').mkdir(parents=True)
+        make_venv(root/'opt'/venv.relative_to('/opt'))
+        (root/'home'/'ubuntu').mkdir(parents=True, mode=0o755); (root/'sshd').mkdir()
+        users = [l for l in Path('/etc/passwd').read_text().splitlines() if not l.startswith('ubuntu:')]
+        (root/'passwd').write_text('\n'.join(users + [f"ubuntu:x:0:0:the DLAMI's user (stand-in):{root/'home'/'ubuntu'}:/bin/bash"]) + '\n')
+        r = subprocess.run(['ip', 'addr', 'add', f'{ip}/32', 'dev', 'lo'], capture_output=True, text=True)
+        if r.returncode: raise RuntimeError(f"cannot put the instance's address {ip} on the loopback (`ip addr add {ip}/32 dev lo`: "
+                                            f"{r.stderr.strip()}): the laptop journey needs root with CAP_NET_ADMIN")
+        self.up[iid] = (ip, None, root)
+        wrap = ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
+                f'mount --bind {shlex.quote(str(root/"opt"))} /opt && mount --bind {shlex.quote(str(root/"passwd"))} /etc/passwd && exec "$@"',
+                'instance']
+        sshd = Sshd(root/'sshd', authorized=[key], host=ip, port=22, wrap=wrap).start()
+        self.up[iid] = (ip, sshd, root); self.booted.append(iid)
+        print(f"  (instance stand-in: {iid} answers SSH at its address, as a booted instance does)", flush=True)
+
+    def halt(self, iid:str):
+        from local_services import procs_mentioning
+        ip, sshd, root = self.up.pop(iid)
+        if sshd:
+            sshd.stop()
+            log = sshd.log.read_text(errors='replace') if sshd.log.exists() else ''
+            print(f"  (instance stand-in: {iid} halted; its sshd accepted {log.count('Accepted publickey for ubuntu')} logins "
+                  f"as ubuntu with the run's key, refused {log.count('Connection closed by authenticating user')})", flush=True)
+        for pid, _ in procs_mentioning(str(root)):   # termination ends everything on the instance
+            try: os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError: pass
+        subprocess.run(['ip', 'addr', 'del', f'{ip}/32', 'dev', 'lo'], capture_output=True)
+
+    def stop(self):
+        self.done.set(); self.join(10)
+        for iid in list(self.up): self.halt(iid)
+
+
+def _checkip(answer:str):
+    "A local HTTP server answering `answer` to any GET, as https://checkip.amazonaws.com answers with the caller's address."
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            b = (answer + '\n').encode(); self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers(); self.wfile.write(b)
+        def log_message(self, *a): pass
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+class Laptop:
+    """The laptop chapters' world, one for the whole walk (so what setup launched, the SSH and Jupyter chapters find by
+    its tags and cleanup removes):
+    - AWS: one real moto server (tests/local_services.py `MotoServer`, with the Neuron DLAMIs), boto3 pointed at it with
+      `AWS_ENDPOINT_URL` and fake credentials; the variables that could reach a real account are removed;
+    - `~`: a temporary HOME, so the run's key, `~/.ssh/trn-tutorials_known_hosts` and IPython's files are not this machine's;
+    - the address service: `TRN_TUTORIALS_CHECKIP_URL` (the setup chapter's documented setting) names a local server
+      that answers 203.0.113.7 (a documentation address), as checkip.amazonaws.com answers with the laptop's address;
+    - the instance: `Instances`.
+    `left()` says what of the run is still there after the walk: tagged instances not terminated, volumes, security
+    groups, key pairs (asked of moto), key files in `~/.ssh`, an instance stand-in still up."""
+    def __init__(self, work:Path):
+        self.work, self.home = work, work/'home'
+
+    def start(self) -> dict:
+        from local_services import AWS_VARS_TO_DROP, MY_IP, MotoServer
+        busy = [p for p in (8888, 8889) if _busy(p)]
+        if busy: raise RuntimeError(f"127.0.0.1 port(s) {', '.join(map(str, busy))} in use here: the Jupyter chapter's instance "
+                                    "(8888) and tunnel (8889) share this machine's localhost in the laptop journey")
+        self.home.mkdir(mode=0o700); (self.work/'moto').mkdir()
+        for k in AWS_VARS_TO_DROP: os.environ.pop(k, None)
+        self.moto = MotoServer(self.work/'moto').start()
+        self.checkip = _checkip(MY_IP)
+        env = {**self.moto.env, 'HOME': str(self.home), 'TRN_TUTORIALS_CHECKIP_URL': f'http://127.0.0.1:{self.checkip.server_port}/'}
+        os.environ.update(env)
+        self.instances = Instances(self.work, self.home); self.instances.start()
+        return env
+
+    def left(self) -> dict:
+        from trn_tutorials.cleanup import leftovers
+        out = {k: v for k, v in leftovers(ec2=True, sagemaker=False).items() if v}
+        if keys := sorted(p.name for p in (self.home/'.ssh').glob('*.pem')): out['key files'] = keys
+        if self.instances.up: out['instance stand-ins still up'] = sorted(self.instances.up)
+        if self.instances.errors: out['instance stand-in errors'] = self.instances.errors
+        return out
+
+    def stop(self):
+        for x in ('instances', 'checkip', 'moto'):
+            if (s := getattr(self, x, None)) is not None: s.shutdown() if x == 'checkip' else s.stop()
+
+
+def _busy(port:int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try: s.bind(('127.0.0.1', port)); return False
+        except OSError: return True
+
 
 if __name__ == '__main__': sys.exit(main())

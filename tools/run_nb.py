@@ -8,6 +8,9 @@ Usage: .venv/bin/python tools/run_nb.py nbs/04_train.ipynb [more notebooks]
          (run the `#| xla` cells too, in the Trn1 stand-in with torch-xla, and store only the outputs of cell CELL_ID)
        .venv-trn1/bin/python tools/run_nb.py --check --flags xla -- nbs/05_launch.ipynb
          (execute only, as tools/test.sh does: nothing is written; the flagged cells' outputs are printed)
+       .venv/bin/python tools/run_nb.py --reader --check --flags aws -- nbs/01_setup.ipynb
+         (as a reader's Run All: `IN_TEST` unset, so no hidden rehearsal cell starts a stand-in; the `#| aws` cells
+         then talk to whatever AWS the environment points at: tools/journey.py's moto and instance stand-in)
 """
 import os, re, sys
 from pathlib import Path
@@ -49,7 +52,7 @@ def _text(cell) -> str:
         elif o.get('output_type') == 'error': out.append(f"{o.get('ename')}: {o.get('evalue')}")
     return '\n'.join(x.rstrip('\n') for x in out)
 
-def run(fn: Path, force=(), keep=(), check=False):
+def run(fn: Path, force=(), keep=(), check=False, reader=False):
     flags = set(get_config().tst_flags.split()) - set(force)
     nb = read_nb(fn)
     before = {c.id: c.get('outputs') for c in nb.cells}
@@ -59,7 +62,8 @@ def run(fn: Path, force=(), keep=(), check=False):
         d = _directives(cell.source)
         if d.get('eval:', [''])[0].lower() == 'false': return True
         return bool(flags & d.keys())
-    os.environ['IN_TEST'] = '1'
+    if reader: os.environ.pop('IN_TEST', None)   # a reader's kernel: the hidden `if IN_TEST` cells do nothing
+    else: os.environ['IN_TEST'] = '1'
     k = CaptureShell(fn)
     with working_directory(fn.parent): k.run_all(nb, exc_stop=True, preproc=skip)
     if check:
@@ -79,6 +83,7 @@ if __name__ == '__main__':
     p.add_argument('--flags', nargs='*', default=[], help='flagged cells to run too, e.g. xla')
     p.add_argument('--keep', nargs='*', default=[], help='store the outputs of these cell ids only')
     p.add_argument('--check', action='store_true', help='execute only (an error fails): write nothing, print the flagged cells\' outputs')
+    p.add_argument('--reader', action='store_true', help='as a reader runs it: IN_TEST unset, no hidden rehearsal (tools/journey.py)')
     a = p.parse_args()
     for f in a.notebooks:
-        run(Path(f).resolve(), a.flags, set(a.keep), a.check); print('executed:' if a.check else 'stored outputs:', f)
+        run(Path(f).resolve(), a.flags, set(a.keep), a.check, a.reader); print('executed:' if a.check else 'stored outputs:', f)

@@ -50,7 +50,7 @@ def launch_subnets(instance_type:str='trn1.2xlarge', # the instance type to laun
     return subnets
 
 # %% ../nbs/01_setup.ipynb #69167aab
-CHECKIP_URL = 'https://checkip.amazonaws.com'
+CHECKIP_URL = os.environ.get('TRN_TUTORIALS_CHECKIP_URL') or 'https://checkip.amazonaws.com'   # the service `caller_ip` asks
 
 def caller_ip(url:str=CHECKIP_URL, # a service that answers with your public IPv4 address
               timeout:float=5.0 # seconds to wait for it
