@@ -91,7 +91,8 @@ def main(argv=None):
         for c in walk:
             fn, t0 = (ROOT/c).resolve(), time.time()
             keep = flagged(fn, flags)
-            how = ['--keep', *keep] if a.store else ['--check']   # one Python per chapter, as Jupyter gives each its own kernel
+            store = a.store and bool(keep)   # (run_nb's --keep with no id would store every cell's output)
+            how = ['--keep', *keep] if store else ['--check']   # one Python per chapter, as Jupyter gives each its own kernel
             reader = ['--reader'] if laptop else []   # a reader's Run All: no hidden rehearsal (the walk's stand-ins are up)
             try: rc = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nb.py'), *reader, '--flags', *sorted(flags), *how, '--', str(fn)],
                                      timeout=600 if laptop else None).returncode
@@ -100,7 +101,7 @@ def main(argv=None):
                 failed += 1
                 print(f"FAILED {c} ({time.time() - t0:.0f} s): exit {rc} (the cell's error is above)", flush=True)
                 break   # a reader stops at the first chapter that fails: the next ones need what it leaves
-            if a.store:
+            if store:
                 cleared = unstore_paths(fn, keep, VARYING if laptop else None)
                 shown = flagged(fn, {'aws'} if laptop else {'neuron'})
                 note_rehearsed(fn, [i for i in shown if i not in cleared], REHEARSED_AWS if laptop else REHEARSED)
@@ -133,7 +134,7 @@ def unstore_paths(fn:Path, ids:list[str], varying:re.Pattern|None=None) -> list[
 def note_rehearsed(fn:Path, ids:list[str], note:str=REHEARSED):
     "Put `note` under each of the cells `ids` of `fn` (once): their stored outputs come from this rehearsal."
     nb = json.loads(fn.read_text()); cells = nb['cells']
-    for i in reversed([k for k, c in enumerate(cells) if c.get('id') in ids]):
+    for i in reversed([k for k, c in enumerate(cells) if c.get('id') in ids and c.get('outputs')]):   # no output, no note
         nxt = cells[i + 1] if i + 1 < len(cells) else None
         if nxt and nxt['cell_type'] == 'markdown' and ''.join(nxt['source']).startswith("> The output above comes from CI's rehearsal"): continue
         cells.insert(i + 1, {'cell_type': 'markdown', 'id': f"{cells[i]['id'][:6]}r1", 'metadata': {}, 'source': [note]})
