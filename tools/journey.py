@@ -78,6 +78,7 @@ def main(argv=None):
     walk, flags = a.chapters or t['notebooks'], set(t['flags'])
     work = Path(tempfile.mkdtemp(prefix='trn-tutorials-journey-'))
     laptop = Laptop(work) if 'aws' in flags else None   # the laptop's chapters: AWS and the instance stood in for
+    if laptop: signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a stopped walk still takes the address off the loopback
     os.environ['TRN_TUTORIALS_DIR'] = str(work/'reader')
     print(f"journey: {' -> '.join(Path(c).stem for c in walk)}, in one reader's folder; "
           f"flagged cells run: {', '.join(sorted(flags))}")
