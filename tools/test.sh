@@ -9,13 +9,13 @@
 # once per machine: they are kept in ~/.cache/trn-tutorials/bases (TRN_TUTORIALS_BASES), shared by every clone.
 # The book's stages and the environment stages run at once, in two lanes (LANES=1: one after the other).
 # Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran. Prints each stage's seconds.
-# One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks docs pytest trn1 trn2
+# One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks laptop docs pytest trn1 trn2
 # sm-training sm-pytorch-inference sm-hf-inference py310).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BIN=.venv/bin
-STAGES=${STAGES:-services notebooks docs pytest trn1 trn2 sm-training sm-pytorch-inference sm-hf-inference py310}
+STAGES=${STAGES:-services notebooks laptop docs pytest trn1 trn2 sm-training sm-pytorch-inference sm-hf-inference py310}
 passed=0; failed=0
 count() { passed=$((passed + $1)); failed=$((failed + $2)); }
 fail() { echo "FAILED: $*"; count 0 1; }
@@ -255,6 +255,18 @@ if want notebooks; then
   stage_end notebooks
 fi
 
+if want laptop; then
+  # the laptop journey (tools/journey.py --table laptop): setup -> SSH -> Jupyter -> cleanup as a reader's Run All, the
+  # `#| aws` cells against one moto server, SSH to a real sshd at the launched instance's address; it fails unless
+  # cleanup leaves nothing of the run
+  stage_start "laptop journey: setup -> SSH -> Jupyter -> cleanup, the #| aws cells against one moto, SSH to an sshd at the instance's address"
+  PYTHONSAFEPATH=1 "$BIN/python" tools/journey.py --table laptop 2>&1 | tee "$tmp/laptop-journey.log"
+  ok=$(grep -c '^ok nbs/' "$tmp/laptop-journey.log"); count "$ok" 0
+  { [ "$ok" -eq "$(env_field laptop notebooks | wc -l)" ] && grep -q '^journey: after cleanup nothing of the run is left' "$tmp/laptop-journey.log"; } \
+    || fail "laptop: the journey stopped, or cleanup left something (above)"
+  stage_end laptop
+fi
+
 if want docs; then
   stage_start "docs: nbdev's doc preprocessing (what nbdev_docs runs before Quarto), on a clean copy"
   # The files a fresh clone would hold once the working tree is committed (tracked and new, nothing ignored: no
@@ -384,7 +396,7 @@ else
   echo "the environment stages run alongside, in the background (their output follows the book's stages)"
   book_stages
   wait "$env_pid"
-  echo; echo "==== the environment stages (run alongside the ones above) ===="; cat "$tmp/environments.log"
+  [ ! -s "$tmp/environments.log" ] || { echo; echo "==== the environment stages (run alongside the ones above) ===="; cat "$tmp/environments.log"; }
   if [ -s "$tmp/environments.counts" ]; then count $(cat "$tmp/environments.counts")
   else fail "the environment stages ended before counting (above)"; fi
   while IFS= read -r l; do [ -n "$l" ] && timings+=("$l (alongside)"); done < "$tmp/environments.timings"
