@@ -133,9 +133,10 @@ class MotoServer:
     "A real `moto_server` on a free 127.0.0.1 port, with the Neuron DLAMIs of `AMIS`."
     region = 'us-east-1'
 
-    def __init__(self, workdir=None):
+    def __init__(self, workdir=None, exe=None):
         self.dir = Path(workdir or tempfile.mkdtemp(prefix='moto-'))
         self.port, self.proc = free_port(), None
+        self.exe = Path(exe) if exe else Path(sys.executable).parent/'moto_server'   # exe: another venv's (tools/journey.py)
 
     @property
     def url(self) -> str: return f'http://127.0.0.1:{self.port}'
@@ -148,7 +149,7 @@ class MotoServer:
                 'AWS_SHARED_CREDENTIALS_FILE': str(self.dir/'no-credentials'), 'AWS_EC2_METADATA_DISABLED': 'true'}
 
     def start(self, timeout: float = 30) -> 'MotoServer':
-        exe = Path(sys.executable).parent/'moto_server'
+        exe = self.exe
         if not exe.exists(): raise MissingService(f"moto_server is not in {exe.parent}: {HINT}")
         amis = self.dir/'amis.json'
         amis.write_text(json.dumps([_ami(a) for a in AMIS]))

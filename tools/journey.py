@@ -16,6 +16,15 @@ The stand-in for what a Trn1 has and a CPU machine lacks, made in a temporary fo
   nothing fills a Neuron compile cache, and the cache status says so).
 What this cannot show: neuronx-cc, the device, collectives between NeuronCores, Trainium's speed.
 
+With `aws` among the table's flags (the endpoint chapters), the `#| aws` cells run as written against `InstanceAws`:
+one moto server for the walk (.venv's `moto_server`: the Trn1 stand-in's Python has boto3 only, as a reader's
+`pip install "trn-tutorials[trn1]"` does), the reader's SageMaker execution role made in it as an account has one, and
+`Endpoints` answering the endpoints' requests with the archive they were created with. After the walk nothing of the
+run may be left (the chapters' own delete and cleanup cells), or the walk fails.
+
+Every chapter runs as a reader's Run All (run_nb.py `--reader`: `IN_TEST` unset, so no hidden rehearsal cell starts a
+moto of its own; the instance chapters' hidden cells are those rehearsals only).
+
 The laptop journey (`--table laptop`, flag `aws`, run with .venv's Python: the laptop's environment) walks the chapters
 a reader runs on the laptop, setup -> SSH -> Jupyter -> cleanup, as a reader's Run All: `IN_TEST` unset, so no hidden
 rehearsal cell starts a stand-in of its own, and the `#| aws` cells run as written, against one set of stand-ins for
@@ -24,11 +33,13 @@ launched instance's own address). After cleanup nothing of the run may be left (
 
 The chapters and the flags run are the `notebooks` and `flags` of a table in tools/environments.toml (trn1-dlami unless
 --table says otherwise). A failing cell fails its chapter, which stops the walk (exit status 1).
-Usage: .venv-trn1/bin/python tools/journey.py [--store] [--chapters nbs/03_data.ipynb ...]
+Usage: .venv-trn1/bin/python tools/journey.py [--store] [--chapters nbs/03_data.ipynb ...] [--folder DIR]
        .venv/bin/python tools/journey.py --table laptop [--store]
   --store   write the outputs of the flagged cells into the notebooks (the rest of each notebook is left as it is), each
             with a line saying it comes from the rehearsal; outputs that hold a machine path, or (laptop) a value that
             differs at every walk, are not stored
+  --folder  walk in this reader's folder (kept afterwards) instead of a new one: e.g. later chapters on what an earlier
+            walk left there
 """
 import http.server, json, os, re, shlex, shutil, signal, socket, subprocess, sys, tempfile, threading, time, tomllib
 from pathlib import Path
@@ -73,13 +84,17 @@ def main(argv=None):
     p.add_argument('--store', action='store_true', help="store the flagged cells' outputs in the notebooks")
     p.add_argument('--chapters', nargs='*', help='these chapters instead of the journey (in the order given)')
     p.add_argument('--table', default='trn1-dlami', help='the environment (tools/environments.toml) whose notebooks and flags to run')
+    p.add_argument('--folder', help="the reader's folder to walk in (kept); default: a new one, removed afterwards")
     a = p.parse_args(argv)
     t = table(a.table)
     walk, flags = a.chapters or t['notebooks'], set(t['flags'])
     work = Path(tempfile.mkdtemp(prefix='trn-tutorials-journey-'))
-    laptop = Laptop(work) if 'aws' in flags else None   # the laptop's chapters: AWS and the instance stood in for
-    if laptop: signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a stopped walk still takes the address off the loopback
-    os.environ['TRN_TUTORIALS_DIR'] = str(work/'reader')
+    is_laptop = t.get('kind') == 'laptop'
+    laptop = Laptop(work) if is_laptop else None   # the laptop's chapters: AWS and the instance stood in for
+    aws = InstanceAws(work) if 'aws' in flags and not is_laptop else None   # the instance's endpoint chapters: AWS stood in for
+    if laptop or aws: signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a stopped walk still stops its stand-ins
+    folder = Path(a.folder).resolve() if a.folder else work/'reader'
+    os.environ['TRN_TUTORIALS_DIR'] = str(folder)
     print(f"journey: {' -> '.join(Path(c).stem for c in walk)}, in one reader's folder; "
           f"flagged cells run: {', '.join(sorted(flags))}")
     failed, t_all = 0, time.time()
@@ -88,33 +103,46 @@ def main(argv=None):
             try: laptop.start()
             except Exception as e:
                 print(f"FAILED the laptop's stand-ins: {e}", flush=True); return 1
-        else: os.environ.update(stand_in(work/'stand-in'))
+        else:
+            os.environ.update(stand_in(work/'stand-in'))
+            if aws:
+                try: aws.start()
+                except Exception as e:
+                    print(f"FAILED the instance's AWS stand-ins: {e}", flush=True); return 1
         for c in walk:
             fn, t0 = (ROOT/c).resolve(), time.time()
             keep = flagged(fn, flags)
             store = a.store and bool(keep)   # (run_nb's --keep with no id would store every cell's output)
             how = ['--keep', *keep] if store else ['--check']   # one Python per chapter, as Jupyter gives each its own kernel
-            reader = ['--reader'] if laptop else []   # a reader's Run All: no hidden rehearsal (the walk's stand-ins are up)
-            try: rc = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nb.py'), *reader, '--flags', *sorted(flags), *how, '--', str(fn)],
+            # a reader's Run All (--reader): no hidden rehearsal (the walk's stand-ins are up)
+            try: rc = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nb.py'), '--reader', '--flags', *sorted(flags), *how, '--', str(fn)],
                                      timeout=600 if laptop else None).returncode
             except subprocess.TimeoutExpired: rc = 'timeout (600 s)'
             if rc != 0:
                 failed += 1
                 print(f"FAILED {c} ({time.time() - t0:.0f} s): exit {rc} (the cell's error is above)", flush=True)
+                if aws: aws.show_log()
                 break   # a reader stops at the first chapter that fails: the next ones need what it leaves
             if store:
-                cleared = unstore_paths(fn, keep, VARYING if laptop else None)
+                cleared = unstore_paths(fn, keep, VARYING if laptop or aws else None)
                 shown = flagged(fn, {'aws'} if laptop else {'neuron'})
                 note_rehearsed(fn, [i for i in shown if i not in cleared], REHEARSED_AWS if laptop else REHEARSED)
+                if aws: note_rehearsed(fn, [i for i in flagged(fn, {'aws'}) if i not in cleared], REHEARSED_ENDPOINT)
             print(f"ok {c}: {len(keep)} flagged cell(s) run, {time.time() - t0:.0f} s; the reader's folder holds "
-                  f"{json.dumps(_contents(work/'reader'))}", flush=True)
+                  f"{json.dumps(_contents(folder))}", flush=True)
         if laptop and not failed:
             if left := laptop.left():
                 failed += 1; print(f"FAILED cleanup: the run left {json.dumps(left)}", flush=True)
             else: print(f"journey: after cleanup nothing of the run is left (moto: no tagged instance, volume, security group "
                         f"or key pair; no key file in ~/.ssh; instance stand-ins booted and halted: {len(laptop.instances.booted)})")
+        if aws and not failed:
+            if left := aws.left():
+                failed += 1; print(f"FAILED cleanup: the run left {json.dumps(left)}", flush=True)
+            else: print(f"journey: after the endpoint chapters nothing of the run is left (moto: no tagged endpoint, endpoint "
+                        f"configuration, model or S3 file); endpoints that answered: {json.dumps(aws.endpoints.served)}")
     finally:
         if laptop: laptop.stop()
+        if aws: aws.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(f"journey: {time.time() - t_all:.0f} s")
     return failed
@@ -286,6 +314,155 @@ class Laptop:
     def stop(self):
         for x in ('instances', 'checkip', 'moto'):
             if (s := getattr(self, x, None)) is not None: s.shutdown() if x == 'checkip' else s.stop()
+
+
+# ---- the instance's endpoint chapters: the `#| aws` cells against one moto server, the endpoints answered here ----
+
+REHEARSED_ENDPOINT = ("> The output above comes from CI's rehearsal against a local moto server (for AWS), the endpoint's answer "
+                      "from the archive's handler run on the Trn1 stand-in (tools/journey.py `Endpoints`), not from AWS.")
+
+
+class Endpoints:
+    """What SageMaker's serving containers would answer, answered here. moto creates an endpoint, its configuration and
+    its model (with their tags) and marks it InService, but runs no container; its InvokeEndpoint answers whatever it was
+    queued (`/moto-api/static/sagemaker/endpoint-results`), whatever the request. This is an HTTP server for the
+    SageMaker Runtime API (`AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`, botocore's setting for one service's endpoint: the
+    other services stay on moto) that answers `InvokeEndpoint` as the container would:
+
+    - it asks moto for the endpoint (not there, or not InService: the API's ValidationError), its configuration's model,
+      that model's image, environment and `ModelDataUrl`, downloads `model.tar.gz` from moto's S3 and unpacks it (as
+      SageMaker unpacks it into /opt/ml/model);
+    - the PyTorch image (the endpoint chapter): the archive's own `code/inference.py` (`SAGEMAKER_PROGRAM`), imported
+      from the unpacked archive, runs the request through `model_fn`, `input_fn`, `predict_fn`, `output_fn` as the
+      inference toolkit does; its `RequestError` comes back as the API's ModelError with the handler's status;
+    - the Hugging Face image (`HF_TASK` set): transformers' `pipeline(HF_TASK, model, tokenizer)` from the unpacked
+      folder, `{"inputs": ..., "parameters": ...}` through it, the answer as JSON, as the toolkit's default handler does.
+
+    Stood in for: the image's versions (here the Trn1 stand-in's torch and transformers; the archive's
+    `code/requirements.txt` is not installed), the model server, the instance; a request is not signed-checked."""
+    def __init__(self, work:Path):
+        self.dir, self.models, self.served = work/'endpoints', {}, {}
+
+    def start(self) -> dict:
+        import boto3
+        outer = self
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get('Content-Length') or 0)
+                body = self.rfile.read(n)
+                m = re.fullmatch(r'/endpoints/([^/]+)/invocations', self.path.split('?')[0])
+                try:
+                    if not m: raise _ApiError(404, 'UnknownOperationException', f'no such operation: {self.path}')
+                    status, ctype, out = outer.invoke(m.group(1), body, self.headers.get('Content-Type'), self.headers.get('Accept'))
+                    self._send(status, out, ctype, {'x-Amzn-Invoked-Production-Variant': 'AllTraffic'})
+                except _ApiError as e:
+                    self._send(e.status, json.dumps({'message': e.message, **e.extra}).encode(), 'application/json',
+                               {'x-amzn-ErrorType': e.code})
+            def _send(self, status, data, ctype, headers):
+                self.send_response(status); self.send_header('Content-Type', ctype); self.send_header('Content-Length', str(len(data)))
+                for k, v in headers.items(): self.send_header(k, v)
+                self.end_headers(); self.wfile.write(data)
+            def log_message(self, *a): pass
+        self.sm, self.s3 = boto3.client('sagemaker'), boto3.client('s3')
+        self.srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        return {'AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME': f'http://127.0.0.1:{self.srv.server_port}'}
+
+    def _model(self, name:str):
+        "The endpoint's served model (loaded once per archive): (kind, loaded model, folder)."
+        from botocore.exceptions import ClientError
+        try: d = self.sm.describe_endpoint(EndpointName=name)
+        except ClientError: d = None
+        if not d or d['EndpointStatus'] != 'InService':
+            raise _ApiError(400, 'ValidationError', f"Endpoint {name} of account 123456789012 not found." if not d else
+                            f"Endpoint {name} is {d['EndpointStatus']}, not InService.")
+        cfg = self.sm.describe_endpoint_config(EndpointConfigName=d['EndpointConfigName'])
+        c = self.sm.describe_model(ModelName=cfg['ProductionVariants'][0]['ModelName'])['PrimaryContainer']
+        url, env = c['ModelDataUrl'], c.get('Environment', {})
+        if url not in self.models:
+            import tarfile
+            bucket, key = url[len('s3://'):].split('/', 1)
+            where = self.dir/str(len(self.models)); (where/'opt-ml-model').mkdir(parents=True)
+            self.s3.download_file(bucket, key, str(where/'model.tar.gz'))
+            with tarfile.open(where/'model.tar.gz') as t: t.extractall(where/'opt-ml-model', filter='data')
+            folder = where/'opt-ml-model'
+            if env.get('HF_TASK'):
+                from transformers import pipeline
+                self.models[url] = ('hf', pipeline(task=env['HF_TASK'], model=str(folder), tokenizer=str(folder), device=-1), folder)
+            else:
+                import importlib.util
+                spec = importlib.util.spec_from_file_location(f'endpoint_handler_{len(self.models)}', folder/'code'/env.get('SAGEMAKER_PROGRAM', 'inference.py'))
+                handler = importlib.util.module_from_spec(spec); spec.loader.exec_module(handler)
+                self.models[url] = ('handler', (handler, handler.model_fn(str(folder))), folder)
+        return self.models[url]
+
+    def invoke(self, name:str, body:bytes, ctype:str|None, accept:str|None) -> tuple[int, str, bytes]:
+        kind, model, _ = self._model(name)
+        try:
+            if kind == 'hf':
+                data = json.loads(body)
+                inputs, params = (data.pop('inputs', data), data.pop('parameters', None)) if isinstance(data, dict) else (data, None)
+                out, otype = json.dumps(model(inputs, **(params or {}))), 'application/json'
+            else:
+                handler, loaded = model
+                out, otype = handler.output_fn(handler.predict_fn(handler.input_fn(body, ctype), loaded), accept)
+        except Exception as e:
+            status = getattr(e, 'status', 500)
+            raise _ApiError(424, 'ModelError', f"Received client error ({status}) from primary with message \"{e}\".",
+                            {'OriginalStatusCode': status, 'OriginalMessage': str(e)}) from None
+        self.served[name] = self.served.get(name, 0) + 1
+        return 200, otype, out.encode() if isinstance(out, str) else out
+
+    def stop(self):
+        if getattr(self, 'srv', None): self.srv.shutdown()
+
+
+class _ApiError(Exception):
+    def __init__(self, status:int, code:str, message:str, extra:dict|None=None):
+        super().__init__(message); self.status, self.code, self.message, self.extra = status, code, message, extra or {}
+
+
+class InstanceAws:
+    """AWS for the chapters that run on the instance with the reader's credentials there (the endpoint chapters), one
+    for the whole walk:
+    - one real moto server (tests/local_services.py `MotoServer`), started with .venv's `moto_server` (the Trn1 stand-in
+      holds what a reader installs there, `pip install "trn-tutorials[trn1]"`: boto3, no moto); boto3 pointed at it with
+      `AWS_ENDPOINT_URL` and fake credentials; the variables that could reach a real account are removed;
+    - the reader's SageMaker execution role, `SageMakerExecution` (trusting sagemaker.amazonaws.com), made in moto
+      before the walk, as the reader's account has it: the chapters' `role = ...` line names it;
+    - `Endpoints`, answering the endpoints' requests.
+    `left()` says what of the project is still there after the walk (tagged endpoints, configurations, models, the
+    run's S3 files...: `leftovers`)."""
+    def __init__(self, work:Path):
+        self.work = work
+
+    def start(self) -> dict:
+        from local_services import AWS_VARS_TO_DROP, MotoServer, sagemaker_role
+        exe = next((p for p in (Path(sys.executable).parent/'moto_server', ROOT/'.venv'/'bin'/'moto_server') if p.exists()), None)
+        if exe is None: raise RuntimeError(f"no moto_server next to {sys.executable} nor in {ROOT/'.venv'/'bin'}: run `make setup` (it builds .venv)")
+        (self.work/'moto').mkdir()
+        for k in AWS_VARS_TO_DROP: os.environ.pop(k, None)
+        self.moto = MotoServer(self.work/'moto', exe=exe).start()
+        os.environ.update(self.moto.env)
+        self.role = sagemaker_role('SageMakerExecution')
+        self.endpoints = Endpoints(self.work)
+        os.environ.update(env := self.endpoints.start())
+        print(f"  (AWS stand-in: moto at {self.moto.url}, role SageMakerExecution made in it; SageMaker Runtime at "
+              f"{env['AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME']}: the endpoints' archives answered here)", flush=True)
+        return {**self.moto.env, **env}
+
+    def left(self) -> dict:
+        from trn_tutorials.cleanup import leftovers
+        return {k: v for k, v in leftovers(ec2=False).items() if v}
+
+    def show_log(self):
+        "moto's last lines (why an AWS call failed)."
+        log = self.work/'moto'/'moto.log'
+        if log.exists(): print('  moto.log (last lines):', *log.read_text(errors='replace').splitlines()[-10:], sep='\n    ')
+
+    def stop(self):
+        for x in ('endpoints', 'moto'):
+            if (s := getattr(self, x, None)) is not None: s.stop()
 
 
 def _busy(port:int) -> bool:
