@@ -318,8 +318,9 @@ class Laptop:
 
 # ---- the instance's endpoint chapters: the `#| aws` cells against one moto server, the endpoints answered here ----
 
-REHEARSED_ENDPOINT = ("> The output above comes from CI's rehearsal against a local moto server (for AWS), the endpoint's answer "
-                      "from the archive's handler run on the Trn1 stand-in (tools/journey.py `Endpoints`), not from AWS.")
+REHEARSED_ENDPOINT = ("> The output above comes from CI's rehearsal against a local moto server (for AWS); an endpoint's answer comes "
+                      "from the deployed archive served on the Trn1 stand-in (the handler, or the Hugging Face image's pipeline), "
+                      "not from AWS.")
 
 
 class Endpoints:
