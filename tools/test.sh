@@ -389,7 +389,9 @@ fi
 if [ "${LANES:-2}" = 1 ]; then
   book_stages; environment_stages
 else
-  ( export TRN_TUTORIALS_DIR="$tmp/reader-environments"; passed=0; failed=0; timings=()
+  # torchrun's default rendezvous port (29500) is taken by whichever lane starts one first: the other lane's default is
+  # another (PET_MASTER_PORT is torchrun's --master_port; launch() and train pick a free port themselves)
+  ( export TRN_TUTORIALS_DIR="$tmp/reader-environments" PET_MASTER_PORT=29611; passed=0; failed=0; timings=()
     { environment_stages; pytest_alongside; } > "$tmp/environments.log" 2>&1
     echo "$passed $failed" > "$tmp/environments.counts"; printf '%s\n' "${timings[@]}" > "$tmp/environments.timings" ) &
   env_pid=$!
