@@ -223,6 +223,10 @@ run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the tabl
   PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" tools/journey.py --table "$t" 2>&1 | tee "$tmp/$t-journey.log"
   ok=$(grep -c '^ok nbs/' "$tmp/$t-journey.log"); count "$ok" 0
   [ "$ok" -eq "$(env_field "$t" notebooks | wc -l)" ] || fail "$t: the journey stopped (above)"
+  if env_field "$t" flags | grep -qx aws; then   # the chapters' own delete and cleanup cells left nothing in moto
+    grep -q '^journey: after the endpoint chapters nothing of the run is left' "$tmp/$t-journey.log" \
+      || fail "$t: the endpoint chapters left something in moto, or the journey did not get that far (above)"
+  fi
   timings+=("$t journey $((SECONDS - s))s")
 }
 
@@ -309,7 +313,7 @@ fi
 
 # The pytest files the environment lane runs after its stages, in .venv, so that the two lanes take about as long
 # (with LANES=1, or without the pytest stage, they run in the pytest stage as the rest)
-ALONGSIDE=(tests/test_benchmarks.py tests/test_careless_launch.py)
+ALONGSIDE=(tests/test_benchmarks.py)
 pytest_alongside() {
   want pytest && [ "${LANES:-2}" != 1 ] || return 0
   stage_start "pytest-2 (.venv): ${ALONGSIDE[*]}"
