@@ -128,7 +128,8 @@ def main(argv=None):
                 shown = flagged(fn, {'aws'} if laptop else {'neuron'})
                 note_rehearsed(fn, [i for i in shown if i not in cleared], REHEARSED_AWS if laptop else REHEARSED)
                 if aws: note_rehearsed(fn, [i for i in flagged(fn, {'aws'}) if i not in cleared], REHEARSED_ENDPOINT)
-            print(f"ok {c}: {len(keep)} flagged cell(s) run, {time.time() - t0:.0f} s; the reader's folder holds "
+            per_flag = ', '.join(f"{f} {n}" for f in sorted(flags) if (n := len(flagged(fn, {f}))))
+            print(f"ok {c}: {len(keep)} flagged cell(s) run{f' ({per_flag})' if per_flag else ''}, {time.time() - t0:.0f} s; the reader's folder holds "
                   f"{json.dumps(_contents(folder))}", flush=True)
         if laptop and not failed:
             if left := laptop.left():
