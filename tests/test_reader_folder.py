@@ -121,7 +121,8 @@ def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, mon
     try: import journey
     finally: sys.path.pop(0)
     for k in ('AWS_ENDPOINT_URL', 'AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME'): monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(os, 'environ', os.environ.copy())   # the stand-in sets the walk's variables: put them back afterwards
+    saved = dict(os.environ)   # the stand-in sets the walk's variables in os.environ itself (boto3's sessions read that
+    # object): put them back afterwards
     aws = journey.InstanceAws(tmp_path)
     try:
         aws.start()
@@ -140,4 +141,5 @@ def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, mon
         assert aws.endpoints.served == {ep.name: 1, hf.name: 1}
         for e in (ep, hf): delete(e.name); cleanup(e.run_id, ec2=False)
         assert aws.left() == {}
-    finally: aws.stop()
+    finally:
+        aws.stop(); os.environ.clear(); os.environ.update(saved)
