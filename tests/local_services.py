@@ -265,6 +265,15 @@ AWS_VARS_TO_DROP = ('AWS_PROFILE', 'AWS_DEFAULT_PROFILE', 'AWS_REGION', 'AWS_SES
 MY_IP = '203.0.113.7'   # a documentation address (RFC 5737) in place of the caller's public IP from checkip.amazonaws.com
 
 
+def local_aws(workdir: Path, exe=None) -> MotoServer:
+    "A moto server in `workdir` (made), with boto3 in this process pointed at it and the variables that could reach a real account removed."
+    for k in AWS_VARS_TO_DROP: os.environ.pop(k, None)
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    moto = MotoServer(workdir, exe=exe).start()
+    os.environ.update(moto.env)
+    return moto
+
+
 class Rehearsal:
     """The local stand-ins that the AWS chapters' stored outputs come from. A hidden cell starts one only when the
     test runner runs the chapter (`IN_TEST=1`: `nbdev_test`, `tools/run_nb.py`); a reader's Run All never does.
@@ -298,12 +307,10 @@ class Rehearsal:
         self.home.mkdir(mode=0o700)
         atexit.register(self.stop)
         try:
-            for k in AWS_VARS_TO_DROP: os.environ.pop(k, None)
             os.environ['HOME'] = str(self.home)
             os.chdir(self.home)
-            (self.dir/'moto').mkdir(); (self.dir/'sshd').mkdir()
-            self.moto = MotoServer(self.dir/'moto').start()
-            os.environ.update(self.moto.env)
+            (self.dir/'sshd').mkdir()
+            self.moto = local_aws(self.dir/'moto')
             if self.n:
                 from trn_tutorials.instance import launch_instance
                 self.instances = [launch_instance('trn1.2xlarge', my_ip=self.my_ip, wait_ssh=False) for _ in range(self.n)]

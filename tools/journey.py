@@ -291,13 +291,12 @@ class Laptop:
         self.work, self.home = work, work/'home'
 
     def start(self) -> dict:
-        from local_services import AWS_VARS_TO_DROP, MY_IP, MotoServer
+        from local_services import MY_IP, local_aws
         busy = [p for p in (8888, 8889) if _busy(p)]
         if busy: raise RuntimeError(f"127.0.0.1 port(s) {', '.join(map(str, busy))} in use here: the Jupyter chapter's instance "
                                     "(8888) and tunnel (8889) share this machine's localhost in the laptop journey")
-        self.home.mkdir(mode=0o700); (self.work/'moto').mkdir()
-        for k in AWS_VARS_TO_DROP: os.environ.pop(k, None)
-        self.moto = MotoServer(self.work/'moto').start()
+        self.home.mkdir(mode=0o700)
+        self.moto = local_aws(self.work/'moto')
         self.checkip = _checkip(MY_IP)
         env = {**self.moto.env, 'HOME': str(self.home), 'TRN_TUTORIALS_CHECKIP_URL': f'http://127.0.0.1:{self.checkip.server_port}/'}
         os.environ.update(env)
@@ -439,13 +438,10 @@ class InstanceAws:
         self.work = work
 
     def start(self) -> dict:
-        from local_services import AWS_VARS_TO_DROP, MotoServer, sagemaker_role
+        from local_services import local_aws, sagemaker_role
         exe = next((p for p in (Path(sys.executable).parent/'moto_server', ROOT/'.venv'/'bin'/'moto_server') if p.exists()), None)
         if exe is None: raise RuntimeError(f"no moto_server next to {sys.executable} nor in {ROOT/'.venv'/'bin'}: run `make setup` (it builds .venv)")
-        (self.work/'moto').mkdir()
-        for k in AWS_VARS_TO_DROP: os.environ.pop(k, None)
-        self.moto = MotoServer(self.work/'moto', exe=exe).start()
-        os.environ.update(self.moto.env)
+        self.moto = local_aws(self.work/'moto', exe=exe)
         self.role = sagemaker_role('SageMakerExecution')
         self.endpoints = Endpoints(self.work)
         os.environ.update(env := self.endpoints.start())
