@@ -8,7 +8,7 @@ What moto does not do, and how each test deals with it:
 - its CreateEndpointConfig knows an older list of instance types than botocore (no ml.inf2): deploying to ml.inf2.xlarge
   therefore fails after CreateModel succeeded — a real failure in the middle, used as such.
 """
-import io, json, re, tarfile, urllib.request
+import io, json, os, re, tarfile, urllib.request
 from pathlib import Path
 
 import boto3
@@ -221,9 +221,12 @@ def test_requirements_pinned_per_image():
     assert all(re.fullmatch(r'(\S+==[\d.]+\n)+', r) for r in REQUIREMENTS.values())
 
 
-def fake_trace(folder, torch_version:str, compiler:str='torch.jit'):
+def fake_trace(folder, torch_version:str, compiler:str='torch.jit', **recorded):
+    "A model.pt and the torchscript.json `trace` writes beside it; for Neuron, the one NeuronCore a copy needs, as on a Trn1 or Inf2 (`recorded`: other values, None drops one)."
     (folder/'model.pt').write_bytes(b'traced')
-    (folder/'torchscript.json').write_text(json.dumps({'torch': torch_version, 'compiler': compiler, 'lengths': [8, 16]}))
+    info = {'torch': torch_version, 'compiler': compiler, 'lengths': [8, 16], **({'neuron_cores': 1} if compiler.startswith('torch_neuronx') else {})}
+    info = {k: v for k, v in {**info, **recorded}.items() if v is not None}
+    (folder/'torchscript.json').write_text(json.dumps(info))
 
 
 def test_trace_shipped_once(folder, tmp_path, capsys):
@@ -303,3 +306,84 @@ def test_archive_under_the_run_prefix(moto_server, folder):
     ep = deploy(str(folder), role=role(), run_id='run-a', wait=False)
     assert ep.model_data.split('/', 3)[3].startswith(run_prefix('run-a') + '/')
     delete(ep.name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 41: one TorchServe worker per NeuronCore on Inferentia 2, a model compiled for another core count refused before
+# anything is made, and what to do where the endpoint cannot reach PyPI
+# ---------------------------------------------------------------------------------------------------------------
+WORKER_VARS = ('SAGEMAKER_MODEL_SERVER_WORKERS', 'NEURON_RT_NUM_CORES')
+
+
+def test_inf2_one_worker_per_neuroncore():
+    """Without SAGEMAKER_MODEL_SERVER_WORKERS the PyTorch toolkit lets TorchServe start one worker per vCPU (4 on ml.inf2.xlarge),
+    and the first takes every NeuronCore: each Neuron type gets one worker per NeuronCore (2 per Inferentia2 or Trainium chip), one core each."""
+    env = lambda t: endpoint_requests('n', 's3://b/model.tar.gz', f'arn:aws:iam::{ACCOUNT}:role/r', t)['create_model']['PrimaryContainer']['Environment']
+    for t, cores in {'ml.inf2.xlarge': 2, 'ml.inf2.8xlarge': 2, 'ml.inf2.24xlarge': 12, 'ml.inf2.48xlarge': 24,
+                     'ml.trn1.2xlarge': 2, 'ml.trn1.32xlarge': 32, 'ml.trn1n.32xlarge': 32}.items():
+        assert {k: env(t).get(k) for k in WORKER_VARS} == {'SAGEMAKER_MODEL_SERVER_WORKERS': str(cores), 'NEURON_RT_NUM_CORES': '1'}, t
+    for t in ('ml.m5.large', 'ml.g5.xlarge', 'ml.c7g.large'): assert not set(WORKER_VARS) & set(env(t)), t   # CPU and GPU: the toolkit's defaults
+
+
+def test_neuron_model_for_other_cores_refused(moto_server, folder, tmp_path):
+    "A compiled model that needs another NeuronCore count than a worker gets (or records none), or a Neuron type of another core generation: one line, nothing made."
+    arn = role()
+    cases = [(dict(neuron_cores=2, compiled_on='trn2.48xlarge'), 'ml.inf2.xlarge',
+              'model.pt is compiled for 2 NeuronCores per copy (on trn2.48xlarge), and each worker on ml.inf2.xlarge gets 1'),
+             (dict(neuron_cores=None), 'ml.inf2.24xlarge', 'records no NeuronCore count'),
+             (dict(neuron_cores=1, compiled_on='trn2.48xlarge'), 'ml.inf2.xlarge', 'model.pt is compiled on trn2.48xlarge, whose NeuronCores differ'),
+             (dict(neuron_cores=1), 'ml.trn2.48xlarge', 'ml.trn2.48xlarge has NeuronCore-v3')]
+    for extra, itype, says in cases:
+        fake_trace(folder, '2.9.0', 'torch_neuronx 2.9.0.2.15.32035', **extra)
+        for call in (lambda: deploy(str(folder), role=arn, instance_type=itype, run_id='run-a'),
+                     lambda: package(str(folder), str(tmp_path/'x.tar.gz'), instance_type=itype)):
+            with pytest.raises(UsageError) as e: call()
+            msg = str(e.value)
+            assert says in msg and '\n' not in msg, msg
+            assert 'trace(model_dir, neuron=True)' in msg or 'ml.inf2' in msg, msg   # it names the fix
+            assert everything() == {**NOTHING, 'objects': []}
+    assert not (tmp_path/'x.tar.gz').exists()
+
+
+def _markdown(nb:str) -> str:
+    return '\n'.join(''.join(c['source']) for c in json.loads((Path(__file__).parents[1]/'nbs'/nb).read_text())['cells'] if c['cell_type'] == 'markdown')
+
+
+def _wheel(dest:Path, name:str, version:str) -> Path:
+    "A minimal pure-Python wheel (no dependencies), by hand: a zip with its dist-info."
+    import base64, hashlib, zipfile
+    dist = f'{name}-{version}.dist-info'
+    files = {f'{name}/__init__.py': b'', f'{dist}/METADATA': f'Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n'.encode(),
+             f'{dist}/WHEEL': b'Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n'}
+    digest = lambda b: 'sha256=' + base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()
+    record = ''.join(f'{p},{digest(b)},{len(b)}\n' for p, b in files.items()) + f'{dist}/RECORD,,\n'
+    w = dest/f'{name}-{version}-py3-none-any.whl'
+    with zipfile.ZipFile(w, 'w') as z:
+        for p, b in {**files, f'{dist}/RECORD': record.encode()}.items(): z.writestr(p, b)
+    return w
+
+
+def test_no_egress_said_where_packages_are_installed(tmp_path):
+    """The PyTorch image installs code/requirements.txt from PyPI at every start: the endpoint chapter says what fails without a
+    route to PyPI and what to do instead; its vendored requirements.txt installs from code/wheels with the index unreachable."""
+    import subprocess, sys
+    text = _markdown('12_endpoint.ipynb')
+    for says in ('network isolation', 'failed to install required packages', 'CA_REPOSITORY_ARN', 'hf_endpoint.html', 'pip download'):
+        assert says in text, says
+    import textwrap
+    block = re.search(r'```text\n(.*?)\n *```', text, re.S)
+    req = textwrap.dedent(block.group(1)) + '\n' if block else ''
+    assert req.startswith('--no-index\n--find-links wheels\n'), 'the chapter shows the requirements.txt of vendored wheels'
+    assert 'installs nothing' in _markdown('13_hf_endpoint.ipynb')   # the Hugging Face image: nothing to fetch at start
+    # the requirements.txt the chapter shows, in code/ beside code/wheels, with no index to reach: pip installs from the wheels
+    code = tmp_path/'opt'/'ml'/'model'/'code'
+    (code/'wheels').mkdir(parents=True)
+    name, version = re.search(r'^(\S+)==(\S+)$', req, re.M).groups()
+    _wheel(code/'wheels', name, version)
+    (code/'requirements.txt').write_text(req)
+    r = subprocess.run([sys.executable, '-m', 'pip', 'install', '--dry-run', '--ignore-installed', '--report', str(tmp_path/'r.json'),
+                        '-r', str(code/'requirements.txt')], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, 'PIP_INDEX_URL': 'http://127.0.0.1:9/simple', 'PIP_DISABLE_PIP_VERSION_CHECK': '1'})
+    assert r.returncode == 0, r.stderr[-2000:]
+    installed = json.loads((tmp_path/'r.json').read_text())['install']
+    assert [(i['metadata']['name'], i['metadata']['version'], i['download_info']['url'].rsplit('/', 2)[-2]) for i in installed] == [(name, version, 'wheels')]

@@ -355,3 +355,74 @@ def test_torchscript_pieces(tmp_path):
     same = lambda ids, mask: model(input_ids=ids, attention_mask=mask)
     diff, shapes = T.logits_difference(model, same, [8, 16], torch.Generator().manual_seed(0))
     assert diff == 0.0 and shapes == [[1, 8], [3, 8], [1, 16], [3, 16]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 41: a Neuron-compiled model that does not load names the real cause; trace records the NeuronCores a copy needs;
+# the TorchScript chapter says what the handler does with a trace that does not load
+# ---------------------------------------------------------------------------------------------------------------
+NEURON_VARS = ('SAGEMAKER_MODEL_SERVER_WORKERS', 'NEURON_RT_NUM_CORES')
+
+
+def test_neuron_model_that_does_not_load_names_the_cause(tmp_path, monkeypatch):
+    """On the Neuron image a compiled model fails to load when its worker finds no free NeuronCore (too many workers, or none
+    set and the first took every core), when it needs more cores than the worker has, or with no torch-neuronx at all. The line
+    says which; never `torchscript=False`, which ml.inf2 refuses. (torch_neuronx is a stand-in module here; model.pt does not load.)"""
+    import types
+    d = Path(tiny_bert(tmp_path/'model', 'i feel happy sad'.split(), labels=EMOTION_LABELS))
+    (d/TORCHSCRIPT).write_bytes(b'not a TorchScript file')
+    record = lambda **kw: (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch_neuronx 2.9.0.2.15.32035', 'torch': '2.9.0', 'lengths': [8], **kw}))
+    monkeypatch.setitem(sys.modules, 'torch_neuronx', types.ModuleType('torch_neuronx'))
+    for k in NEURON_VARS: monkeypatch.delenv(k, raising=False)
+    cases = [({}, dict(neuron_cores=1), "sets no SAGEMAKER_MODEL_SERVER_WORKERS: TorchServe starts one worker per vCPU and the first takes every NeuronCore"),
+             ({'SAGEMAKER_MODEL_SERVER_WORKERS': '4', 'NEURON_RT_NUM_CORES': '1'}, dict(neuron_cores=1),
+              "no free NeuronCore for this worker (4 workers, 1 NeuronCore each)"),
+             ({'SAGEMAKER_MODEL_SERVER_WORKERS': '2', 'NEURON_RT_NUM_CORES': '1'}, dict(neuron_cores=2, compiled_on='trn2.48xlarge'),
+              "compiled for 2 NeuronCores per copy (on trn2.48xlarge), and this worker has NEURON_RT_NUM_CORES=1")]
+    for env, rec, says in cases:
+        with monkeypatch.context() as m:
+            for k, v in env.items(): m.setenv(k, v)
+            record(**rec)
+            with pytest.raises(ModelFolderError) as e: model_fn(str(d))
+        msg = str(e.value)
+        assert msg.startswith(f'cannot load {TORCHSCRIPT} (torch_neuronx 2.9.0.2.15.32035, torch 2.9.0)') and says in msg, msg
+        assert 'torchscript=False' not in msg and '\n' not in msg and ('deploy' in msg or 'trace(model_dir, neuron=True)' in msg), msg
+    monkeypatch.setitem(sys.modules, 'torch_neuronx', None)   # a CPU image: import torch_neuronx fails
+    record(neuron_cores=1)
+    with pytest.raises(ModelFolderError) as e: model_fn(str(d))
+    assert 'this image has no torch-neuronx' in str(e.value) and 'ml.inf2' in str(e.value) and 'torchscript=False' not in str(e.value)
+
+
+def test_trace_records_neuron_cores(tmp_path, monkeypatch):
+    """trace(neuron=True) records how many NeuronCores one copy of the compiled model runs on: the logical NeuronCore of the
+    machine it compiled on (1 on a Trn1 or Inf2; 2 on a Trn2 by default), and that machine. torch_neuronx is a stand-in here
+    (torch.jit.trace as the compiler), and so is neuron-ls."""
+    import types, torch
+    import trn_tutorials.torchscript as T
+    fake = types.ModuleType('torch_neuronx')
+    fake.__version__, fake.trace, fake.dynamic_batch = '2.9.0.2.15.32035', lambda m, ex: torch.jit.trace(m, ex), lambda t: t
+    monkeypatch.setitem(sys.modules, 'torch_neuronx', fake)
+    d = Path(tiny_bert(tmp_path/'model', 'i feel happy sad'.split(), labels=EMOTION_LABELS))
+    trn1 = {'instance_type': 'trn1.2xlarge', 'neuron_devices': [{'neuron_device': 0, 'nc_count': 2}]}
+    trn2 = {'instance_type': 'trn2.48xlarge', 'logical_neuroncore_config': 2, 'neuron_devices': [{'neuron_device': 0, 'nc_count': 4}]}
+    for ls, cores in ((trn1, 1), (trn2, 2)):
+        monkeypatch.setattr(T, 'neuron_ls', lambda ls=ls: ls)
+        info = T.trace(str(d), lengths=[8], neuron=True)
+        assert (info['compiler'], info['neuron_cores'], info['compiled_on']) == ('torch_neuronx 2.9.0.2.15.32035', cores, ls['instance_type'])
+        assert json.loads((d/TRACE_INFO).read_text()) == info
+
+
+def test_torchscript_chapter_says_what_the_handler_does(trained, tmp_path):
+    """The archive carries the trace instead of the eager weights, so a trace that does not load stops the worker with one line
+    naming the fix; the TorchScript chapter says that, and promises no fallback to the eager model."""
+    d = tmp_path/'traced'
+    shutil.copytree(trained, d, ignore=shutil.ignore_patterns('checkpoint-*'))
+    (d/TORCHSCRIPT).write_bytes(b'made by a newer PyTorch than the image holds')
+    (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch.jit', 'torch': '2.13.0', 'lengths': padded_lengths(d)}))
+    served = unpacked(d, tmp_path/'opt-ml-model')
+    assert (served/TORCHSCRIPT).is_file() and not (served/'model.safetensors').exists()   # nothing to fall back on
+    with pytest.raises(ModelFolderError, match='package the folder with torchscript=False'): model_fn(str(served))
+    prose = ' '.join('\n'.join(''.join(c['source']) for c in json.loads((Path(__file__).parents[1]/'nbs'/'11b_torchscript.ipynb').read_text())['cells']
+                               if c['cell_type'] == 'markdown').split())
+    assert 'then serves the eager model' not in prose and 'falls back' not in prose
+    assert 'torchscript=False' in prose and 'does not start' in prose

@@ -20,10 +20,11 @@ from .torchscript import _model_folder, trace   # trace: also importable from he
 from .sagemaker_aws import DLC_ACCOUNTS, SageMakerFinder, check_role, default_bucket, dlc_registry, project_buckets, run_prefix, sm_finder
 
 # %% auto #0
-__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'REQUIREMENTS', 'INSTANCES',
-           'check_instance_type', 'image_kind', 'inference_image', 'requirements', 'neuron_compiler', 'package',
-           'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'wait_in_service', 'create_endpoint',
-           'deploy', 'predict', 'delete', 'find_endpoints', 'remove_endpoints']
+__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'NEURON_CORES',
+           'CORES_PER_WORKER', 'REQUIREMENTS', 'INSTANCES', 'check_instance_type', 'image_kind', 'inference_image',
+           'neuron_workers', 'requirements', 'neuron_compiler', 'package', 'endpoint_requests', 'Endpoint',
+           'check_endpoint_name', 'upload', 'wait_in_service', 'create_endpoint', 'deploy', 'predict', 'delete',
+           'find_endpoints', 'remove_endpoints']
 
 # %% ../nbs/12_endpoint.ipynb #9370af2d
 DEFAULT_INSTANCE_TYPE = 'ml.m5.large'  # 2 vCPU, 8 GiB: room for the model, torch and the pip install at start
@@ -89,6 +90,33 @@ def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosti
                          f"(IMAGE_REGIONS[{kind!r}], read {IMAGES_CHECKED})")
     return f"{dlc_registry(region)}/{repo}:{tag}"   # the one registry table: sagemaker_aws.DLC_ACCOUNTS
 
+# %% ../nbs/12_endpoint.ipynb #a1e0c002
+NEURON_CORES = {   # Neuron hosting type -> its NeuronCores (NeuronCore-v2: 2 per Inferentia2 or Trainium chip; Neuron docs, read 2026-11-27)
+    'ml.inf2.xlarge': 2, 'ml.inf2.8xlarge': 2, 'ml.inf2.24xlarge': 12, 'ml.inf2.48xlarge': 24,
+    'ml.trn1.2xlarge': 2, 'ml.trn1.32xlarge': 32, 'ml.trn1n.32xlarge': 32}
+CORES_PER_WORKER = 1   # NEURON_RT_NUM_CORES: trace(..., neuron=True) on a Trn1 or Inf2 compiles for one NeuronCore
+_NEURONCORE_V2 = ('inf2', 'trn1', 'trn1n')   # the instance families a model compiled for NeuronCore-v2 comes from and runs on
+
+def neuron_workers(instance_type:str, # a Neuron hosting type, e.g. 'ml.inf2.xlarge'
+                   model_cores:int|None=CORES_PER_WORKER, # NeuronCores one copy of the model runs on (`torchscript.json`: neuron_cores)
+                   compiled_on:str|None=None # the instance type it was compiled on (`torchscript.json`: compiled_on), if known
+                  ) -> dict[str, str]:
+    "The environment that starts one TorchServe worker per NeuronCore of `instance_type`, one core each; a `UsageError` if the model cannot run so."
+    fix = "compile it again with trace(model_dir, neuron=True) on a Trn1 or Inf2 instance"
+    if instance_type not in NEURON_CORES:
+        gen = 'NeuronCore-v3 (Trainium2)' if '.trn2.' in instance_type else 'NeuronCores this package does not serve on'
+        raise UsageError(f"{instance_type} has {gen}: trace(model_dir, neuron=True) compiles for the NeuronCore-v2 of Trn1 and Inf2; "
+                         f"deploy to ml.inf2.xlarge (or another of {', '.join(NEURON_CORES)})")
+    if model_cores is None:
+        raise UsageError(f"{TORCHSCRIPT}'s {TRACE_INFO} records no NeuronCore count: {fix}, which records it")
+    where = f' (on {compiled_on})' if compiled_on else ''
+    if model_cores != CORES_PER_WORKER:
+        raise UsageError(f"{TORCHSCRIPT} is compiled for {model_cores} NeuronCores per copy{where}, and each worker on {instance_type} "
+                         f"gets {CORES_PER_WORKER}: {fix} (one NeuronCore per copy)")
+    if compiled_on and compiled_on.split('.')[0] not in _NEURONCORE_V2:
+        raise UsageError(f"{TORCHSCRIPT} is compiled on {compiled_on}, whose NeuronCores differ from those of {instance_type}: {fix}")
+    return {'SAGEMAKER_MODEL_SERVER_WORKERS': str(NEURON_CORES[instance_type] // CORES_PER_WORKER), 'NEURON_RT_NUM_CORES': str(CORES_PER_WORKER)}
+
 # %% ../nbs/12_endpoint.ipynb #ad755a9e
 _LEFT_OUT = ('*.png', '*.log', 'training_args.bin', '.*', '*.tar.gz')   # training leftovers the endpoint does not need
 _EAGER_WEIGHTS = ('model.safetensors', 'model-*.safetensors', 'model.safetensors.index.json', 'pytorch_model*.bin')
@@ -110,12 +138,14 @@ def neuron_compiler(model_dir:str # a model folder
     return compiler if compiler.startswith('torch_neuronx') else None
 
 def _ships_trace(model_dir, instance_type:str, torchscript:bool) -> bool:
-    "Whether the archive for `instance_type` carries `model.pt` (instead of the eager weights); refuses Neuron without a compiled model."
+    "Whether the archive for `instance_type` carries `model.pt` (instead of the eager weights); refuses Neuron without a compiled model that fits a worker."
     compiled, has_trace = neuron_compiler(model_dir), (Path(model_dir)/TORCHSCRIPT).is_file()
     if image_kind(instance_type) == 'neuron':
         if not compiled:
             raise UsageError(f"{instance_type} serves only a model compiled for Neuron, and {short_path(model_dir)} has none: run "
                              f"trace(model_dir, neuron=True) on a Trn1 or Inf2 instance first, or deploy to a CPU type such as {DEFAULT_INSTANCE_TYPE}")
+        info = json.loads((Path(model_dir)/TRACE_INFO).read_text())
+        neuron_workers(instance_type, info.get('neuron_cores'), info.get('compiled_on'))   # one NeuronCore per copy, or one line
         return True
     if compiled and torchscript:
         print(f"{TORCHSCRIPT} is compiled for Neuron ({compiled}): left out for {instance_type}, which serves the eager model")
@@ -162,6 +192,7 @@ def endpoint_requests(name:str, # the endpoint's name; its model and endpoint co
     tags = _tag_list(run_id)
     env = {'SAGEMAKER_PROGRAM': 'inference.py', 'SAGEMAKER_SUBMIT_DIRECTORY': '/opt/ml/model/code',
            'SAGEMAKER_CONTAINER_LOG_LEVEL': '20', 'SAGEMAKER_REGION': region}
+    if image_kind(instance_type) == 'neuron': env.update(neuron_workers(instance_type))   # one worker per NeuronCore, one core each
     return {
         'create_model': {'ModelName': name, 'ExecutionRoleArn': role_arn, 'Tags': tags,
                          'PrimaryContainer': {'Image': inference_image(instance_type, region), 'ModelDataUrl': model_data, 'Environment': env}},

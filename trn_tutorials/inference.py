@@ -79,6 +79,20 @@ class Classifier:
 
 def _log(line:str): print(f'inference.py: {line}', file=sys.stderr, flush=True)   # the model server's log (CloudWatch)
 
+def _neuron_cause(info:dict) -> str:
+    "Why a model compiled for Neuron did not load in this worker, and the fix: from its record and the endpoint's environment."
+    workers, cores = os.environ.get('SAGEMAKER_MODEL_SERVER_WORKERS'), os.environ.get('NEURON_RT_NUM_CORES')
+    need, where = info.get('neuron_cores'), f" (on {info['compiled_on']})" if info.get('compiled_on') else ''
+    if need and cores and cores.isdigit() and int(need) > int(cores):
+        return (f"it is compiled for {need} NeuronCores per copy{where}, and this worker has NEURON_RT_NUM_CORES={cores}: "
+                "compile it again with trace(model_dir, neuron=True) on a Trn1 or Inf2 instance")
+    if not workers:
+        return ("the endpoint sets no SAGEMAKER_MODEL_SERVER_WORKERS: TorchServe starts one worker per vCPU and the first takes every "
+                "NeuronCore; deploy with trn_tutorials.endpoint.deploy, which starts one worker per NeuronCore, one core each")
+    each = f'{cores} NeuronCore each' if cores else 'no NEURON_RT_NUM_CORES, so the first takes every core'
+    return (f"no free NeuronCore for this worker ({workers} workers, {each}): another process holds them or the instance has fewer; "
+            "deploy with trn_tutorials.endpoint.deploy, which sets one worker per NeuronCore of the instance type")
+
 
 # %% ../nbs/11_inference.ipynb #305fd042
 def model_fn(model_dir:str, # where SageMaker unpacked model.tar.gz (/opt/ml/model)
@@ -97,12 +111,16 @@ def model_fn(model_dir:str, # where SageMaker unpacked model.tar.gz (/opt/ml/mod
     if traced:
         info = json.loads((d/TRACE_INFO).read_text()) if (d/TRACE_INFO).is_file() else {}
         made = f"{info.get('compiler', 'torch.jit')}, torch {info.get('torch', 'unrecorded')}"
-        try:
-            if 'neuron' in made: import torch_neuronx  # noqa: F401  (a model compiled for Neuron loads only with it)
-            model = torch.jit.load(str(d/TORCHSCRIPT), map_location=device).eval()
+        if 'neuron' in made:
+            try: import torch_neuronx  # noqa: F401  (a model compiled for Neuron loads only with it)
+            except ImportError:
+                raise ModelFolderError(f"cannot load {TORCHSCRIPT} ({made}): this image has no torch-neuronx; a model compiled for Neuron "
+                                       "serves on ml.inf2 (the pytorch-inference-neuronx image): deploy it there") from None
+        try: model = torch.jit.load(str(d/TORCHSCRIPT), map_location=device).eval()
         except Exception as e:   # fail loudly: the archive carries no eager weights beside a trace
+            fix = _neuron_cause(info) if 'neuron' in made else 'package the folder with torchscript=False'
             raise ModelFolderError(f"cannot load {TORCHSCRIPT} ({made}) with torch {torch.__version__.split('+')[0]}: "
-                                   f"{' '.join(str(e).split())[:200]}; package the folder with torchscript=False") from e
+                                   f"{' '.join(str(e).split())[:200]}; {fix}") from e
         lengths = info.get('lengths') or lengths   # pad to the lengths the trace was checked on
         what = f'TorchScript {TORCHSCRIPT} ({made})'
     else:

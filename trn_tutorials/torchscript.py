@@ -7,6 +7,7 @@ from __future__ import annotations
 import json, warnings
 from pathlib import Path
 
+from .backends import machine_instance_type, neuron_lnc, neuron_ls
 from .core import Limit, UsageError, check_number, short_path
 from .inference import TORCHSCRIPT, TRACE_INFO, ModelFolderError, check_model_folder, padded_lengths
 
@@ -94,6 +95,9 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
     compiler = f'torch_neuronx {torch_neuronx.__version__}' if neuron else 'torch.jit'
     info = {'file': f'{short_path(d)}/{TORCHSCRIPT}', 'torch': torch.__version__.split('+')[0], 'compiler': compiler, 'lengths': lengths, 'checked_shapes': shapes,
             'max_abs_diff': float(f'{diff:.2g}'), 'tolerance': tolerance}
+    if neuron:   # what one copy needs: the logical NeuronCore it was compiled for (1 on a Trn1 or Inf2; 2 by default on a Trn2)
+        ls = neuron_ls()
+        info.update(neuron_cores=neuron_lnc(ls), compiled_on=machine_instance_type(ls))
     (d/TRACE_INFO).write_text(json.dumps(info, indent=2))
     return info
 

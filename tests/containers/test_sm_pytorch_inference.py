@@ -21,7 +21,7 @@ import pytest
 
 from trn_tutorials.core import tiny_bert
 from trn_tutorials.data import EMOTION_LABELS
-from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS, package, trace
+from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package, trace
 from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
 from local_services import procs_mentioning
 
@@ -132,3 +132,20 @@ def test_archive_served_by_the_images_torchserve(tmp_path):
     assert f'inference.py: serving TorchScript model.pt (torch.jit, torch {info["torch"]}) on cpu with torch 2.6.0' in log
     assert not procs_mentioning(str(work)), f'processes left: {procs_mentioning(str(work))}'
     print(f'{time.monotonic() - t0:.0f} s: Python {pyv}, torch {torchv}, TorchServe {tsv}, toolkit {tkv}; trace from torch {info["torch"]}')
+
+
+def test_neuron_workers_reach_torchserve(tmp_path):
+    """The model environment deploy gives ml.inf2.xlarge sets TorchServe's workers through the image's own toolkit: 2, one per
+    NeuronCore. Without SAGEMAKER_MODEL_SERVER_WORKERS the toolkit writes no worker count and TorchServe starts one per vCPU."""
+    py = container()/'bin'/'python'
+    env = endpoint_requests('n', 's3://b/model.tar.gz', 'arn:aws:iam::123456789012:role/r', 'ml.inf2.xlarge')['create_model']['PrimaryContainer']['Environment']
+    code = 'from sagemaker_pytorch_serving_container import torchserve; print(torchserve._generate_ts_config_properties("h"))'
+    def properties(model_env:dict) -> list[str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(('PYTHON', 'VIRTUAL_ENV', 'TRN_TUTORIALS', 'SAGEMAKER', 'NEURON'))}
+        r = subprocess.run([str(py), '-W', 'ignore', '-c', code], capture_output=True, text=True, timeout=120,
+                           env={**base, **model_env, 'SAGEMAKER_BASE_DIR': str(tmp_path/'opt'/'ml')})
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout.splitlines()
+    assert (env['SAGEMAKER_MODEL_SERVER_WORKERS'], env['NEURON_RT_NUM_CORES']) == ('2', '1')
+    assert 'default_workers_per_model=2' in properties(env)
+    assert not [l for l in properties({k: v for k, v in env.items() if k != 'SAGEMAKER_MODEL_SERVER_WORKERS'}) if 'workers' in l]
