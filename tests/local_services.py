@@ -349,6 +349,24 @@ def sagemaker_role(name: str = 'SageMakerExecution', service: str = 'sagemaker.a
     except iam.exceptions.EntityAlreadyExistsException: return iam.get_role(RoleName=name)['Role']['Arn']
 
 
+def _simulate_denied(**kw):
+    "IAM's answer to a caller without iam:SimulatePrincipalPolicy (moto lacks the call: it answers 500)."
+    from botocore.awsrequest import AWSResponse
+    return (AWSResponse('https://iam.amazonaws.com/', 403, {}, None),
+            {'Error': {'Code': 'AccessDenied', 'Message': 'not authorized to perform: iam:SimulatePrincipalPolicy'},
+             'ResponseMetadata': {'HTTPStatusCode': 403}})
+
+
+def deny_simulate_principal_policy(on: bool = True):
+    """Every boto3 session made from now on in this process gets AccessDenied on iam:SimulatePrincipalPolicy, as a caller
+    without that permission does; the SDK then warns and goes on. SAGEMAKER_VALIDATE_ROLE=false skips the call, but
+    only sagemaker-core 2.25 and later read it: this reaches every version (botocore's handlers of new sessions)."""
+    from botocore import handlers
+    entry = ('before-call.iam.SimulatePrincipalPolicy', _simulate_denied)
+    if on and entry not in handlers.BUILTIN_HANDLERS: handlers.BUILTIN_HANDLERS.append(entry)
+    if not on and entry in handlers.BUILTIN_HANDLERS: handlers.BUILTIN_HANDLERS.remove(entry)
+
+
 class SageMakerStandIn:
     """What SageMaker would do with a training job, done here: moto accepts `CreateTrainingJob` and marks the job
     Completed at once without running anything. `run(name)` runs the job's container side on this machine:
@@ -366,14 +384,16 @@ class SageMakerStandIn:
     - its output goes to moto's CloudWatch Logs stream `<job>/algo-1-...` and `<root>/opt/ml/model` to the job's
       `model.tar.gz` in S3, where `wait_job` and `job_results` read them.
 
-    Bypassed boundaries of moto: IAM `SimulatePrincipalPolicy` (SAGEMAKER_VALIDATE_ROLE=false) and the SDK's
-    default-bucket STS call (the bucket is passed)."""
+    Bypassed boundaries of moto: IAM `SimulatePrincipalPolicy` (SAGEMAKER_VALIDATE_ROLE=false; for sagemaker-core
+    before 2.25, which ignores it, `deny_simulate_principal_policy`) and the SDK's default-bucket STS call (the bucket
+    is passed)."""
     bucket_name = 'trn-tutorials-rehearsal'
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix='sm-stand-in-'))
         self._old = os.environ.get('SAGEMAKER_VALIDATE_ROLE')
         os.environ['SAGEMAKER_VALIDATE_ROLE'] = 'false'
+        deny_simulate_principal_policy()   # sagemaker-core before 2.25 ignores SAGEMAKER_VALIDATE_ROLE
         atexit.register(self.stop)
 
     def role(self, name: str = 'SageMakerExecution', service: str = 'sagemaker.amazonaws.com') -> str:
@@ -554,6 +574,7 @@ class SageMakerStandIn:
     def stop(self):
         if self._old is None: os.environ.pop('SAGEMAKER_VALIDATE_ROLE', None)
         else: os.environ['SAGEMAKER_VALIDATE_ROLE'] = self._old
+        deny_simulate_principal_policy(False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -48,9 +48,9 @@ def endpoint(run_id: str, name: str | None = None) -> str:
     return name
 
 
-def training_job(run_id: str) -> str:
-    "A training job as `training_job.submit` names and tags it (moto marks it Completed at once)."
-    name = f'trn-tutorials-{run_id}-2026-11-24-16-23-00-123'
+def training_job(run_id: str, name: str | None = None) -> str:
+    "A training job tagged as `training_job.submit` tags it, named `name` (default: as SDK 2 named jobs); moto marks it Completed at once."
+    name = name or f'trn-tutorials-{run_id}-2026-11-24-16-23-00-123'
     boto3.client('sagemaker', region_name=REGION).create_training_job(
         TrainingJobName=name, RoleArn=sagemaker_role(), Tags=[{'Key': k, 'Value': v} for k, v in run_tags(run_id).items()],
         AlgorithmSpecification={'TrainingImage': 'img', 'TrainingInputMode': 'File'},
@@ -189,3 +189,45 @@ def test_a_fresh_kernel_cleans_what_every_chapter_declared():
             "print(before, [c.name for c in declared_cleaners()])")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[] ['endpoints', 'training jobs']", out
+
+
+# --- issue 41: the names SDK 3 gives training jobs -------------------------------------------------------------
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+    from trn_tutorials.core import tiny_bert
+    from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+    tmp = tmp_path_factory.mktemp('names')
+    raw = load_raw(sample_data())
+    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
+    prepare(DataArguments(data=sample_data(), model_id=tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS), dataset_path=str(tmp/'data')))
+    return tmp/'data'
+
+
+@pytest.fixture
+def sdk_name(moto_server, prepared):
+    "run_id -> the name `ModelTrainer` gives that run's job, read from `submit`'s dry run (SDK 3: `<base>-%Y%m%d%H%M%S`)."
+    from local_services import SageMakerStandIn
+    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.training_job import JobArguments, submit
+    stand_in = SageMakerStandIn()
+    def name(run_id):
+        plan = submit(TrainArguments(dataset_path=str(prepared)), JobArguments(role=stand_in.role(), bucket=BUCKET, run_id=run_id, dry_run=True))
+        return plan['request']['TrainingJobName']
+    yield name
+    stand_in.stop()
+
+
+@pytest.mark.parametrize('operation', ['resource-groups-tagging-api.GetResources', 'sagemaker.ListTags'])
+def test_tagging_denied_finds_the_jobs_sdk_3_names(sdk_name, refuse, operation):
+    "AccessDenied on the tagging API or ListTags: the run's running jobs are found by name, as SDK 3 names them and as SDK 2 did."
+    sdk3 = sdk_name('r1')
+    assert re.fullmatch(r'trn-tutorials-r1-\d{14}', sdk3), sdk3
+    ours = sorted([training_job('r1', sdk3), training_job('r1')])   # SDK 3's name, and SDK 2's
+    others = [training_job('r10', sdk_name('r10')), training_job('r1', 'trn-tutorials-r1-mine')]   # another run; a name that only looks alike
+    endpoint('r1')   # ListTags is asked about endpoints: its refusal turns the whole cleanup to names
+    def running(parsed, **kw): parsed['TrainingJobStatus'] = 'InProgress'   # moto marks every job Completed at once
+    boto3.DEFAULT_SESSION.events.register('after-call.sagemaker.DescribeTrainingJob', running)
+    refuse(operation)
+    with pytest.warns(UserWarning, match='by name'): left = leftovers('r1', ec2=False)
+    assert sorted(left['training_jobs']) == ours, (left['training_jobs'], others)
+    assert left['endpoints'] == ['trn-tutorials-r1']

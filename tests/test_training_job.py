@@ -395,7 +395,7 @@ def test_access_denied_on_get_role_warns_and_goes_on(aws, prepared):
     try:
         with pytest.warns(UserWarning) as w: assert check_role(role) == role
         assert len(w) == 1 and 'iam:GetRole' in str(w[0].message) and '\n' not in str(w[0].message)
-        with pytest.warns(UserWarning): assert check_role('SageMakerExecution') == role   # a bare name: the ARN from the account
+        with pytest.raises(UsageError, match='pass its full ARN'): check_role('SageMakerExecution')   # a bare name: its path unknown
         with pytest.warns(UserWarning): name = submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=role, bucket=bucket))
         assert boto3.client('sagemaker').describe_training_job(TrainingJobName=name)['RoleArn'] == role
     finally: undo()
@@ -475,3 +475,111 @@ def test_the_sdk_gives_no_public_job_name():
     from sagemaker.train import ModelTrainer
     assert [n for n in dir(ModelTrainer) if 'job' in n.lower() and not n.startswith('_')] == []   # a public one appeared: use it
     assert '_latest_training_job' in ModelTrainer.__private_attributes__   # where the SDK keeps the job, privately
+
+
+# --- issue 41 ---------------------------------------------------------------------------------------------------
+
+ONE_PROCESS = r'''
+import json, sys
+from dataclasses import replace
+from trn_tutorials.instance import new_run_id
+from trn_tutorials.train import TrainArguments
+from trn_tutorials.training_job import JobArguments, submit
+data, role, bucket, tests = sys.argv[1:]
+sys.path.insert(0, tests); __import__('local_services').deny_simulate_principal_policy()   # moto lacks the call (the stand-in's bypass)
+args = TrainArguments(dataset_path=data, num_train_epochs=1)
+job = JobArguments(role=role, bucket=bucket, run_id=new_run_id())
+out = {}
+def step(key, call):
+    try: out[key] = call()
+    except Exception as e: out[key] = f'{type(e).__name__}: {str(e)[:300]}'
+step('plan', lambda: sorted(submit(args, replace(job, dry_run=True))))   # the chapter's dry run ...
+step('first', lambda: submit(args, job))                                 # ... then its job, in the same kernel
+step('second', lambda: submit(args, replace(job, run_id=new_run_id())))  # ... and its second job
+print(json.dumps(out))
+'''
+
+
+def test_dry_run_then_two_jobs_in_one_process(aws, prepared, tmp_path):
+    """The chapter's order in one fresh Python: a dry run, then a real job, then a second one. Each real submit uploads
+    the data and creates its job. sagemaker-core 2.20-2.23 keep one process-wide `SageMakerClient`, made from the first
+    (dry run's) session: the real job then goes through the dry run's hooks (the data uploaded, the job never created)
+    and the second fails with KeyError: 'name'. Run by the floor stage with the lowest SDK the extra allows."""
+    import subprocess, sys
+    script = tmp_path/'one_process.py'; script.write_text(ONE_PROCESS)
+    r = subprocess.run([sys.executable, str(script), str(prepared/'data'), aws.role(), aws.bucket(), str(Path(__file__).parent)],
+                       capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    from importlib.metadata import version
+    jobs = sorted(j['TrainingJobName'] for j in boto3.client('sagemaker').list_training_jobs()['TrainingJobSummaries'])
+    assert out['plan'] == ['request', 'uploads'] and jobs == sorted([out['first'], out['second']]), (version('sagemaker-core'), out, jobs)
+
+
+def test_two_nodes_of_every_efa_type_get_the_efa_settings(aws, prepared):
+    """SDK 3's torchrun driver sets FI_PROVIDER=efa, FI_EFA_USE_DEVICE_RDMA=1 and RDMAV_FORK_SAFE=1 only for the types in
+    its lists (ml.trn1.32xlarge, not ml.trn1n.32xlarge): a multi-node job on any Trainium type with EFA gets them from
+    the job's environment; ml.trn1.2xlarge (no EFA) and a single node get none."""
+    from sagemaker.train.container_drivers.common.utils import SM_EFA_NCCL_INSTANCES, SM_EFA_RDMA_INSTANCES
+    from trn_tutorials.training_job import SM_INSTANCES
+    efa = {'FI_PROVIDER': 'efa', 'FI_EFA_USE_DEVICE_RDMA': '1', 'RDMAV_FORK_SAFE': '1'}
+    args, role, bucket = TrainArguments(dataset_path=str(prepared/'data')), aws.role(), aws.bucket()
+    env = lambda t, n: submit(args, JobArguments(role=role, bucket=bucket, instance_type=t, instance_count=n, dry_run=True))['request']['Environment']
+    for t in ('ml.trn1.32xlarge', 'ml.trn1n.32xlarge'):
+        assert {k: env(t, 2).get(k) for k in efa} == efa, t
+        assert not set(env(t, 1)) & set(efa), t
+    assert not set(env('ml.trn1.2xlarge', 2)) & set(efa)
+    assert 'ml.trn1n.32xlarge' not in SM_EFA_NCCL_INSTANCES + SM_EFA_RDMA_INSTANCES   # why: the SDK's lists leave it out
+    assert set(SM_INSTANCES) == {'ml.trn1.2xlarge', 'ml.trn1.32xlarge', 'ml.trn1n.32xlarge'}   # a new type: decide its EFA here
+
+
+def test_each_job_the_chapter_creates_has_its_own_run():
+    """A job submitted with an earlier job's run id resumes that run's checkpoints (test_a_job_end_to_end): after a
+    finished run it trains nothing and pays for the start-up. The chapter's cells that create jobs, run in order with
+    `submit`, `sm_train` and `cleanup` recording the run ids they get, must give each job a new one, and clean each up."""
+    from trn_tutorials.instance import new_run_id
+    nb = json.loads((Path(__file__).parent.parent/'nbs'/'09_training_job.ipynb').read_text())
+    got, cleaned = [], []
+    record = lambda args, job: got.append(job.run_id) or 'name'
+    ns = {'job': JobArguments(role='r', run_id='first'), 'args': None, 'submit': record, 'sm_train': record, 'replace': replace,
+          'new_run_id': new_run_id, 'cleanup': lambda run_id, **kw: cleaned.append(run_id), 'print': lambda *a, **k: None}
+    cells = [''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'code' and not ''.join(c['source']).startswith('#| export')]
+    calls = [c for c in cells if re.search(r'\b(submit|sm_train|cleanup)\(', c) and 'dry_run=True' not in c]
+    assert len(calls) >= 3   # the step-by-step job, the job in one call (a dry run creates no job), the cleanup
+    for c in calls: exec(c, ns)
+    assert len(got) >= 2 and len(set(got)) == len(got), got
+    assert set(cleaned) == set(got), (got, cleaned)   # and each run is cleaned up
+
+
+def test_list_values_reach_the_script_as_separate_arguments(aws, prepared):
+    "`--label_names a b` on the job: the hyperparameters, the container's argv (the SDK's driver), the script's arguments."
+    from sagemaker.train.container_drivers.common.utils import hyperparameters_to_cli_args
+    from trn_tutorials.training_job import job_argv
+    args = TrainArguments(dataset_path=str(prepared/'data'), label_names=['labels', 'other labels'], num_train_epochs=1)
+    req = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket(), dry_run=True))['request']
+    argv = hyperparameters_to_cli_args(req['HyperParameters'])   # what SageMaker's torchrun driver passes the entry script
+    theirs, = parse_args([TrainArguments], job_argv(argv))
+    assert theirs.label_names == ['labels', 'other labels'] and theirs.num_train_epochs == 1
+    local, = parse_args([TrainArguments], train_argv(args))
+    assert theirs == replace(local, dataset_path=CONTAINER['data'], output_dir=CONTAINER['checkpoints'], model_id=CONTAINER['model'])
+
+
+def test_a_role_name_that_cannot_be_read_is_refused(aws, prepared):
+    """With GetRole denied, a bare role name cannot become its ARN: a console-made role's ARN holds a path
+    (`role/service-role/<name>`). One line asking for the full ARN, before anything is uploaded or created."""
+    bucket = aws.bucket()
+    iam = boto3.client('iam')
+    trust = {'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Principal': {'Service': 'sagemaker.amazonaws.com'}, 'Action': 'sts:AssumeRole'}]}
+    arn = iam.create_role(RoleName='AmazonSageMaker-ExecutionRole-20261127T101500', Path='/service-role/',
+                          AssumeRolePolicyDocument=json.dumps(trust))['Role']['Arn']
+    assert ':role/service-role/' in arn
+    boto3.setup_default_session()
+    undo = deny_get_role()
+    try:
+        with pytest.raises(UsageError, match=r"pass its full ARN.*--role") as e:
+            submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role='AmazonSageMaker-ExecutionRole-20261127T101500', bucket=bucket))
+        assert '\n' not in str(e.value)
+        assert objects(bucket) == [] and boto3.client('sagemaker').list_training_jobs()['TrainingJobSummaries'] == []
+        with pytest.warns(UserWarning): name = submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=arn, bucket=bucket))
+        assert boto3.client('sagemaker').describe_training_job(TrainingJobName=name)['RoleArn'] == arn   # the full ARN works
+    finally: undo()

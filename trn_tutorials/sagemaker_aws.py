@@ -15,9 +15,9 @@ from .cleanup import Scope, register
 from .core import UsageError
 
 # %% auto #0
-__all__ = ['DLC_ACCOUNTS', 'DLC_DOMAINS', 'COMPILE_CACHE_PREFIX', 'dlc_registry', 'check_role', 'run_prefix', 'default_bucket',
-           'upload_folder', 'DryRunStop', 'dry_run_hooks', 'SageMakerFinder', 'sm_finder', 'project_buckets',
-           'find_jobs', 'remove_jobs']
+__all__ = ['DLC_ACCOUNTS', 'DLC_DOMAINS', 'COMPILE_CACHE_PREFIX', 'JOB_SUFFIX', 'dlc_registry', 'check_role', 'run_prefix',
+           'default_bucket', 'upload_folder', 'DryRunStop', 'dry_run_hooks', 'SageMakerFinder', 'sm_finder',
+           'project_buckets', 'find_jobs', 'remove_jobs']
 
 # %% ../nbs/92_sagemaker.ipynb #d991beaf
 DLC_ACCOUNTS = {   # region -> the AWS account whose ECR registry serves the Deep Learning Containers there
@@ -60,7 +60,7 @@ def _trusts_sagemaker(doc) -> bool:
     return False
 
 # %% ../nbs/92_sagemaker.ipynb #974946eb
-def check_role(role:str|None, # IAM role ARN or name
+def check_role(role:str|None, # IAM role ARN, or name (refused where iam:GetRole is denied: its ARN may hold a path)
                region:str|None=None # AWS region; default: your AWS configuration
               ) -> str:
     "The role's ARN if it exists and SageMaker may assume it, else a one-line `UsageError`; a warning where the caller may not read it."
@@ -75,11 +75,12 @@ def check_role(role:str|None, # IAM role ARN or name
             try: r = boto3.client('iam', region_name=region).get_role(RoleName=name)['Role']
             except ClientError as e:
                 if e.response['Error']['Code'] not in ('AccessDenied', 'AccessDeniedException'): raise
-                arn = role if role.startswith('arn:') else \
-                    f"arn:{boto3.Session().get_partition_for_region(region)}:iam::{boto3.client('sts', region_name=region).get_caller_identity()['Account']}:role/{name}"
+                if not role.startswith('arn:'):   # its ARN may hold a path (console-made roles: role/service-role/<name>): no guessing
+                    raise UsageError(f"cannot read IAM role {role!r} (AccessDenied on iam:GetRole), so its ARN is unknown: pass its full ARN "
+                                     f"with --role (IAM console: Roles > {role} > ARN), e.g. arn:aws:iam::<account>:role/service-role/{role}") from None
                 warnings.warn(f"cannot check IAM role {name!r} (AccessDenied on iam:GetRole): going on; creating the job needs only "
                               f"iam:PassRole on it, and SageMaker refuses the job if the role does not trust sagemaker.amazonaws.com")
-                return arn
+                return role
     except UsageError as e:
         if 'NoSuchEntity' in str(e) or 'cannot be found' in str(e): raise UsageError(f"IAM role {name!r} does not exist: {fix}, and pass its ARN with --role") from None
         raise
@@ -149,6 +150,7 @@ def dry_run_hooks(session, # a boto3 session, before any client is made from it 
 
 # %% ../nbs/92_sagemaker.ipynb #3a28d112
 _DENIED = ('AccessDenied', 'AccessDeniedException')
+JOB_SUFFIX = r'-\d{14}|-\d{4}(-\d\d){5}-\d+'   # the timestamp the SDK puts after a job's base name: SDK 3's %Y%m%d%H%M%S, SDK 2's
 
 class SageMakerFinder:
     "The run's (or the project's) SageMaker resources: by their tags, or by name once the tagging API or ListTags is denied."
@@ -157,7 +159,7 @@ class SageMakerFinder:
         self.sm = boto3.client('sagemaker', region_name=region)
         # the names this package gives: `trn-tutorials-<run id>` (endpoint.deploy), the SDK's timestamp after it (training jobs)
         base = re.escape(re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}')) if run_id else re.escape(PROJECT) + '-.+'
-        self.name_ok = re.compile(base + r'(-\d{4}(-\d\d){5}-\d+)?').fullmatch
+        self.name_ok = re.compile(f'{base}({JOB_SUFFIX})?').fullmatch
         self.names = f'{PROJECT}-{run_id}' if run_id else f'{PROJECT}-'
 
     def ours(self, tags:dict) -> bool:

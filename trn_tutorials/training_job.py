@@ -20,11 +20,11 @@ if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded 
 
 # %% auto #0
 __all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'NEURON_TRAINING_REGIONS',
-           'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'IMAGE_DATASETS',
-           'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image', 'JobArguments', 'check_job',
-           'job_hyperparameters', 'stage_source', 'export_model', 'job_main', 'compile_cache_url', 'model_trainer',
-           'job_session', 'image_can_read', 'check_submit', 'check_name_free', 'job_channels', 'submit', 'JobError',
-           'wait_job', 'job_results', 'sm_train', 'stop_job']
+           'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'SM_EFA_INSTANCES', 'EFA_ENV',
+           'IMAGE_DATASETS', 'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image',
+           'JobArguments', 'check_job', 'job_hyperparameters', 'stage_source', 'export_model', 'job_argv', 'job_main',
+           'compile_cache_url', 'efa_environment', 'model_trainer', 'job_session', 'image_can_read', 'check_submit',
+           'check_name_free', 'job_channels', 'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
 
 # %% ../nbs/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -87,7 +87,7 @@ JOB_LIMITS = {'instance_count': Limit(1, example=2), 'volume_gb': Limit(1, 16384
 @dataclass
 class JobArguments:
     "A SageMaker training job: where and how `trn_tutorials.train` runs (parsed by `HfArgumentParser` for `sm-train`)."
-    role: str|None = None # IAM role the job runs as (ARN or name); it must trust sagemaker.amazonaws.com
+    role: str|None = None # IAM role the job runs as (ARN, or name where you may read the role); it must trust sagemaker.amazonaws.com
     instance_type: str = 'ml.trn1.2xlarge' # SageMaker instance type: ml.trn1.2xlarge, ml.trn1.32xlarge or ml.trn1n.32xlarge
     instance_count: int = 1 # instances (more than 1: data-parallel over several nodes)
     spot: bool = False # managed spot training: cheaper, may be interrupted (resumes from the S3 checkpoints)
@@ -136,7 +136,8 @@ def job_hyperparameters(args:TrainArguments # the run's arguments, as for a loca
     "The job's hyperparameters: the options `args` sets (`changed_options`), the folders as the container has them."
     model = _model_of(args)
     from trn_tutorials.arguments import _text, changed_options
-    hp = {k: ' '.join(_text(k, v)) if isinstance(v, (list, dict)) else v for k, v in changed_options(args).items()}
+    # a list stays a list (the SDK sends it as JSON; `job_argv` splits it for the script); a dict goes as its JSON
+    hp = {k: _text(k, v) if isinstance(v, list) else _text(k, v)[0] if isinstance(v, dict) else v for k, v in changed_options(args).items()}
     hp.update(dataset_path=CONTAINER['data'], output_dir=CONTAINER['checkpoints'])
     if model and Path(model).exists(): hp['model_id'] = CONTAINER['model']
     elif model: hp['model_id'] = model
@@ -176,11 +177,23 @@ def export_model(output_dir:str|Path, # the run's output folder
             shutil.copy2(p, dest/p.name); done.append(p.name)
     return done
 
+def job_argv(argv:list[str] # the container's arguments: `--name value` for each hyperparameter, as SageMaker's driver passes them
+            ) -> list[str]:
+    "`argv` as `trn_tutorials.train` reads it: a list value (JSON, as the SDK sends a list) becomes one argument per item."
+    out = []
+    for a in argv:
+        if a.startswith('[') and out and out[-1].startswith('--'):
+            try: v = json.loads(a)
+            except ValueError: v = None
+            if isinstance(v, list) and all(isinstance(x, str) for x in v): out += v; continue
+        out.append(a)
+    return out
+
 def job_main(argv:list[str]|None=None # the job's `--name value` options; default `sys.argv[1:]`
             ):
     "The job's entry point on each worker: train, then (first worker) export the model for `model.tar.gz`."
     from trn_tutorials.train import main
-    metrics = main(argv)
+    metrics = main(job_argv(sys.argv[1:] if argv is None else argv))
     if int(os.environ.get('RANK', 0)) == 0 and metrics:
         export_model(metrics['args']['output_dir'], os.environ.get('SM_MODEL_DIR', '/opt/ml/model'))
 
@@ -195,6 +208,16 @@ def compile_cache_url(bucket:str # the job's S3 bucket
                      ) -> str:
     "The project's one Neuron compile cache in `bucket`: every job reads the graphs earlier jobs compiled, and adds its own."
     return f's3://{bucket}/{COMPILE_CACHE_PREFIX}'
+
+# %% ../nbs/09_training_job.ipynb #3c9d51e7
+SM_EFA_INSTANCES = ('ml.trn1.32xlarge', 'ml.trn1n.32xlarge')   # the SageMaker training types with EFA (ml.trn1.2xlarge has none)
+EFA_ENV = {'FI_PROVIDER': 'efa', 'FI_EFA_USE_DEVICE_RDMA': '1', 'RDMAV_FORK_SAFE': '1'}   # libfabric over EFA, with RDMA
+
+def efa_environment(instance_type:str, # the job's SageMaker instance type
+                    instance_count:int # its instances
+                   ) -> dict:
+    "The EFA variables the job's nodes need to talk over EFA: none on one node, or on a type without EFA."
+    return dict(EFA_ENV) if instance_count > 1 and instance_type in SM_EFA_INSTANCES else {}
 
 # %% ../nbs/09_training_job.ipynb #30398aa6
 def model_trainer(args:TrainArguments, # the run's arguments, as for a local `launch`
@@ -226,7 +249,8 @@ def model_trainer(args:TrainArguments, # the run's arguments, as for a local `la
         checkpoint_config=CheckpointConfig(s3_uri=f'{s3}/checkpoints', local_path=CONTAINER['checkpoints']),
         output_data_config=OutputDataConfig(s3_output_path=f'{s3}/output'),
         hyperparameters=job_hyperparameters(args),
-        environment={PROGRESS_ENV: '1', **NEURON_ENV, 'NEURON_COMPILE_CACHE_URL': compile_cache_url(job.bucket)},
+        environment={PROGRESS_ENV: '1', **NEURON_ENV, 'NEURON_COMPILE_CACHE_URL': compile_cache_url(job.bucket),
+                     **efa_environment(job.instance_type, job.instance_count)},
         tags=[Tag(key=k, value=v) for k, v in run_tags(job.run_id).items()])
 
 # %% ../nbs/09_training_job.ipynb #f6cff7e9
