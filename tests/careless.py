@@ -15,6 +15,7 @@ Each test file: `CASES = [...]`, then `test_careless = make_test(CASES)`. The ca
 from __future__ import annotations
 import atexit, hashlib, os, re, shlex, shutil, signal, subprocess, sys, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -154,8 +155,34 @@ def ctrl_c_default():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# The cases' in-process work (setups, Python API calls, fixes done by hand) runs one at a time: transformers' lazy imports
+# are not safe across threads. A case that waits on a subprocess (`run`, e.g. a setup that trains) lets the others go on.
+_INPROC = threading.RLock()
+_HELD = threading.local()
+
+@contextmanager
+def in_process():
+    "Hold the lock of the cases' in-process work."
+    with _INPROC:
+        _HELD.n = getattr(_HELD, 'n', 0) + 1
+        try: yield
+        finally: _HELD.n -= 1
+
+@contextmanager
+def _released():
+    "While this thread waits on a subprocess: the lock of in-process work, if it holds it, is free for the other cases."
+    n = getattr(_HELD, 'n', 0)
+    for _ in range(n): _INPROC.release()
+    try: yield
+    finally:
+        for _ in range(n): _INPROC.acquire()
+
+
 def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:dict|None=None) -> subprocess.CompletedProcess:
     "Run `argv` in `d`, offline; with `interrupt`, send SIGINT to its process group when the output matches it."
+    with _released(): return _run(argv, d, timeout, interrupt, env)
+
+def _run(argv, d, timeout, interrupt, env):
     env = {**ENV, **{k: v.replace('{d}', str(d)) for k, v in (env or {}).items()}}
     p = subprocess.Popen(command(argv), cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True, preexec_fn=ctrl_c_default)
@@ -185,9 +212,10 @@ def _check(case:Case, d:Path, argv) -> dict:
     problems, res = [], {'dir': d}
     before = files(d)
     if callable(argv):   # the Python API
-        try: argv(); problems.append('no UsageError raised'); msg = ''
-        except UsageError as e: msg = str(e)
-        except Exception as e: problems.append(f'{type(e).__name__} instead of UsageError: {e}'); msg = ''
+        with in_process():
+            try: argv(); problems.append('no UsageError raised'); msg = ''
+            except UsageError as e: msg = str(e)
+            except Exception as e: problems.append(f'{type(e).__name__} instead of UsageError: {e}'); msg = ''
         if '\n' in msg.strip(): problems.append('a message of several lines')
         res.update(msg=msg, problems=problems + [f'changed: {k}' for k in _changed(before, files(d))])
         return res
@@ -211,7 +239,9 @@ def _check(case:Case, d:Path, argv) -> dict:
     res.update(msg=msg, problems=problems, stderr=r.stderr[-3000:], stdout=r.stdout[-2000:])
     if case.follow is False or problems: return res
     mine = users(d, files(d))
-    if callable(case.follow): case.follow(d); again = argv; mine = users(d, files(d))
+    if callable(case.follow):
+        with in_process(): case.follow(d)
+        again = argv; mine = users(d, files(d))
     else: again = follow_argv(re.sub(r'^\S+(?: \S+)?: error: ', '', msg), argv, d)
     if again is None: res['problems'].append(f'no fix to follow in: {msg}'); return res
     if again == argv and not callable(case.follow) and case.status == 2:   # after Ctrl-C or a stop, the same command is the way to continue
@@ -238,14 +268,11 @@ def _run_all(cases:list[Case]) -> dict:
             root = Path(tempfile.mkdtemp(prefix='careless-')); atexit.register(shutil.rmtree, root, True)
             dirs = {c.id: root/re.sub(r'\W+', '-', c.id) for c in cases}
             for p in dirs.values(): p.mkdir()
-            argvs = {}
-            for c in cases:   # set up one after another, here: transformers' lazy imports are not safe across threads
-                try: argvs[c.id] = c.setup(dirs[c.id])
-                except Exception as e: argvs[c.id] = e
             def one(c):
-                if isinstance(argvs[c.id], Exception):
-                    e = argvs[c.id]; return {'problems': [f'the case setup failed: {type(e).__name__}: {e}'], 'msg': ''}
-                try: return _check(c, dirs[c.id], argvs[c.id])
+                try:   # set up in-process one case at a time (`in_process`); a setup's own subprocess (a run to resume) overlaps the others
+                    with in_process(): argv = c.setup(dirs[c.id])
+                except Exception as e: return {'problems': [f'the case setup failed: {type(e).__name__}: {e}'], 'msg': ''}
+                try: return _check(c, dirs[c.id], argv)
                 except Exception as e: return {'problems': [f'the case itself failed: {type(e).__name__}: {e}'], 'msg': ''}
             with ThreadPoolExecutor(max_workers=max(2, min(4, (os.cpu_count() or 1) + 1))) as ex:
                 _RESULTS[key] = dict(zip([c.id for c in cases], ex.map(one, cases)))

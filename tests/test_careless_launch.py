@@ -10,7 +10,8 @@ from trn_tutorials.data import load_prepared
 from trn_tutorials.launch import stop
 from trn_tutorials.train import TrainArguments, checkpoints, claim_output_dir
 
-LONG = [*FAST, '--num_train_epochs', '12']   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)
+EPOCHS = '4'   # 24 steps, a checkpoint every 3: the step a Ctrl-C or a stop lands on is far from the end, and the fix that goes on is short
+LONG = [*FAST, '--num_train_epochs', EPOCHS]   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)
 STEP = r'training:.*\| *[1-9]\d*/\d+ '   # the progress bar once a step is done
 
 
@@ -128,7 +129,7 @@ CASES = [
          'model', *FAST, '--num_train_epochs', '2'], ['run the same command again', '`trn-tutorials train'], status=130, interrupt=r'training: 100%', follow=True),
     Case('no traceback', 'Ctrl-C during quickstart\'s prep', lambda d: quick(d, tiny_csv(d, n=6000), '--max_steps', '6'),
          ['nothing was written', '`trn-tutorials quickstart'], status=130, interrupt=r'^preparing ', follow=True),
-    Case('no traceback', 'Ctrl-C during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--num_train_epochs', '12'),
+    Case('no traceback', 'Ctrl-C during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--num_train_epochs', EPOCHS),
          ['run the same command again', '`trn-tutorials quickstart'], status=130, interrupt=STEP, follow=True),
     # messages true to the state they describe
     Case('files as people have them', 'stop before the first checkpoint', lambda d: stopped(d, False),
