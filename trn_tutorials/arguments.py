@@ -81,7 +81,8 @@ def __post_init__(self:TrainArguments):
     if self.save_steps == 0: self.save_strategy = 'no'   # the tutorial's `--save_steps 0`: no checkpoints
     try: TrainingArguments.__post_init__(self)
     except ValueError as e:
-        if not (self.bf16 and not self.use_cpu and 'use_cpu' in str(e)): raise UsageError(' '.join(str(e).split())) from None   # one line
+        no_bf16 = 'use_cpu' in str(e) or 'bf16/gpu' in str(e)   # transformers 5's message names use_cpu; 4.57's says "bf16/gpu"
+        if not (self.bf16 and not self.use_cpu and no_bf16): raise UsageError(' '.join(str(e).split())) from None   # one line
         pin, self.use_cpu = self.dataloader_pin_memory, True   # no bf16 device here: checked as for the CPU; the backend decides
         TrainingArguments.__post_init__(self)
         self.use_cpu, self.dataloader_pin_memory = False, pin   # the run may be for another machine (launch, SageMaker)

@@ -346,13 +346,12 @@ def _load_tokenizer(model_id:str):
     p = Path(model_id).expanduser()
     if not p.exists() and not _HUB_ID.match(model_id): raise UsageError(f"no such model folder: {model_id} (check --model_id)")
     online = p.exists() or hub_reachable()
+    if p.is_dir() and not any((p/f).exists() for f in _TOKENIZER_FILES):   # transformers 5 makes an empty one (every word [UNK]), 4.57 a TypeError
+        raise UsageError(f"{model_id} has no tokenizer files (tokenizer.json or vocab.txt): pass a --model_id folder that holds them, {_model_example()}")
     try: tok = AutoTokenizer.from_pretrained(str(p) if p.exists() else model_id, local_files_only=not online)
     except Exception as e:
         why = "it is not a local folder, not in the local cache, and the Hub is unreachable" if not online else _root_cause(e)
         raise UsageError(f"could not load the tokenizer of {model_id!r} ({why}): {fix}") from None
-    if p.is_dir() and not any((p/f).exists() for f in _TOKENIZER_FILES):   # transformers makes an empty one: every word [UNK]
-        raise UsageError(f"the tokenizer of {model_id} has only {len(tok)} tokens: {model_id} has no tokenizer files (tokenizer.json or "
-                         f"vocab.txt): pass a --model_id folder that holds them, {_model_example()}")
     return tok
 
 def _check_unknown(tok, texts:list[str], model_id:str, most:float=0.5):

@@ -321,7 +321,7 @@ def create_endpoint(archive:str|Path, # model.tar.gz to serve (from `package`, o
 
 # %% ../nbs/12_endpoint.ipynb #a493b468
 def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
-           role:str|None=None, # IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com
+           role:str|None=None, # IAM role the endpoint runs as (ARN; a name where iam:GetRole is allowed); it must trust sagemaker.amazonaws.com
            endpoint_name:str|None=None, # default: trn-tutorials-<run id>
            instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosting instance type
            instance_count:int=1, # instances behind the endpoint

@@ -84,7 +84,7 @@ def hf_requests(name:str, # the endpoint's name; its model and endpoint configur
 
 # %% ../nbs/13_hf_endpoint.ipynb #22ddc50c
 def hf_deploy(model_dir:str, # a model folder (`train`'s output_dir)
-              role:str|None=None, # IAM role the endpoint runs as (ARN or name); it must trust sagemaker.amazonaws.com
+              role:str|None=None, # IAM role the endpoint runs as (ARN; a name where iam:GetRole is allowed); it must trust sagemaker.amazonaws.com
               endpoint_name:str|None=None, # default: trn-tutorials-<run id>
               instance_type:str=HF_DEFAULT_INSTANCE_TYPE, # a CPU or GPU hosting instance type
               instance_count:int=1, # instances behind the endpoint

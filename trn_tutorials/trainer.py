@@ -34,8 +34,11 @@ class BucketBatches:
     def _loader(self, ds, batch_sampler, n:int|None=None):
         from torch.utils.data import DataLoader   # torch only where a trainer runs: `launch` and the CLI do not load it
         a = self.args
-        dl = self.accelerator.prepare(DataLoader(PaddedRows(ds, self.pad_id, n), batch_sampler=batch_sampler, collate_fn=self.data_collator,
-                                                 num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory))
+        # nothing to even out across workers: accelerate before 1.14 refuses a batch sampler without `batch_size` otherwise
+        even, self.accelerator.even_batches = self.accelerator.even_batches, False
+        try: dl = self.accelerator.prepare(DataLoader(PaddedRows(ds, self.pad_id, n), batch_sampler=batch_sampler, collate_fn=self.data_collator,
+                                                      num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory))
+        finally: self.accelerator.even_batches = even
         shard = getattr(dl, 'batch_sampler', None)   # accelerate's sharding wrapper: our batches are already per worker
         if shard is not batch_sampler and getattr(shard, 'batch_sampler', None) is batch_sampler:
             shard.num_processes, shard.process_index = 1, 0   # a pass-through, as transformers does for its own rank-aware sampler

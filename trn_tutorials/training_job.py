@@ -145,10 +145,10 @@ def job_hyperparameters(args:TrainArguments # the run's arguments, as for a loca
 
 # %% ../nbs/09_training_job.ipynb #e5153f76
 ENTRY_SCRIPT = 'sm_train.py'
-JOB_REQUIREMENTS = ['transformers>=4.57,<4.58', 'accelerate>=1.9,<2',   # the trn1 extra: what this package needs on Neuron
+JOB_REQUIREMENTS = ['transformers>=4.57.1,<4.58', 'accelerate>=1.9,<2',   # the trn1 extra: what this package needs on Neuron
                     'numpy<2',   # keeps the image's numpy 1.26.4 (its Neuron packages are built against numpy 1)
                     'datasets>=3.0', 'scikit-learn>=1.3', 'matplotlib>=3.7', 'boto3>=1.34',   # met by the image's datasets 3.0.0; boto3: imported by this package
-                    'fastcore>=1.12.3,<1.15']   # reads the options' help (`arguments_of`) when the package's modules load
+                    'fastcore>=1.12.3']   # reads the options' help (`arguments_of`) when the package's modules load
 
 def stage_source(dest:str|Path # an empty or new folder
                 ) -> Path:
