@@ -98,7 +98,7 @@ def test_extras_hold_the_lines():
     t1, t2 = extra_reqs('trn1'), extra_reqs('trn2')
     assert set(t1) == set(t2) == {'transformers', 'accelerate'}
     ok = lambda r, v: r.specifier.contains(Version(v), prereleases=False)
-    assert ok(t1['transformers'], '4.57.6') and ok(t1['transformers'], '4.57.0')
+    assert ok(t1['transformers'], '4.57.6') and ok(t1['transformers'], '4.57.1') and not ok(t1['transformers'], '4.57.0')
     assert not ok(t1['transformers'], '4.56.2') and not ok(t1['transformers'], '4.58.0') and not ok(t1['transformers'], '5.0.0')
     assert ok(t1['accelerate'], '1.9.0') and not ok(t1['accelerate'], '2.0.0')
     assert ok(t2['transformers'], '5.4.0') and not ok(t2['transformers'], '5.3.0') and not ok(t2['transformers'], '6.0.0')
@@ -106,7 +106,7 @@ def test_extras_hold_the_lines():
     # neither extra nor the base pins torch beyond a floor: the image's torch stays
     base = {Requirement(r).name: Requirement(r) for r in shlex.split(settings()['requirements'])}
     assert 'torch' not in t1 | t2 and ok(base['torch'], '2.9.0') and ok(base['torch'], '2.14.0')
-    assert ok(base['transformers'], '4.57.0') and ok(base['transformers'], '5.4.0')
+    assert ok(base['transformers'], '4.57.1') and ok(base['transformers'], '5.4.0')
 
 
 def test_setup_py_exposes_the_extras(tmp_path):

@@ -151,7 +151,7 @@ class Stack:
     install: str   # what a reader runs inside that venv: torch stays the image's own
     needs: tuple   # `(package, lowest version)` pairs the backend cannot work without
 
-STACKS = {'neuron': Stack('trn1', '/opt/aws_neuronx_venv_pytorch_2_9', 'pip install "trn-tutorials[trn1]"', (('transformers', '4.57'),)),
+STACKS = {'neuron': Stack('trn1', '/opt/aws_neuronx_venv_pytorch_2_9', 'pip install "trn-tutorials[trn1]"', (('transformers', '4.57.1'),)),
           'torchneuron': Stack('trn2', '/opt/aws_neuronx_venv_torch_neuronx_2_14_0', 'pip install "trn-tutorials[trn2]"',
                                (('transformers', '5.4'), ('accelerate', '1.13')))}
 def instance_family(name:str # an instance type, e.g. 'trn1n.32xlarge' or 'trn2.48xlarge'
