@@ -1,5 +1,6 @@
 "The `trn-tutorials` command, run as a user runs it: in a subprocess."
 import json, os, shutil, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,17 @@ def cli(*args, cwd=None, timeout=600):
     env = dict(os.environ, HF_HUB_OFFLINE='1')
     return subprocess.run([TRN, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
+def at_once(f, items):
+    "`[f(x) for x in items]`, the calls run at once: each `trn-tutorials` subprocess spends seconds importing before it answers."
+    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) + 1)) as ex: return list(ex.map(f, items))
+
 
 def test_help_for_every_command():
-    r = cli('--help')
+    names = ('detect', 'prep', 'train', 'stop', 'quickstart')
+    r, *helps = at_once(lambda a: cli(*a), [('--help',), *((n, '--help') for n in names)])
     assert r.returncode == 0
-    for name in ('detect', 'prep', 'train', 'stop', 'quickstart'):
+    for name, h in zip(names, helps):
         assert name in r.stdout
-        h = cli(name, '--help')
         assert h.returncode == 0 and 'usage: trn-tutorials ' + name in h.stdout
 
 
@@ -44,9 +49,15 @@ BAD = [
     (['quickstart', '--bf16', 'maybe'], 'bf16'),
 ]
 
+@pytest.fixture(scope='module')
+def bad_results(tmp_path_factory) -> dict:
+    "Every `BAD` command, run at once, each in an empty folder of its own: ' '.join(args) -> the completed process."
+    dirs = [tmp_path_factory.mktemp('bad') for _ in BAD]
+    return dict(zip([' '.join(a) for a, _ in BAD], at_once(lambda ad: cli(*ad[0], cwd=ad[1]), [(a, d) for (a, _), d in zip(BAD, dirs)])))
+
 @pytest.mark.parametrize('args,words', BAD, ids=[' '.join(a) for a, _ in BAD])
-def test_bad_input_one_line(args, words, tmp_path):
-    r = cli(*args, cwd=tmp_path)
+def test_bad_input_one_line(args, words, bad_results):
+    r = bad_results[' '.join(args)]
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr

@@ -12,6 +12,7 @@ from trn_tutorials.train import checkpoints
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
+EPOCHS = 4   # a run that a kill or a stop lands in the middle of: checkpoint-4 of 48 steps (12 an epoch)
 
 
 @pytest.fixture(scope='module')
@@ -24,7 +25,7 @@ def prepared(tmp_path_factory):
     return tmp
 
 
-def train(data, out, *more, epochs='8'):
+def train(data, out, *more, epochs=str(EPOCHS)):
     "A `trn-tutorials train` on two CPU workers, started in the background (12 steps an epoch, a checkpoint every 4)."
     return subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--num_train_epochs', epochs,
                              '--learning_rate', '1e-3', '--save_steps', '4', '--nproc_per_node', '2', *more],
@@ -80,12 +81,12 @@ def test_kill_9_of_the_launcher_ends_the_whole_run(prepared):
     while procs_of(out) and time.time() - t0 < 10: time.sleep(0.1)
     assert not procs_of(out), f"still running {time.time() - t0:.0f} s after the kill: {procs_of(out)}"
     assert lock_holder(out) is None   # the lock went with its holder; the file stays, stale
-    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', str(EPOCHS), '--learning_rate', '1e-3', '--save_steps', '4',
             '--nproc_per_node', '2')
     assert r.returncode == 0, r.stderr[-3000:]
     assert f'taking over from pid {p.pid}' in r.stdout, r.stdout[-2000:]
     m = json.loads((out/'metrics.json').read_text())
-    assert m['train']['resumed_from'] and m['train']['steps'] == 8 * 12
+    assert m['train']['resumed_from'] and m['train']['steps'] == EPOCHS * 12
 
 
 def test_stop_ends_a_run_and_a_relaunch_resumes(prepared):
@@ -104,11 +105,11 @@ def test_stop_ends_a_run_and_a_relaunch_resumes(prepared):
     assert 'stopped by signal 15 (SIGTERM); run the same command again to continue from checkpoint-' in last, last
     assert not procs_of(out) and not Path(f'/proc/{root}').exists()
     assert not (out/'metrics.json').exists()
-    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', '8', '--learning_rate', '1e-3', '--save_steps', '4',
+    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', str(EPOCHS), '--learning_rate', '1e-3', '--save_steps', '4',
             '--nproc_per_node', '2')
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads((out/'metrics.json').read_text())
-    assert m['train']['resumed_from'] and m['train']['steps'] == 8 * 12
+    assert m['train']['resumed_from'] and m['train']['steps'] == EPOCHS * 12
 
 
 def test_two_preps_into_one_folder(prepared, tmp_path):
