@@ -409,7 +409,7 @@ def test_the_suggested_fixes_work(cli_results):
     its command), run as printed in the case folder: status 0, and every file the user had there is still there, byte for byte.
     Suggestions for train and quickstart are followed by tests/test_careless_*.py on fixtures small enough to train in seconds."""
     from careless import files, follow_argv, run, users
-    followed, problems = 0, []
+    fixes = {}   # case id -> (the command a user runs after reading its message, the case folder)
     for c in CASES:
         res = cli_results.get(c.id)
         if not res or 'r' not in res: continue
@@ -417,11 +417,15 @@ def test_the_suggested_fixes_work(cli_results):
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         argv = list(r.args[1:]) if c.kind == 'cli' else ['-m', 'trn_tutorials.train', *r.args[3:]]
         fix = follow_argv(re.sub(r'^\S+(?: \S+)?: error: ', '', lines[-1]), argv, d) if lines else None
-        if not fix or fix[0] not in ('prep', 'stop'): continue
+        if fix and fix[0] in ('prep', 'stop'): fixes[c.id] = (fix, d)
+    def follow(item):   # each in its own case folder: they run at once, as the cases did
+        cid, (fix, d) = item
         mine = users(d, files(d))
         r2 = run(fix, d, 300)
-        followed += 1
-        if r2.returncode != 0: problems.append(f"{c.id}: `{' '.join(fix)}` -> status {r2.returncode}: {r2.stderr.strip().splitlines()[-1:]}")
+        problems = [f"{cid}: `{' '.join(fix)}` -> status {r2.returncode}: {r2.stderr.strip().splitlines()[-1:]}"] * (r2.returncode != 0)
         lost = [k for k, v in mine.items() if files(d).get(k) != v]
-        if lost: problems.append(f"{c.id}: `{' '.join(fix)}` lost or changed {lost}")
+        return problems + [f"{cid}: `{' '.join(fix)}` lost or changed {lost}"] * bool(lost)
+    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) + 1)) as ex:
+        problems = [p for ps in ex.map(follow, fixes.items()) for p in ps]
+    followed = len(fixes)
     assert followed >= 8 and not problems, f"{followed} followed; " + '\n'.join(problems)
