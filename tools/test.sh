@@ -413,10 +413,10 @@ if want pytest; then
   stage_end pytest
 fi
 
-if want upper; then   # here, not in the other lane: the two lanes then take about as long
-  stage_start "upper: the [trn2] extra at its floors, then settings.ini's version ranges at their newest, Python 3.12"
-  range_stage upper
-  stage_end upper
+if want floors; then   # here, and upper in the other lane: the two lanes then take about as long
+  stage_start "floors: settings.ini's version ranges at their lowest, Python 3.12"
+  range_stage floors
+  stage_end floors
 fi
 }
 
@@ -485,10 +485,10 @@ for st in sm-training sm-pytorch-inference sm-hf-inference; do
   fi
 done
 
-if want floors; then
-  stage_start "floors: settings.ini's version ranges at their lowest, Python 3.12"
-  range_stage floors
-  stage_end floors
+if want upper; then
+  stage_start "upper: the [trn2] extra at its floors, then settings.ini's version ranges at their newest, Python 3.12"
+  range_stage upper
+  stage_end upper
 fi
 
 if want py310; then
