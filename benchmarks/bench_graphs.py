@@ -70,6 +70,8 @@ def main():
     p.add_argument('--batch_size', type=int, default=32)
     p.add_argument('--eval_batch_size', type=int, default=64)
     p.add_argument('--weight_decay', type=float, default=0.01, help="AdamW weight decay (the train script's default)")
+    p.add_argument('--logging_steps', type=int, default=50, help="log every N steps (the train script's default); the first "
+                   "log compiles small graphs of its own, so keep it in the first epoch (the tests: short epochs, an earlier log)")
     p.add_argument('--no_decay_buckets', type=int, nargs='*', default=[2],
                    help='bucket settings also trained with --weight_decay 0 (the graph count without the decay term)')
     p.add_argument('--packed', action='store_true', help='also train packed rows (`prepare --pack`), about --batch_size texts a '
@@ -90,7 +92,8 @@ def main():
         sys.exit(f'{a.python} not found: make the Trn1 stand-in with `STAGES=trn1 bash tools/test.sh`, or pass --python')
     model, model_name = model_for(a.model, a.data, out)
     hyper = {'batch_size': a.batch_size, 'eval_batch_size': a.eval_batch_size, 'learning_rate': a.learning_rate,
-             'epochs': a.epochs, 'max_steps': a.max_steps, 'weight_decay': a.weight_decay}
+             'epochs': a.epochs, 'max_steps': a.max_steps, 'weight_decay': a.weight_decay,
+             **({'logging_steps': a.logging_steps} if a.logging_steps != 50 else {})}   # the default: as the page's rows were made
     prev = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
     old = prev.get(a.key, {})
     keep = a.reuse and old.get('model') == model_name and old.get('hyperparameters') == hyper
@@ -111,7 +114,7 @@ def main():
         rows = lambda n: rows_for_texts(n, manifest)   # the same texts a step in every setting
         args = TrainArguments(dataset_path=str(data), output_dir=str(out/'runs'/tag), num_train_epochs=a.epochs, max_steps=a.max_steps,
                               learning_rate=a.learning_rate, weight_decay=wd, per_device_train_batch_size=rows(a.batch_size),
-                              per_device_eval_batch_size=rows(a.eval_batch_size), backend='xla', resume=False)
+                              per_device_eval_batch_size=rows(a.eval_batch_size), logging_steps=a.logging_steps, backend='xla', resume=False)
         if Path(args.output_dir).exists(): import shutil; shutil.rmtree(args.output_dir)
         before = [round(x, 2) for x in os.getloadavg()]   # the machine is shared: say how busy it was
         m, graphs, wall = run(args, a.python, out/f'{tag}.log')

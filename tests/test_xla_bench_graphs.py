@@ -20,9 +20,10 @@ def digest(p: Path) -> str: return hashlib.sha256(p.read_bytes()).hexdigest()
 def test_bench_graphs_counts_the_graphs_of_one_length_and_of_packed_rows(tmp_path):
     before, results, out = digest(ROOT/'benchmarks'/'results.json'), tmp_path/'results.json', tmp_path/'out'
     results.write_text(json.dumps({'kept': 1}))
-    # 4 texts a step: 90 steps an epoch, so the first log (step 50, whose gather compiles small graphs) falls in the first
+    # 16 texts a step: 23 steps an epoch (25 of packed rows), and a log every 10 steps, so the first log (whose gather
+    # compiles small graphs) falls in the first epoch, and the second epoch's logs find their graphs compiled
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_graphs.py'), '--data', str(sample_data()), '--model', 'tiny',
-           '--buckets', '1', '--no_decay_buckets', '--packed', '--batch_size', '4', '--eval_batch_size', '8',
+           '--buckets', '1', '--no_decay_buckets', '--packed', '--batch_size', '16', '--eval_batch_size', '8', '--logging_steps', '10',
            '--out', str(out), '--results', str(results), '--python', sys.executable]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -39,6 +40,6 @@ def test_bench_graphs_counts_the_graphs_of_one_length_and_of_packed_rows(tmp_pat
     assert packed['model_graphs']['train'] <= one['model_graphs']['train']   # packing compiles no more model graphs than one length
     # packed rows hold about --batch_size texts a step, by the rule the train script's metrics use (texts a row unrounded)
     m = load_prepared(str(out/'data'/'packed'))[1]
-    assert packed['texts_per_row'] == texts_per_row(m) > 1 and packed['batch_rows'] == rows_for_texts(4, m)
+    assert packed['texts_per_row'] == texts_per_row(m) > 1 and packed['batch_rows'] == rows_for_texts(16, m)
     assert packed['input_shapes'] == [[packed['batch_rows'], m['packing']['row_length']]]
     assert str(out) not in json.dumps(g) and '<out>' in g['command'] and '<out>' in packed['command']   # no scratch paths kept
