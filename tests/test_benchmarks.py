@@ -26,6 +26,12 @@ def tiny(tmp_path_factory):
     return tmp, path
 
 
+# every invocation's processes (the scripts, torchrun's workers, the recipe's) on one thread each: a tiny model's ops are
+# too small to share between threads, and on a shared machine two threads wait for each other (what is checked is the
+# plumbing, not the speed)
+ENV = os.environ | {'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}
+
+
 def digest(p: Path) -> str: return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
@@ -33,10 +39,12 @@ def digest(p: Path) -> str: return hashlib.sha256(p.read_bytes()).hexdigest()
 def test_bench_recipe_runs_every_setting_in_one_invocation(tiny, bf16):
     tmp, model = tiny
     repo_results, before = ROOT/'benchmarks'/'results.json', digest(ROOT/'benchmarks'/'results.json')
-    out, results = tmp/f'out-{bf16}', tmp/f'results-{bf16}.json'
+    # one scratch folder for both: the second reuses the recipe's padded data the first made (the script keeps it by design)
+    # and runs every setting again; each writes its own results file
+    out, results = tmp/'out-recipe', tmp/f'results-{bf16}.json'
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_recipe.py'), '--data', str(sample_data()), '--model', str(model),
            '--steps', '2', '--out', str(out), '--results', str(results), *(['--bf16'] if bf16 else [])]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     key = 'recipe_bf16' if bf16 else 'recipe'
     res = json.loads(results.read_text())
@@ -64,8 +72,8 @@ def test_bench_step_times_every_variant_and_what_it_ran(tiny):
     tmp, model = tiny
     before, results = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-step.json'
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_step.py'), '--data', str(sample_data()), '--model', str(model),
-           '--steps', '8', '--rounds', '1', '--out', str(tmp/'out-step'), '--results', str(results)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+           '--steps', '8', '--rounds', '1', '--no_warmup', '--out', str(tmp/'out-step'), '--results', str(results)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(results.read_text())
     assert list(res) == ['step']
@@ -102,7 +110,7 @@ def test_bench_buckets_trains_a_bf16_twin_with_the_same_seeds(tiny):
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_buckets.py'), '--data', str(sample_data()), '--model', str(model),
            '--steps', '2', '--steps_512', '1', '--buckets', '2', '--seeds', '7', '--epochs', '1', '--f1_buckets', '2',
            '--out', str(tmp/'out-buckets'), '--results', str(results)]
-    env = os.environ | {'PYTHONPATH': str(ROOT)}
+    env = ENV
     # a setting that is not trained for 2 epochs: one line naming those that are, before anything is prepared
     r = subprocess.run(cmd + ['--f1_bf16', 'packed'], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 1 and r.stderr.strip().splitlines() == ["--f1_bf16 'packed': not a 2-epoch setting of this invocation; "
@@ -129,7 +137,7 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
     before, results, out = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-order.json', tmp/'out-order'
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_pack_order.py'), '--data', str(sample_data()), '--model', str(model),
            '--row_length', '64', '--max_texts', '8', '--seeds', '7', '--out', str(out), '--results', str(results)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(results.read_text())['pack_order']
     assert [x['seed'] for x in res['runs']] == [7] and res['runs'][0]['input_shapes'] == [[res['runs'][0]['batch_rows'], 64]]
@@ -138,12 +146,12 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
     assert c['seed'] == 7 and c['batch_rows'] == 32 and len(c['input_shapes'][0]) == 2 and c['input_shapes'][0][1] != 64
     assert res['f1_minus_chosen_per_seed'] == [res['runs'][0]['test_f1'] - c['test_f1']] == [res['f1_minus_chosen']]
     # a second run into the same folder with --reuse_runs trains nothing new and keeps what it had
-    r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0 and 'shuffled' not in r.stdout and 'chosen' not in r.stdout, r.stderr[-3000:]
     assert json.loads(results.read_text())['pack_order'] == res
     assert res['order'] == 'best fit over a shuffled order (seed 0)' and res['packing']['order_seed'] == 0
     # --bf16: the same rows under bf16 autocast, beside the fp32 twin above; the fp32 baseline is reused, not retrained
-    r = subprocess.run(cmd + ['--bf16'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    r = subprocess.run(cmd + ['--bf16'], capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0 and 'shuffled, bf16' in r.stdout and 'chosen' not in r.stdout, r.stderr[-3000:]
     both = json.loads(results.read_text())
     (bf,), (fp,) = both['pack_order_bf16']['runs'], res['runs']
@@ -157,10 +165,10 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
     # a results file whose runs trained other rows refuses --reuse_runs in one line
     (old := json.loads(results.read_text()))['pack_order']['packing']['rows']['train'] += 1
     results.write_text(json.dumps(old))
-    r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode != 0 and 'drop --reuse_runs' in r.stderr and 'shuffled' not in r.stdout
     # --bf16 with no fp32 twin of these rows: it says so in one line instead of writing a silent null
-    r = subprocess.run(cmd + ['--bf16', '--reuse_runs'], capture_output=True, text=True, env=os.environ | {'PYTHONPATH': str(ROOT)}, timeout=600)
+    r = subprocess.run(cmd + ['--bf16', '--reuse_runs'], capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0 and 'shuffled' not in r.stdout, r.stderr[-3000:]
     note = [l for l in r.stderr.splitlines() if l.startswith('note:')]
     assert len(note) == 1 and 'for seed(s) 7' in note[0] and '--seeds 7 without --bf16' in note[0], r.stderr[-3000:]
