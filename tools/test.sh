@@ -47,6 +47,11 @@ stage_start() { echo; echo "== $1 =="; t0=$SECONDS; }
 stage_end() { timings+=("$1 $((SECONDS - t0))s"); echo "-- $1: $((SECONDS - t0)) s"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+# One OpenMP thread a process: the two lanes, the careless cases run three at once and torchrun's workers share two cores,
+# and torch's default (a thread per core, each spinning while it waits) then burns them. Two quickstarts at once here:
+# 192 s with torch's default, 73 s with one thread each (the same test F1). A lone run keeps its default: `launch_env`
+# gives a CPU worker cores / workers threads unless OMP_NUM_THREADS is set, as it is here.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PATH="$ROOT/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
 tmp=$(mktemp -d)
 # the reader's folder the chapters on the instance share (core's `reader_folder`): a fresh one for this run, never ~/trn-tutorials
