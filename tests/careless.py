@@ -40,6 +40,7 @@ class Case:
     follow: bool|Callable = True   # True: follow the message's suggestion; False: none to follow; a callable (d): do the fix, re-run argv
     status: int = 2     # 130: the case interrupts the run (Ctrl-C); 0: the input must now work (`words` in its output, `check` passes)
     interrupt: str|None = None   # send SIGINT (as Ctrl-C does) when the output matches this regex
+    interrupt_with: int = signal.SIGINT   # the signal `interrupt` sends: SIGINT to the process group (Ctrl-C); another to the launcher alone (`kill`)
     timeout: float = 240
     env: dict = field(default_factory=dict)   # more environment, e.g. {'HOME': '{d}/home'} (`{d}`: the case folder)
     check: Callable|None = None   # (d, completed process) -> None, asserting what a run that works must have done
@@ -178,11 +179,11 @@ def _released():
         for _ in range(n): _INPROC.acquire()
 
 
-def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:dict|None=None) -> subprocess.CompletedProcess:
-    "Run `argv` in `d`, offline; with `interrupt`, send SIGINT to its process group when the output matches it."
-    with _released(): return _run(argv, d, timeout, interrupt, env)
+def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:dict|None=None, sig:int=signal.SIGINT) -> subprocess.CompletedProcess:
+    "Run `argv` in `d`, offline; with `interrupt`, when the output matches it send `sig`: SIGINT to its process group, another to it alone."
+    with _released(): return _run(argv, d, timeout, interrupt, env, sig)
 
-def _run(argv, d, timeout, interrupt, env):
+def _run(argv, d, timeout, interrupt, env, sig=signal.SIGINT):
     env = {**ENV, **{k: v.replace('{d}', str(d)) for k, v in (env or {}).items()}}
     p = subprocess.Popen(command(argv), cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True, preexec_fn=ctrl_c_default)
@@ -192,7 +193,9 @@ def _run(argv, d, timeout, interrupt, env):
             acc.append(line)
             if interrupt and not seen.is_set() and re.search(interrupt, line):
                 seen.set()
-                try: os.killpg(p.pid, signal.SIGINT)   # what a terminal's Ctrl-C does: every process of the foreground group
+                try:   # Ctrl-C in a terminal: every process of the foreground group; `kill PID`, a SageMaker stop: the launcher alone
+                    if sig == signal.SIGINT: os.killpg(p.pid, sig)
+                    else: os.kill(p.pid, sig)
                 except ProcessLookupError: pass
     ts = [threading.Thread(target=pump, args=a, daemon=True) for a in ((p.stdout, out), (p.stderr, err))]
     for t in ts: t.start()
@@ -220,7 +223,7 @@ def _check(case:Case, d:Path, argv) -> dict:
         res.update(msg=msg, problems=problems + [f'changed: {k}' for k in _changed(before, files(d))])
         return res
     t0 = time.time()
-    r = run(argv, d, case.timeout, case.interrupt, case.env)
+    r = run(argv, d, case.timeout, case.interrupt, case.env, case.interrupt_with)
     res['s'] = time.time() - t0
     if case.status == 0:   # an input that must now work: status 0, no traceback, what `check` asserts
         problems += [f'status {r.returncode}, not 0'] * (r.returncode != 0) + ['a traceback'] * ('Traceback' in r.stderr + r.stdout)

@@ -22,6 +22,7 @@ from datasets import Dataset, DatasetDict
 from local_services import freeze, unfreeze
 from test_data_labels import damaged, hold_lock
 
+from trn_tutorials.arguments import check_args
 from trn_tutorials.cli import LaunchArguments
 from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost, tiny_bert, write_record
 from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
@@ -127,6 +128,11 @@ CASES = [
     Case('cli quickstart TorchNeuron on a Trn1', 'cli', lambda d, p: ['quickstart', '--backend', 'torchneuron', '--instance_type', 'trn1.2xlarge'],
          ['TorchNeuron supports Trn2 and Trn3 only', '--backend neuron']),
     Case('cli train unknown backend', 'cli', lambda d, p: ['train', '--dataset_path', p, '--backend', 'tpu'], ["--backend 'tpu' is not one of"]),
+    # --- issue 42: a token is never an option; what a run needs from outside, checked before anything slow
+    Case('cli train --hub_token', 'cli', lambda d, p: ['train', '--dataset_path', p, '--hub_token', 'hf_NotARealToken0123456789'],
+         ['--hub_token would be saved in plain text', 'HF_TOKEN']),
+    Case('cli train --push_to_hub without a token or a Hub', 'cli', lambda d, p: ['train', '--dataset_path', p, '--push_to_hub', 'true'],
+         ['--push_to_hub needs']),
     Case('module --backend neuron without NeuronCores', 'module', lambda d, p: ['--dataset_path', p, '--backend', 'neuron'],
          ['--backend neuron but this machine has', '/opt/aws_neuronx_venv_pytorch_2_9']),
     Case('cli up volume too small', 'cli', lambda d, p: ['up', '--volume_gb', '50', '--key_dir', str(d)], ['--volume_gb 50']),
@@ -170,6 +176,18 @@ CASES = [
     Case('choose_length no lengths', 'func', lambda d, p: lambda: choose_length([]), ['no lengths to choose from']),
     Case('parse_visible_cores reversed range', 'func', lambda d, p: lambda: parse_visible_cores('3-1'), ["NEURON_RT_VISIBLE_CORES='3-1'"]),
     Case('ssh_cidr address range', 'func', lambda d, p: lambda: ssh_cidr('198.51.100.0/24'), ['is a range of 256 addresses']),
+    Case('TrainArguments hub_token', 'func', lambda d, p: lambda: TrainArguments(output_dir=str(d/'out'), hub_token='hf_example'),
+         ['--hub_token would be saved', 'HF_TOKEN']),
+    Case('check_args --report_to a tracker not installed', 'func',
+         lambda d, p: lambda: check_args(TrainArguments(output_dir=str(d/'out'), report_to='neptune')), ['needs neptune', 'pip install neptune']),
+    Case('check_args --report_to a misspelt tracker', 'func',
+         lambda d, p: lambda: check_args(TrainArguments(output_dir=str(d/'out'), report_to='tensorbord')), ['is not a tracker transformers knows']),
+    Case('TrainArguments resume_from_checkpoint', 'func',   # issue 42: an accepted option is honoured, or refused
+         lambda d, p: lambda: TrainArguments(output_dir=str(d/'out'), resume_from_checkpoint=str(d/'runs'/'other'/'checkpoint-8')),
+         ['--resume_from_checkpoint is not read', 'use --output_dir ']),
+    Case('launch --fp16 on the CPU', 'func',
+         lambda d, p: lambda: launch(TrainArguments(dataset_path=p, output_dir=str(d/'out'), fp16=True, backend='cpu'), echo=False),
+         ['--fp16 does not run on the CPU', '--bf16 true']),
     Case('launch zero workers', 'func',
          lambda d, p: lambda: launch(TrainArguments(dataset_path=p, output_dir=str(d/'out')), nproc_per_node=0, echo=False),
          ['--nproc_per_node 0']),

@@ -1,7 +1,7 @@
 """Issue 23 where it lands in launching and the CLI: quickstart keeps the user's prepared data, a failed retrain keeps the last
 metrics, Ctrl-C ends in one line saying what was kept and the command that goes on, messages true to the state (which
 checkpoint a relaunch continues from, or none), and a log that a person can follow while the run is live."""
-import json, shutil, threading, time
+import json, shutil, signal, threading, time
 from pathlib import Path
 
 from careless import FAST, Case, make_test, tiny_csv, tiny_model, tiny_prepared
@@ -131,6 +131,13 @@ CASES = [
          ['nothing was written', '`trn-tutorials quickstart'], status=130, interrupt=r'^preparing ', follow=True),
     Case('no traceback', 'Ctrl-C during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--num_train_epochs', EPOCHS),
          ['run the same command again', '`trn-tutorials quickstart'], status=130, interrupt=STEP, follow=True),
+    # SIGTERM and SIGHUP to the launcher alone (`kill PID`, a SageMaker stop or a spot interruption; a closed terminal): as Ctrl-C
+    Case('no traceback', 'SIGTERM to the launcher during the torchrun run', lambda d: ['train', '--dataset_path', tiny_prepared(d),
+         '--output_dir', 'model', *LONG], ['stopped by SIGTERM', 'run the same command again', '`trn-tutorials train'], status=143,
+         interrupt=STEP, interrupt_with=signal.SIGTERM, follow=True),
+    Case('no traceback', 'SIGHUP to the launcher during quickstart\'s training', lambda d: quick(d, tiny_csv(d), '--num_train_epochs', EPOCHS),
+         ['stopped by SIGHUP', 'run the same command again', '`trn-tutorials quickstart'], status=129, interrupt=STEP,
+         interrupt_with=signal.SIGHUP, follow=False),
     # messages true to the state they describe
     Case('files as people have them', 'stop before the first checkpoint', lambda d: stopped(d, False),
          ['stopped by signal 15', 'no checkpoint was written', 'to start over', '`trn-tutorials train'], status=1, follow=True),

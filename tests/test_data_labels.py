@@ -88,6 +88,8 @@ def test_every_numeric_field_has_a_limit():
     (dict(percentile=math.inf), "--percentile inf is not a finite number"),
     (dict(percentile=0), "--percentile 0 is out of range: use a number in (0, 100]"),
     (dict(percentile=100.5), "--percentile 100.5 is out of range"),
+    (dict(percentile=0.999), "--percentile 0.999 is in percent: it would pad to cover only 0.999% of the train rows and cut the rest: "
+                             "use --percentile 99.9"),   # issue 42: a share where a percentage is meant, said at once
     (dict(pad_multiple=0), "--pad_multiple 0 is out of range: use 1 to 512"),
     (dict(pad_multiple=8.0), "--pad_multiple 8.0 is a float, not a whole number"),
     (dict(max_length=4), "--max_length 4 is out of range: use 8 or more"),
@@ -214,6 +216,8 @@ TRAIN = ['joy'] * 4 + ['sadness'] * 4
      "taken off train gets none)"),
     ([('train', TRAIN + ['anger']), ('validation', ['joy', 'sadness'])],
      "label 'anger' (1 row) in split 'train' has fewer than --min_label_rows 2 (a label seen once is most often a typo): fix"),
+    ([('train', TRAIN + ['0', '1', '0', '1'])],   # issue 42: ids beside names were four labels, silently
+     "the labels of split 'train' mix integer ids (0, 1) with names (joy, sadness): give every row a name, or every row an id"),
 ])
 def test_suspect_labels_refused(splits, words):
     with pytest.raises(UsageError) as e: validate(two(*splits))

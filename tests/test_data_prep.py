@@ -243,3 +243,34 @@ def test_rare_label_fix_names_the_eval_fraction_it_needs():
     with pytest.raises(UsageError, match=r"pass --accept_labels anger --eval_fraction 0\.34 to keep it \(or --min_label_rows 1 --eval_fraction 0\.34\)"):
         _split(labels)
     assert len(_split(labels, accept_labels=['anger'], eval_fraction=0.34)['validation']) == 4
+
+
+def test_a_prep_killed_mid_save_is_finished_by_the_next(csv_prepared, tmp_path, capsys):
+    """Killed between its two renames (the old data moved aside, the new not yet in place) and, earlier, while saving a copy: the
+    next prep puts the old data back before anything else (so a refused prep loses nothing) and removes what was left beside it."""
+    import shutil
+    d, m = csv_prepared
+    dest = tmp_path/'prep'
+    shutil.copytree(d/'prep', tmp_path/'.prep.old-0a1b2c3d')   # the data prepared before, moved aside: nothing at its path
+    (tmp_path/'.prep.tmp-4e5f6a7b').mkdir(); (tmp_path/'.prep.tmp-4e5f6a7b'/'data-00000-of-00001.arrow').write_bytes(b'half')
+    with pytest.raises(UsageError, match=r'holds data prepared from'):   # no --data: the default would replace the csv's data
+        prepare(DataArguments(model_id=local_model(), dataset_path=str(dest)))
+    out = capsys.readouterr().out
+    assert 'note: put back the data prepared before in' in out and 'removed .prep.tmp-4e5f6a7b' in out, out
+    assert load_prepared(str(dest))[1] == m and sorted(p.name for p in tmp_path.iterdir()) == ['prep']
+    prepare(DataArguments(data=m['options']['data'], text_column='review', label_column='stars', model_id=local_model(),
+                          dataset_path=str(dest), max_length=32, buckets=2))   # then the same prep runs as it did
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['prep']
+
+
+def test_a_test_split_that_repeats_train_is_warned_once(tmp_path, capsys):
+    "Issue 42: a test file that is (mostly) the train file: one warning line on stderr naming the split and the fix; the sample: none."
+    import shutil
+    (tmp_path/'raw').mkdir()
+    for f in ('train.txt', 'test.txt'): shutil.copy(Path(sample_data())/'train.txt', tmp_path/'raw'/f)
+    prepare(_args(tmp_path, data=str(tmp_path/'raw')))
+    err = [l for l in capsys.readouterr().err.splitlines() if 'warning' in l]   # in-process, datasets' progress bars draw there too
+    assert len(err) == 1 and err[0].startswith('warning: 324 of the 360 test rows (90%) have a text the train split has too') \
+        and err[0].endswith('remove those rows from the test data'), err
+    prepare(_args(tmp_path, dataset_path=str(tmp_path/'sample')))   # the bundled sample: its splits share no text
+    assert 'warning' not in capsys.readouterr().err

@@ -14,8 +14,9 @@ from .core import BACKENDS, Limit, UsageError, check_numbers, documented, field_
 from .train import XLA_BACKENDS
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'ALIASES', 'FUSED_ADAMW', 'TrainArguments', 'check_args', 'alias_notes', 'check_flags',
-           'needs_use_cpu', 'training_arguments', 'changed_options', 'option_argv']
+__all__ = ['TRAIN_LIMITS', 'ALIASES', 'SECRETS', 'TRACKERS', 'FUSED_ADAMW', 'TrainArguments', 'no_secrets', 'check_args',
+           'alias_notes', 'check_services', 'check_flags', 'needs_use_cpu', 'training_arguments', 'changed_options',
+           'option_argv']
 
 # %% ../nbs/04_arguments.ipynb #16cac8f9
 TRAIN_LIMITS = {   # the values the numeric options may take (`check_numbers`), by TrainingArguments' names; `xla_loop` shares them
@@ -72,11 +73,26 @@ class TrainArguments(TrainingArguments):
 TrainArguments.__doc__ = TrainArguments.__doc__.split('\n\nParameters')[0] + '\n\nParameters\n----------\n' + ''.join(
     f"{k}\n    {str(h).replace(' (default: %(default)s)', '')}\n" for k, h in field_help(TrainArguments).items() if k in TrainArguments.__annotations__ and h)
 
+# %% ../nbs/04_arguments.ipynb #c42a0002
+SECRETS = tuple(k for k in ('hub_token', 'push_to_hub_token') if k in TrainingArguments.__dataclass_fields__)   # 4.57 has both
+
+def no_secrets(args:TrainArguments # the run's arguments
+              ):
+    "A one-line `UsageError` if a token is one of `args`' values: it would be saved with the run."
+    if (k := next((k for k in SECRETS if getattr(args, k, None)), None)):
+        raise UsageError(f"--{k} would be saved in plain text in training_args.bin (in the model folder, in every checkpoint, on the Hub "
+                         "with --push_to_hub): remove it and give the token through the environment (export HF_TOKEN=hf_..., or run `hf auth login`)")
+
 # %% ../nbs/04_arguments.ipynb #7268fa3b
 @patch
 def __post_init__(self:TrainArguments):
-    "Check the numbers and the backend, then run transformers' own checks; each error is one line."
+    "Check the numbers, the backend and that no token is an option, then run transformers' own checks; each error is one line."
     check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here, in one line: on the CLI and in Python
+    no_secrets(self)
+    if self.resume_from_checkpoint:   # transformers leaves it to the script; this one resumes from output_dir
+        raise UsageError(f"--resume_from_checkpoint is not read by this script, which continues from the newest complete checkpoint in "
+                         f"--output_dir (--resume true, the default): remove it and use --output_dir "
+                         f"{os.path.dirname(os.path.normpath(self.resume_from_checkpoint)) or '.'}")
     if self.backend not in BACKENDS: raise UsageError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     if self.save_steps == 0: self.save_strategy = 'no'   # the tutorial's `--save_steps 0`: no checkpoints
     try: TrainingArguments.__post_init__(self)
@@ -88,12 +104,14 @@ def __post_init__(self:TrainArguments):
         self.use_cpu, self.dataloader_pin_memory = False, pin   # the run may be for another machine (launch, SageMaker)
 
 # %% ../nbs/04_arguments.ipynb #df42d097
-def check_args(args:TrainArguments # the run's arguments
+def check_args(args:TrainArguments, # the run's arguments
+               here:bool=True # the run is on this machine: check what it needs from outside too (`check_services`)
               ) -> TrainArguments:
-    "`args`, or a one-line `UsageError` if it is not a `TrainArguments` or its numbers changed since it was made."
+    "`args`, or a one-line `UsageError` if it is not a `TrainArguments`, or its values changed since it was made into bad ones."
     if not isinstance(args, TrainArguments): raise UsageError(f"train takes TrainArguments, not a {type(args).__name__}: use train(TrainArguments(...))")
-    check_numbers(args, TRAIN_LIMITS)
+    check_numbers(args, TRAIN_LIMITS); no_secrets(args)
     if args.backend not in BACKENDS: raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
+    if here: check_services(args)
     return args
 
 def alias_notes(argv:list[str] # a command line
@@ -101,6 +119,32 @@ def alias_notes(argv:list[str] # a command line
     "A note for each of the original tutorial's flags in `argv`, naming the Hugging Face flag it stands for."
     used = dict.fromkeys(a.split('=')[0] for a in argv if a.split('=')[0] in ALIASES)
     return [f"note: {a} is transformers' {ALIASES[a]}; both work" for a in used]
+
+# %% ../nbs/04_arguments.ipynb #c42a0004
+TRACKERS = {'comet_ml': 'comet-ml', 'azure_ml': 'azureml-core', 'flyte': 'flytekit'}   # `--report_to` names whose pip package is named otherwise
+
+def check_services(args:TrainArguments, # the run's arguments
+                   here:bool=True # the run is on this machine: its token, its Hub and its trackers count
+                  ):
+    "A one-line `UsageError` if `--push_to_hub` has no token or no Hub, or a `--report_to` tracker is unknown or not installed."
+    if args.push_to_hub and here:
+        from huggingface_hub import get_token
+        from trn_tutorials.models import hub_reachable
+        if not get_token(): raise UsageError("--push_to_hub needs a Hugging Face token with write access: export HF_TOKEN=hf_... "
+                                             "or run `hf auth login`, then run the same command again")
+        if not hub_reachable(): raise UsageError("--push_to_hub needs the Hugging Face Hub, which this machine cannot reach (or "
+                                                 "HF_HUB_OFFLINE is set): remove --push_to_hub, and upload the model folder once "
+                                                 "online with `hf upload REPO_ID OUTPUT_DIR`")
+    asked = [r for r in args.report_to or [] if r not in ('none', 'all')]
+    if not asked: return
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+    for r in asked:
+        if r not in INTEGRATION_TO_CALLBACK:
+            raise UsageError(f"--report_to {r} is not a tracker transformers knows: use one of {', '.join(sorted(INTEGRATION_TO_CALLBACK))}, or none")
+        if here and r not in get_available_reporting_integrations():
+            raise UsageError(f"--report_to {r} needs {TRACKERS.get(r, r)}, which is not installed here: run `pip install "
+                             f"{TRACKERS.get(r, r)}`, or use --report_to none")
 
 # %% ../nbs/04_arguments.ipynb #a7b0c001
 FUSED_ADAMW = ('cpu', 'cuda')   # the backends whose devices have torch's fused AdamW kernel
@@ -113,6 +157,8 @@ def check_flags(args:TrainArguments, # the run's arguments
     if xla and optim != 'adamw_torch_fused' and any(k in optim for k in ('fused', 'apex', 'bnb', '8bit')):   # that one `training_arguments` runs unfused
         raise UsageError(f"--optim {optim} runs kernels that {backend} does not have: use --optim adamw_torch")
     if xla and args.fp16: raise UsageError(f"--fp16 does not run on {backend}: use --bf16 true (bfloat16, what Trainium computes in)")
+    if backend == 'cpu' and args.fp16:   # the Trainer would train in float32 while the run's record said fp16
+        raise UsageError("--fp16 does not run on the CPU (the Trainer trains in float32 there): remove it, or use --bf16 true")
     if xla and args.torch_compile: raise UsageError(f"on {backend} the Neuron compiler compiles the graphs: drop --torch_compile")
     if getattr(args, 'group_by_length', False) or getattr(args, 'train_sampling_strategy', 'random') != 'random':   # 4.57; 5.x
         raise UsageError("the prepared data's buckets choose the training batches (by length): drop --group_by_length / --train_sampling_strategy")

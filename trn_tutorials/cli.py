@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_cli.ipynb #85ac7e4b
 from __future__ import annotations
-import errno, importlib, json, os, shlex, sys, time
+import errno, importlib, json, os, shlex, signal, sys, threading, time
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import asdict
@@ -15,10 +15,11 @@ from .core import check_folder, check_owner, folder_record, hub_reachable
 from .core import instance_type, parse_args, short_path
 
 # %% auto #0
-__all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted',
-           'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd',
-           'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data',
-           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
+__all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'STOP_SIGNALS', 'detect_cmd',
+           'interrupted', 'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd',
+           'tunnel_cmd', 'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd',
+           'keep_user_data', 'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full',
+           'stop_signals_as_ctrl_c', 'run', 'main']
 
 # %% ../nbs/07_cli.ipynb #ed494db8
 def _launch_arguments() -> type:
@@ -41,14 +42,15 @@ def detect_cmd() -> dict:
         print(f"  {t.name:15} {t.neuron_cores:2} NeuronCores  {t.accel_memory_gb:3} GB  " + (f"${t.usd_per_hour:.2f}/h" if t.usd_per_hour else 'no price found') + f"  ({t.price_date})")
     return asdict(acc)
 
+class _Said(KeyboardInterrupt): "Ctrl-C, carrying the line a command's `interrupted` made: the innermost command's is the one printed."
+
 @contextmanager
 def interrupted(say # called on Ctrl-C: the line that says what was kept and how to go on
                ):
-    "Turn Ctrl-C (`KeyboardInterrupt`) into one that carries the line `say()` returns."
+    "Turn Ctrl-C (`KeyboardInterrupt`) into one that carries the line `say()` returns, in this command's words."
     try: yield
-    except KeyboardInterrupt as e:
-        if e.args: raise   # an inner step has said it already
-        raise KeyboardInterrupt(say()) from None
+    except _Said: raise   # an inner command has said it already
+    except KeyboardInterrupt: raise _Said(say()) from None   # `launch`'s own line speaks of Python: the command's replaces it
 
 def prep_kept(dataset_path:str, # the prep's folder
               before:dict|None # its record before the prep began (`folder_record`)
@@ -261,7 +263,8 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
 def _quickstart(data, train, how, given, t0):
     from trn_tutorials.data import default_data
     from trn_tutorials.launch import workers
-    from trn_tutorials.train import check_args, check_output_dir, resume_from
+    from trn_tutorials.arguments import check_args, check_flags
+    from trn_tutorials.train import check_output_dir, resume_from
     acc = detect()
     online = hub_reachable() if data.data is None or data.model_id is None else None
     if data.data is None: data.data = default_data(online)
@@ -275,6 +278,7 @@ def _quickstart(data, train, how, given, t0):
     with folder_lock(train.output_dir, 'output_dir'): pass   # a run into it now: refused before the data is prepared
     if how.instance_type: instance_type(how.instance_type)
     backend = check_backend(train.backend, acc, how.instance_type)
+    check_flags(train, backend)   # before the data is prepared
     workers(how.nproc_per_node, acc, backend)
     auto = packs_by_default(data, backend, given)   # quickstart packs on Neuron, where no layout was given
     data.pack = data.pack or auto
@@ -343,6 +347,21 @@ def _failed(e:Exception) -> str|None:
     if m is not None and isinstance(e, m.LaunchError): return str(e).replace('launch again with the same arguments', 'run the same command again')
     return None
 
+STOP_SIGNALS = ('SIGTERM', 'SIGHUP')   # the cloud's Ctrl-C (a SageMaker stop, a spot interruption, `kill`) and a closed terminal
+
+@contextmanager
+def stop_signals_as_ctrl_c():
+    "SIGTERM and SIGHUP end what runs inside as Ctrl-C does (`KeyboardInterrupt`); yields a list that holds the signal that came."
+    came, old = [], {}
+    if threading.current_thread() is not threading.main_thread(): yield came; return   # only the main thread takes signals
+    def handler(sig, frame):
+        if came: return   # the first one is being handled: the run's processes are being ended
+        came.append(sig); raise KeyboardInterrupt
+    for s in STOP_SIGNALS: old[s] = signal.signal(getattr(signal, s), handler)
+    try: yield came
+    finally:
+        for s, h in old.items(): signal.signal(getattr(signal, s), h)
+
 def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
        ):
     "Run one `trn-tutorials` command; return what its function returns."
@@ -359,13 +378,20 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
         for n in alias_notes(rest): print(n, file=sys.stderr, flush=True)   # `--epochs`: the original name; stdout may be JSON (`--dry_run`)
     extra = {'given': given_options(types, rest)} if name == 'quickstart' else {}
     again = shlex.join(['trn-tutorials', *argv])   # run from the same folder, the same command goes on from where this one stopped
-    try: return fn(**asdict(parsed[0])) if len(types) == 1 and getattr(types[0], '__options_of__', None) is fn else fn(*parsed, **extra)
+    came = []
+    try:
+        with stop_signals_as_ctrl_c() as came:
+            return fn(**asdict(parsed[0])) if len(types) == 1 and getattr(types[0], '__options_of__', None) is fn else fn(*parsed, **extra)
     except UsageError as e:
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(2)
-    except KeyboardInterrupt as e:   # Ctrl-C: what was kept, and the command that goes on
+    except KeyboardInterrupt as e:   # Ctrl-C, SIGTERM or SIGHUP: what was kept, and the command that goes on
+        sig = came[0] if came else signal.SIGINT
         said = e.args[0] if e.args else 'stopped'
         if 'the same command again' in said: said += f": `{again}`"
-        print(f"trn-tutorials {name}: interrupted: {said}", file=sys.stderr); sys.exit(130)
+        how = 'interrupted' if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+        try: print(f"trn-tutorials {name}: {how}: {said}", file=sys.stderr)
+        except OSError: pass   # SIGHUP: the terminal may be gone
+        sys.exit(128 + sig)
     except Exception as e:
         if (said := _failed(e)) is not None:   # the run failed or was stopped: the reason, not a traceback of the launcher
             if 'the same command again' in said: said += f": `{again}`"

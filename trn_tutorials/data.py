@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #84032849
 from __future__ import annotations
-import collections, json, math, os, shutil, uuid, warnings
+import collections, json, math, os, shutil, sys, uuid, warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,8 +24,8 @@ __all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'token_lengths', 'length_stats', 'choos
 from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_files, default_data, known_defaults, load_raw, sample_data,
                                       datasets3_form, row_lengths, _MANIFEST, _SPLITS, _check_space, _datasets_quiet, _disk_full, _free_at,
                                       _known_name, _prep_into_own, _read_manifest, _root_cause, _size, _unprepared_fix)
-from .data_checks import (SPLIT_LIMITS, edit_distance, label_maps, similar_labels, tokenizer_fingerprint, validate, _check_text_not_label,
-                                       _check_unknown, _col, _label_line, _listed, _load_tokenizer, _max_positions, _rows, _validate)
+from .data_checks import (SPLIT_LIMITS, edit_distance, label_maps, repeat_warning, similar_labels, tokenizer_fingerprint, validate,
+                                       _check_text_not_label, _check_unknown, _col, _label_line, _listed, _load_tokenizer, _max_positions, _rows, _validate)
 from .packing import check_packable, choose_packing, pack_splits
 
 # %% ../nbs/03_data.ipynb #9592263d
@@ -231,6 +231,9 @@ def _normalize(args:DataArguments):
     for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):
         if isinstance(getattr(args, k), str): setattr(args, k, [getattr(args, k)])
     check_numbers(args, DATA_LIMITS)
+    if 0 < args.percentile <= 1:   # a share where a percentage is meant: 0.999 would pad for the shortest 0.999% of the rows
+        raise UsageError(f"--percentile {args.percentile:g} is in percent: it would pad to cover only {args.percentile:g}% of the train rows "
+                         f"and cut the rest: use --percentile {args.percentile * 100:g}")
 
 # %% ../nbs/03_data.ipynb #18f89653
 def _check_args(args:DataArguments):
@@ -265,6 +268,15 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if swapped and old: shutil.rmtree(old, ignore_errors=True)
+
+def _recover(dest:Path) -> list[str]:
+    "Finish what a prep stopped mid-save (killed, a machine that went down) left beside `dest`; the caller holds its lock. What was done."
+    done, olds = [], sorted(dest.parent.glob(f'.{dest.name}.old-*'), key=lambda p: p.stat().st_mtime)
+    if olds and not dest.exists() and (olds[-1]/_MANIFEST).is_file():   # stopped between moving the old data aside and the new in
+        olds.pop().rename(dest); done.append(f"put back the data prepared before in {short_path(dest)}: a prep was stopped while replacing it")
+    for p in olds + sorted(dest.parent.glob(f'.{dest.name}.tmp-*')):   # the replaced data, or a copy that was never finished
+        shutil.rmtree(p, ignore_errors=True); done.append(f"removed {p.name}, left by a prep that was stopped while saving")
+    return done
 
 # %% ../nbs/03_data.ipynb #8558fd57
 _REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'label_column', 'column_names', 'label_names', 'accept_labels',
@@ -370,6 +382,8 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     unused = data_files(folder)[1] if folder and folder.is_dir() and not (folder/'dataset_dict.json').exists() else []
     ds, gone = _validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names,
                          args.min_label_rows, args.accept_labels)
+    brought = {_SPLITS.get(s.lower()) for s in raw}   # not a validation split cut from train: its repeats are train's own
+    if (w := repeat_warning(DatasetDict({s: d for s, d in ds.items() if s in brought}))): print(w, file=sys.stderr, flush=True)
     tok = _load_tokenizer(model_id)
     _check_unknown(tok, ds['train'][:2000]['text'], model_id)
     limit = _max_positions(tok)
@@ -422,6 +436,7 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
     made = [p for p in Path(os.path.abspath(dest)).parents if not p.exists()]   # folders the lock file's creation adds
     try:
         with folder_lock(args.dataset_path, 'dataset_path'):   # one `prep` per folder: a second one is refused, naming this one
+            for note in _recover(Path(os.path.abspath(dest))): print(f"note: {note}", flush=True)
             check_owner(args.dataset_path, 'prepared data', 'dataset_path')   # again, now that no other run can write it
             _keep_other_data(given, args.data, dest)
             return _prepare(args, dest)

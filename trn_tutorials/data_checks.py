@@ -14,7 +14,8 @@ from .core import Limit, UsageError, check_number, hub_reachable, local_model
 from .data_files import EMOTION_LABELS, _HUB_ID, _MANIFEST, _NUMBER, _SPLITS, _root_cause
 
 # %% auto #0
-__all__ = ['SPLIT_LIMITS', 'edit_distance', 'similar_labels', 'validate', 'label_maps', 'tokenizer_fingerprint']
+__all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'edit_distance', 'similar_labels', 'validate', 'repeated_rows', 'repeat_warning',
+           'label_maps', 'tokenizer_fingerprint']
 
 # %% ../nbs/03c_data_checks.ipynb #b261368b
 def _col(d:Dataset, col:str) -> list:
@@ -73,6 +74,10 @@ def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None) -
                 raise UsageError(f"{given} does not match the labels of split 'train' ({', '.join(sorted(found))}): pass exactly those, in the id order you want")
             return list(label_names)
         if found == set(EMOTION_LABELS): return list(EMOTION_LABELS)
+        ids, words = sorted((s for s in found if s.isdigit()), key=int), sorted(s for s in found if not s.isdigit())
+        if ids and words:   # `0`...`5` beside `joy`...: twelve labels, each id a label of its own
+            raise UsageError(f"the labels of split 'train' mix integer ids ({', '.join(ids[:6])}) with names ({', '.join(words[:6])}): "
+                             f"give every row a name, or every row an id (then --label_names names the ids in order)")
         return sorted(found, key=lambda s: (0, int(s), s) if s.isdigit() else (1, 0, s))
     if label_names and found != set(range(len(label_names))):
         raise UsageError(f"{given} gives {len(label_names)} names but split 'train' has labels {', '.join(map(str, sorted(found)[:8]))}: "
@@ -323,6 +328,24 @@ def validate(ds:DatasetDict, # data as loaded by `load_raw`
             ) -> DatasetDict:
     "Check `ds` and return splits train, validation (and test) with columns `text` (str) and `label` (`ClassLabel`)."
     return _validate(ds, text_column, label_column, eval_fraction, seed, label_names, min_label_rows, accept_labels)[0]
+
+# %% ../nbs/03c_data_checks.ipynb #c42a0022
+REPEAT_WARN = 0.05   # the share of a split's rows repeating train texts that `prepare` warns about
+
+def repeated_rows(ds:DatasetDict # validated data (`validate`): splits with a `text` column
+                 ) -> dict[str, int]:
+    "For each split but train, how many of its rows have a text that train also has."
+    train = set(ds['train']['text'])
+    return {s: sum(t in train for t in d['text']) for s, d in ds.items() if s != 'train'}
+
+def repeat_warning(ds:DatasetDict # validated data: the splits the data brought (not one split off from train)
+                  ) -> str|None:
+    "One line when `REPEAT_WARN` or more of a split's rows repeat train texts, naming the fix; else `None`."
+    bad = {s: n for s, n in repeated_rows(ds).items() if n and n >= REPEAT_WARN * len(ds[s])}
+    if not bad: return None
+    said = ', '.join(f"{n:,} of the {len(ds[s]):,} {s} rows ({n / len(ds[s]):.0%})" for s, n in bad.items())
+    return (f"warning: {said} have a text the train split has too: scores on them overstate how the model does on new text; "
+            f"remove those rows from the {' and '.join(bad)} data")
 
 # %% ../nbs/03c_data_checks.ipynb #7e72c25e
 def label_maps(ds:Dataset|DatasetDict # validated (`label`) or tokenized (`labels`) data

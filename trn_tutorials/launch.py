@@ -320,12 +320,13 @@ def _checked(args:TrainArguments, # the run's arguments
              instance_type:str|None # to price the run
             ) -> tuple:
     "Check all `launch` checks before torchrun starts; return `args` on its backend, the workers, `output_dir`, the data's manifest."
-    from trn_tutorials.arguments import check_args
+    from trn_tutorials.arguments import check_args, check_flags
     check_args(args)
     check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
     if instance_type: _instance_type(instance_type)
     acc = detect()   # once, here: the workers are handed the backend instead of each running `neuron-ls`
     args = replace(args, backend=check_backend(args.backend, acc, instance_type))
+    check_flags(args, args.backend)   # a flag the backend cannot run: here, not once torchrun and its workers have started
     n = workers(nproc_per_node, acc, args.backend)
     out = check_output_dir(args)
     manifest = load_prepared(args.dataset_path)[1]
@@ -371,7 +372,8 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
         log = str(out/'train.log')
         env = {**launch_env(args.backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
         before = _neuron_cache(env) if args.backend == 'neuron' else None
-        status, tail, wall = _torchrun(args, n, env, log, echo, raw)
+        try: status, tail, wall = _torchrun(args, n, env, log, echo, raw)
+        except KeyboardInterrupt: raise KeyboardInterrupt(f"interrupted: {relaunch_note(out)}") from None   # torchrun and its workers ended
         if status != 0: _raise_failure(status, tail, log)
         if _stamp(out/'metrics.json') in (None, old): raise LaunchError(0, tail, log)   # never the last run's, as this one's
         metrics = json.loads((out/'metrics.json').read_text())

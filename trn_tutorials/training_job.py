@@ -301,7 +301,10 @@ def check_submit(args:TrainArguments, # the run's arguments, as for a local `lau
                 ) -> tuple[JobArguments, str, str|None]:
     "Every check that creates nothing; return the job (region and run id set), the role's ARN and the model."
     from trn_tutorials.arguments import check_args
-    check_job(job); check_args(args)
+    check_job(job); check_args(args, here=False)   # the job's container checks its own trackers
+    if args.push_to_hub: raise UsageError("a SageMaker job gets no Hugging Face token from here (in its environment it would show in "
+                                          "the job's description): remove --push_to_hub, and upload the job's model afterwards with "
+                                          "`hf upload REPO_ID MODEL_DIR`")
     if args.backend not in ('auto', 'neuron'):
         raise UsageError(f"--backend {args.backend} does not run on {job.instance_type}: use --backend auto (or neuron)")
     load_prepared(args.dataset_path); image_can_read(args.dataset_path)
