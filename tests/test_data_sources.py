@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
-from transformers import AutoTokenizer, HfArgumentParser
+from transformers import AutoTokenizer
 
 from trn_tutorials.core import UsageError, parse_args, tiny_bert
 from trn_tutorials.data import KNOWN_DATA, DataArguments, known_defaults, label_maps, load_prepared, load_raw, prepare, validate
@@ -102,7 +102,8 @@ def ids(tiny, text, length): return AutoTokenizer.from_pretrained(tiny)(text, pa
 
 # -------------------------------------------------------------------------------------------------------- options
 def test_options_have_one_name_and_one_type_on_the_cli_and_in_python():
-    p = HfArgumentParser(DataArguments)
+    from trn_tutorials.core import _parser
+    p = _parser([DataArguments], 'trn-tutorials prep')   # the CLI's HfArgumentParser, each field's help in place (alone, not after another test)
     a, = p.parse_args_into_dataclasses(['--text_column', 'title', 'content', '--label_names', 'negative', 'positive',
                                         '--column_names', 'a', 'b', '--preset', 'cola'])
     assert a == DataArguments(text_column=['title', 'content'], label_names=['negative', 'positive'], column_names=['a', 'b'], preset='cola')
