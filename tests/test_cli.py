@@ -134,7 +134,7 @@ def test_offline_defaults_leave_a_given_learning_rate_alone(monkeypatch, tmp_pat
     lrs = []
     class Stop(Exception): pass
     def stop(train, *a, **k): lrs.append(train.learning_rate); raise Stop()
-    monkeypatch.setattr('trn_tutorials.train.check_args', stop)
+    monkeypatch.setattr('trn_tutorials.arguments.check_args', stop)   # where it is defined: quickstart imports it from there
     monkeypatch.setattr(C, 'hub_reachable', lambda *a, **k: False)
     for argv in ([], ['--learning_rat', '2e-5'], ['--learning_rate=3e-5']):
         with pytest.raises(Stop): C.run(['quickstart', *argv])

@@ -134,7 +134,8 @@ def test_launch_interrupted_in_python_says_what_was_kept(prepared):
     code = ("from trn_tutorials.launch import launch\nfrom trn_tutorials.train import TrainArguments\n"
             f"launch(TrainArguments(dataset_path={str(data)!r}, output_dir={str(out)!r}, num_train_epochs={EPOCHS}, learning_rate=1e-3, "
             "save_steps=4), nproc_per_node=2)")
-    p = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    p = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as a kernel has it, even under a runner started with `&`
     wait_for(has_checkpoint(out), p, 'a checkpoint')
     os.kill(p.pid, signal.SIGINT)   # the kernel alone: the workers are in sessions of their own
     _, err = p.communicate(timeout=60)
