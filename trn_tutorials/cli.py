@@ -340,13 +340,7 @@ def disk_full(e:OSError, # the error: errno ENOSPC, or a library's 'No space lef
     return (f"the disk holding {' and '.join(mine) or os.getcwd()} is full (No space left on device): free space on it (old runs, "
             "checkpoints, caches) or choose folders on a disk with room, then run the same command again")
 
-# %% ../nbs/07_cli.ipynb #c11a0004
-def _failed(e:Exception) -> str|None:
-    "The one line for a run that failed or was stopped (the launcher's `LaunchError`) or a full disk; `None` for anything else."
-    m = sys.modules.get('trn_tutorials.launch')   # loaded whenever a `LaunchError` was raised
-    if m is not None and isinstance(e, m.LaunchError): return str(e).replace('launch again with the same arguments', 'run the same command again')
-    return None
-
+# %% ../nbs/07_cli.ipynb #c42a0013
 STOP_SIGNALS = ('SIGTERM', 'SIGHUP')   # the cloud's Ctrl-C (a SageMaker stop, a spot interruption, `kill`) and a closed terminal
 
 @contextmanager
@@ -361,6 +355,13 @@ def stop_signals_as_ctrl_c():
     try: yield came
     finally:
         for s, h in old.items(): signal.signal(getattr(signal, s), h)
+
+# %% ../nbs/07_cli.ipynb #c11a0004
+def _failed(e:Exception) -> str|None:
+    "The one line for a run that failed or was stopped (the launcher's `LaunchError`) or a full disk; `None` for anything else."
+    m = sys.modules.get('trn_tutorials.launch')   # loaded whenever a `LaunchError` was raised
+    if m is not None and isinstance(e, m.LaunchError): return str(e).replace('launch again with the same arguments', 'run the same command again')
+    return None
 
 def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
        ):
