@@ -510,6 +510,9 @@ fi
 # (their own venvs, folders and reader's folder), whose log is printed when both are done. On this 2-CPU kind of machine
 # neither lane keeps both CPUs busy for long, so together they take about as long as the longer lane, not their sum.
 # LANES=1 runs them one after the other (the environment stages' output then comes as it runs).
+# The wheel is built once, here, before the lanes part: a lane that built its own would `rm -rf dist` under the other
+# lane's pip install (floors in this lane, trn2 in the other, failed so on CI).
+[ -z "$(stages_tables)" ] || build_wheel || echo "the wheel could not be built (each stage that installs it says so)"
 if [ "${LANES:-2}" = 1 ]; then
   book_stages; environment_stages
 else

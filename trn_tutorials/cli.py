@@ -4,22 +4,21 @@
 
 # %% ../nbs/07_cli.ipynb #85ac7e4b
 from __future__ import annotations
-import errno, importlib, json, os, shlex, signal, sys, threading, time
+import errno, importlib, json, os, shlex, signal, sys, time
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import asdict
 from typing import Literal
 
 from .core import CATALOG, Limit, UsageError, arguments_of, check_backend, default_model, detect, folder_lock, given_options
-from .core import check_folder, check_owner, folder_record, hub_reachable
+from .core import check_folder, check_owner, folder_record, hub_reachable, stop_signals_as_ctrl_c
 from .core import instance_type, parse_args, short_path
 
 # %% auto #0
-__all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'STOP_SIGNALS', 'detect_cmd',
-           'interrupted', 'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd',
-           'tunnel_cmd', 'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd',
-           'keep_user_data', 'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full',
-           'stop_signals_as_ctrl_c', 'run', 'main']
+__all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted',
+           'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd',
+           'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data',
+           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
 
 # %% ../nbs/07_cli.ipynb #ed494db8
 def _launch_arguments() -> type:
@@ -339,22 +338,6 @@ def disk_full(e:OSError, # the error: errno ENOSPC, or a library's 'No space lef
     if e.filename: mine = [m for m in mine if _device(m) == _device(e.filename)] or [os.path.dirname(os.path.abspath(e.filename))]
     return (f"the disk holding {' and '.join(mine) or os.getcwd()} is full (No space left on device): free space on it (old runs, "
             "checkpoints, caches) or choose folders on a disk with room, then run the same command again")
-
-# %% ../nbs/07_cli.ipynb #c42a0013
-STOP_SIGNALS = ('SIGTERM', 'SIGHUP')   # the cloud's Ctrl-C (a SageMaker stop, a spot interruption, `kill`) and a closed terminal
-
-@contextmanager
-def stop_signals_as_ctrl_c():
-    "SIGTERM and SIGHUP end what runs inside as Ctrl-C does (`KeyboardInterrupt`); yields a list that holds the signal that came."
-    came, old = [], {}
-    if threading.current_thread() is not threading.main_thread(): yield came; return   # only the main thread takes signals
-    def handler(sig, frame):
-        if came: return   # the first one is being handled: the run's processes are being ended
-        came.append(sig); raise KeyboardInterrupt
-    for s in STOP_SIGNALS: old[s] = signal.signal(getattr(signal, s), handler)
-    try: yield came
-    finally:
-        for s, h in old.items(): signal.signal(getattr(signal, s), h)
 
 # %% ../nbs/07_cli.ipynb #c11a0004
 def _failed(e:Exception) -> str|None:

@@ -4,16 +4,17 @@
 
 # %% ../nbs/90_core.ipynb #a3e73709
 from __future__ import annotations
-import json, os, socket, sys
+import json, os, signal, socket, sys, threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'UsageError', 'field_help', 'documented', 'parse_args',
-           'given_options', 'Limit', 'check_number', 'check_numbers', 'arguments_of', 'check_type', 'check_folder',
-           'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'folder_record', 'write_record', 'check_owner',
-           'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch']
+__all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'UsageError', 'field_help', 'documented',
+           'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'arguments_of', 'check_type',
+           'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'stop_signals_as_ctrl_c',
+           'folder_record', 'write_record', 'check_owner', 'reader_path', 'reader_folder', 'reader_contents',
+           'made_before', 'scratch']
 
 # %% ../nbs/90_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -345,6 +346,22 @@ def die_with_parent(sig:int=15 # the signal to receive: SIGTERM
                    ) -> bool:
     "Have Linux send this process `sig` when its parent dies (`prctl(PR_SET_PDEATHSIG)`); `False` where it cannot."
     return _PRCTL is not None and _PRCTL(1, sig, 0, 0, 0) == 0
+
+# %% ../nbs/90_core.ipynb #c42a0013
+STOP_SIGNALS = ('SIGTERM', 'SIGHUP')   # the cloud's Ctrl-C (a SageMaker stop, a spot interruption, `kill`) and a closed terminal
+
+@contextmanager
+def stop_signals_as_ctrl_c():
+    "SIGTERM and SIGHUP end what runs inside as Ctrl-C does (`KeyboardInterrupt`); yields a list that holds the signal that came."
+    came, old = [], {}
+    if threading.current_thread() is not threading.main_thread(): yield came; return   # only the main thread takes signals
+    def handler(sig, frame):
+        if came: return   # the first one is being handled: the run's processes are being ended
+        came.append(sig); raise KeyboardInterrupt
+    for s in STOP_SIGNALS: old[s] = signal.signal(getattr(signal, s), handler)
+    try: yield came
+    finally:
+        for s, h in old.items(): signal.signal(getattr(signal, s), h)
 
 # %% ../nbs/90_core.ipynb #a7e0c002
 RECORD = 'trn_tutorials.json'   # the record of a folder the package wrote: its kind, options and data
