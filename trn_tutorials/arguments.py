@@ -4,8 +4,8 @@
 
 # %% ../nbs/04_arguments.ipynb #a7b0c002
 from __future__ import annotations
-import json, os
-from dataclasses import dataclass, field, fields, replace
+import functools, importlib.util, json, os
+from dataclasses import MISSING, dataclass, field, fields, replace
 from fastcore.basics import patch
 from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
@@ -14,9 +14,9 @@ from .core import BACKENDS, Limit, UsageError, check_numbers, documented, field_
 from .train import XLA_BACKENDS
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'ALIASES', 'SECRETS', 'TRACKERS', 'FUSED_ADAMW', 'TrainArguments', 'no_secrets', 'check_args',
-           'alias_notes', 'check_services', 'check_flags', 'needs_use_cpu', 'training_arguments', 'changed_options',
-           'option_argv']
+__all__ = ['TRAIN_LIMITS', 'ALIASES', 'SECRETS', 'TRAINER_FIELDS', 'OUR_FIELDS', 'DONE_ANYWAY', 'REFUSED', 'TRACKERS',
+           'FUSED_ADAMW', 'DDP_FIELDS', 'TrainArguments', 'no_secrets', 'refused_option', 'check_args', 'alias_notes',
+           'check_services', 'check_flags', 'needs_use_cpu', 'training_arguments', 'changed_options', 'option_argv']
 
 # %% ../nbs/04_arguments.ipynb #16cac8f9
 TRAIN_LIMITS = {   # the values the numeric options may take (`check_numbers`), by TrainingArguments' names; `xla_loop` shares them
@@ -80,19 +80,114 @@ def no_secrets(args:TrainArguments # the run's arguments
               ):
     "A one-line `UsageError` if a token is one of `args`' values: it would be saved with the run."
     if (k := next((k for k in SECRETS if getattr(args, k, None)), None)):
-        raise UsageError(f"--{k} would be saved in plain text in training_args.bin (in the model folder, in every checkpoint, on the Hub "
-                         "with --push_to_hub): remove it and give the token through the environment (export HF_TOKEN=hf_..., or run `hf auth login`)")
+        raise UsageError(f"--{k} {REFUSED[k]}")
+
+# %% ../nbs/04_arguments.ipynb #f1e1d002
+# Every field of transformers' `TrainingArguments`, 4.57 to 5.x, in one of four places: what reads it in a run of `train`.
+# tests/test_arguments_fields.py fails on a field in none of them (a new transformers) or in two.
+TRAINER_FIELDS = frozenset('''
+    num_train_epochs max_steps learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps warmup_ratio optim optim_args adafactor
+    weight_decay adam_beta1 adam_beta2 adam_epsilon optim_target_modules gradient_accumulation_steps average_tokens_across_devices
+    max_grad_norm label_smoothing_factor bf16 fp16 fp16_opt_level fp16_backend half_precision_backend bf16_full_eval fp16_full_eval
+    tf32 activation_checkpointing activation_checkpointing_kwargs gradient_checkpointing gradient_checkpointing_kwargs torch_compile
+    torch_compile_backend torch_compile_mode torchdynamo use_liger_kernel liger_kernel_config use_cache neftune_noise_alpha
+    torch_empty_cache_steps jit_mode_eval logging_strategy logging_steps logging_first_step logging_dir log_on_each_node
+    logging_nan_inf_filter include_num_input_tokens_seen include_tokens_per_second log_level log_level_replica disable_tqdm report_to
+    run_name project trackio_space_id trackio_bucket_id trackio_static_space_id eval_strategy eval_steps eval_delay eval_on_start
+    eval_do_concat_batches eval_use_gather_object eval_accumulation_steps save_strategy save_steps save_safetensors push_to_hub
+    hub_private_repo hub_model_id hub_strategy hub_always_push hub_revision load_best_model_at_end metric_for_best_model
+    greater_is_better ignore_data_skip restore_callback_states_from_checkpoint full_determinism local_rank _n_gpu
+    ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers ddp_static_graph ddp_backend ddp_timeout fsdp fsdp_config
+    fsdp_min_num_params fsdp_transformer_layer_cls_to_wrap debug tpu_metrics_debug skip_memory_metrics'''.split())   # the Trainer reads them, on the path the script keeps (`check_flags` refuses some on a backend)
+OUR_FIELDS = {   # the Trainer's readers of these are replaced: ours read them
+    'output_dir': "`train`: the model, metrics.json and the checkpoints `CheckpointGuard` seals and a run continues from",
+    'per_device_train_batch_size': "`BucketBatches`: each worker's rows of a training batch", 'per_device_eval_batch_size': "`BucketBatches`: of an evaluation batch",
+    'auto_find_batch_size': "`BucketBatches`: the training batch the Trainer halves after running out of memory (`_train_batch_size`)",
+    'seed': "`BucketBatches`: the training order, unless --data_seed; `train`: the new head's weights; the Trainer: its own seeding",
+    'data_seed': "`BucketBatches`: the training order (shuffled rows and batches), in place of --seed",
+    'dataloader_drop_last': "`BucketBatches`: no smaller last training batch; completed with rows repeated from the epoch rather than dropped (always on XLA)",
+    **dict.fromkeys(('dataloader_num_workers', 'dataloader_pin_memory', 'dataloader_persistent_workers', 'dataloader_prefetch_factor',
+                     'dataloader_multiprocessing_context', 'dataloader_in_order'), "`BucketBatches`: the DataLoader's own option (`loader_options`)"),
+    'label_names': "`BucketBatches`: the columns kept besides the model's inputs; the Trainer: the labels of a prediction",
+    'save_total_limit': "`CheckpointGuard`: the sealed checkpoints kept; older ones are deleted once a new one is sealed"}
+DONE_ANYWAY = {   # scripts' switches (the Trainer reads none): `train` always does what they ask for
+    'do_train': 'train trains', 'do_eval': 'train evaluates (when --eval_strategy says) and scores the validation split',
+    'do_predict': 'train scores the test split', 'remove_unused_columns': "`BucketBatches` always keeps only the model's columns"}
+_LOADER_KEYS = {'split_batches': False, 'dispatch_batches': None, 'even_batches': True, 'use_seedable_sampler': True}   # accelerator_config's keys for the Trainer's loaders, and their defaults
+_old = lambda new: f"is deprecated in transformers: use {new}"
+_SECRET = ("would be saved in plain text in training_args.bin (in the model folder, in every checkpoint, on the Hub with --push_to_hub): "
+           "remove it and give the token through the environment (export HF_TOKEN=hf_..., or run `hf auth login`)")
+
+REFUSED = {   # refused in one line when set away from the default (`refused_option`): the reason, and the fix; a function of the arguments where the fix depends on them
+    **dict.fromkeys(('hub_token', 'push_to_hub_token'), _SECRET),
+    'resume_from_checkpoint': lambda a: ("is not read by this script, which continues from the newest complete checkpoint in --output_dir "
+                                         f"(--resume true, the default): remove it and use --output_dir {os.path.dirname(os.path.normpath(a.resume_from_checkpoint)) or '.'}"),
+    'overwrite_output_dir': "is read by neither the Trainer nor this script, which continues from the newest complete checkpoint in --output_dir (--resume true): drop it, and pass a new --output_dir to start over",
+    'use_cpu': "is decided by --backend: drop it, and pass --backend cpu to train on the CPU",
+    'no_cuda': "is transformers' old --use_cpu, which --backend decides: drop it, and pass --backend cpu to train on the CPU",
+    'use_mps_device': "asks for Apple's MPS, which is not one of this script's backends: drop it (--backend cpu trains on the CPU)",
+    'per_gpu_train_batch_size': _old('--per_device_train_batch_size'),
+    'per_gpu_eval_batch_size': _old('--per_device_eval_batch_size'),
+    'push_to_hub_model_id': _old('--hub_model_id NAME'),
+    'push_to_hub_organization': _old('--hub_model_id ORGANIZATION/NAME'),
+    'group_by_length': "is what the prepared data's buckets do: they choose the training batches (by length): drop it",
+    'train_sampling_strategy': "is not read: the prepared data's buckets choose the training batches (by length, shuffled): drop it",
+    'length_column_name': "is read only by --group_by_length, which the prepared data's buckets replace: drop it",
+    'prediction_loss_only': "would leave the final scores (accuracy, F1, MCC of the validation and test splits) without predictions: drop it (eval_loss is computed either way)",
+    'include_for_metrics': "hands inputs or losses to a compute_metrics that reads them; this script's (accuracy, F1, MCC) reads predictions and labels only: drop it",
+    'include_inputs_for_metrics': "hands inputs to a compute_metrics that reads them; this script's (accuracy, F1, MCC) reads predictions and labels only: drop it",
+    'batch_eval_metrics': "calls compute_metrics batch by batch; this script's scores a whole split at once: drop it",
+    'use_legacy_prediction_loop': "skips the evaluation loop whose loss leaves out the unscored rows that complete a bucket's last batch: drop it",
+    'past_index': "is for models that return memories (Transformer-XL, XLNet); the classifiers this script trains return none: drop it",
+    'save_only_model': "writes checkpoints without optimizer state, which a run cannot continue from, and this one continues from its newest (--resume true): drop it, or pass --resume false as well",
+    'save_on_each_node': "would give each node a copy the first worker never seals, so no run continues from it: drop it, and give every node one --output_dir on a shared disk",
+    'enable_jit_checkpoint': "writes a checkpoint on SIGTERM that the run never seals, so none continues from it: drop it (a SIGTERM keeps the newest sealed checkpoint, and the same command continues; --save_steps N saves more often)",
+    'accelerator_config': lambda a: (f"sets {(ks := ', '.join(k for k in _LOADER_KEYS if _differs(a, 'accelerator_config', k)))}, of the Trainer's data loaders, "
+                                     f"which the bucket samplers replace (each worker's batches are its own already): drop {ks} from it"),
+    'parallelism_config': "splits the model across devices (tensor, context or sequence parallel) whose workers share batches; this script trains data-parallel, a batch per worker: drop it",
+    'deepspeed': "is not one of this script's ways to train: its runs are data-parallel (each worker holds the whole model), and its checkpoints' seals and resume are not made for DeepSpeed's engine state: drop it",
+    'tpu_num_cores': "is read by transformers' TPU launcher (xla_spawn.py), not by the Trainer or this script: drop it; torchrun's --nproc_per_node sets the workers",
+    'ray_scope': "is read only by Trainer.hyperparameter_search (Ray Tune), which this script does not run: drop it",
+    'mp_parameters': "is read by SageMaker's model-parallel launcher, not by the Trainer or this script: drop it"}
+_CHECKED_LATE = ('use_cpu',)   # `training_arguments` sets it on the Trainer's copy: refused by `check_args` only, not when arguments are made
+
+@functools.cache
+def _default(k:str):
+    "`TrainArguments`' default for field `k`, as declared (before `__post_init__`)."
+    f = TrainArguments.__dataclass_fields__[k]
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+def _differs(args, k:str, key:str|None=None) -> bool:
+    "Whether field `k` of `args` (its `key`, for accelerator_config) is set away from the default."
+    v = getattr(args, k, None)
+    if k == 'accelerator_config':   # None, a dict, a JSON file or an `AcceleratorConfig`: the keys that matter here
+        if key is None: return any(_differs(args, k, x) for x in _LOADER_KEYS)
+        if isinstance(v, str) and v.lstrip().startswith('{'): v = json.loads(v)   # the command line's JSON; a file's name: read by transformers, checked by `check_args`
+        v = v.get(key) if isinstance(v, dict) else None if isinstance(v, str) else getattr(v, key, None)
+        return v is not None and v != _LOADER_KEYS[key]
+    if k == 'save_only_model': return bool(v) and bool(getattr(args, 'resume', True))
+    if k == 'train_sampling_strategy': return str(v) != 'random'
+    return v != _default(k) and not (v in (None, '', [], {}, False) and _default(k) in (None, '', [], {}, False))
+
+def refused_option(args, # a run's `TrainArguments`
+                   late:bool=True # also the fields `training_arguments` sets (`use_cpu`): false while the arguments are being made
+                  ) -> str|None:
+    "The one line that refuses the first option of `args` in `REFUSED` set away from its default, or the loader options that need workers; else `None`."
+    for k, why in REFUSED.items():
+        if k in TrainArguments.__dataclass_fields__ and (late or k not in _CHECKED_LATE) and _differs(args, k):
+            return f"--{k} {why(args) if callable(why) else why}"
+    if not args.dataloader_num_workers:   # each a DataLoader option of worker processes: torch refuses it without them
+        for k in ('dataloader_persistent_workers', 'dataloader_prefetch_factor', 'dataloader_multiprocessing_context'):
+            if getattr(args, k, None):
+                return f"--{k} is an option of the data loader's worker processes, and there are none: add --dataloader_num_workers 2, or drop it"
 
 # %% ../nbs/04_arguments.ipynb #7268fa3b
 @patch
 def __post_init__(self:TrainArguments):
-    "Check the numbers, the backend and that no token is an option, then run transformers' own checks; each error is one line."
+    "Check the numbers, the backend and the options this script would not honour (a token among them), then run transformers' own checks; each error is one line."
     check_numbers(self, TRAIN_LIMITS)   # a bad number is refused here, in one line: on the CLI and in Python
-    no_secrets(self)
-    if self.resume_from_checkpoint:   # transformers leaves it to the script; this one resumes from output_dir
-        raise UsageError(f"--resume_from_checkpoint is not read by this script, which continues from the newest complete checkpoint in "
-                         f"--output_dir (--resume true, the default): remove it and use --output_dir "
-                         f"{os.path.dirname(os.path.normpath(self.resume_from_checkpoint)) or '.'}")
+    # before transformers' checks, which import or ask the Hub for some of them (--deepspeed, --push_to_hub_organization)
+    if (why := refused_option(self, late=False)): raise UsageError(why)
     if self.backend not in BACKENDS: raise UsageError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     if self.save_steps == 0: self.save_strategy = 'no'   # the tutorial's `--save_steps 0`: no checkpoints
     try: TrainingArguments.__post_init__(self)
@@ -109,7 +204,8 @@ def check_args(args:TrainArguments, # the run's arguments
               ) -> TrainArguments:
     "`args`, or a one-line `UsageError` if it is not a `TrainArguments`, or its values changed since it was made into bad ones."
     if not isinstance(args, TrainArguments): raise UsageError(f"train takes TrainArguments, not a {type(args).__name__}: use train(TrainArguments(...))")
-    check_numbers(args, TRAIN_LIMITS); no_secrets(args)
+    check_numbers(args, TRAIN_LIMITS)
+    if (why := refused_option(args)): raise UsageError(why)   # tokens among them
     if args.backend not in BACKENDS: raise UsageError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}: use --backend auto")
     if here: check_services(args)
     return args
@@ -148,11 +244,13 @@ def check_services(args:TrainArguments, # the run's arguments
 
 # %% ../nbs/04_arguments.ipynb #a7b0c001
 FUSED_ADAMW = ('cpu', 'cuda')   # the backends whose devices have torch's fused AdamW kernel
+DDP_FIELDS = ('ddp_find_unused_parameters', 'ddp_bucket_cap_mb', 'ddp_broadcast_buffers', 'ddp_static_graph')   # torch DDP's: XLA reduces gradients without it
 
 def check_flags(args:TrainArguments, # the run's arguments
                 backend:str # a resolved backend: 'neuron', 'torchneuron', 'xla', 'cuda' or 'cpu'
                ):
     "A one-line `UsageError` for a TrainingArguments flag that cannot work on `backend`, naming the fix."
+    if (why := refused_option(args)): raise UsageError(why)
     xla, optim = backend in XLA_BACKENDS, str(getattr(args.optim, 'value', args.optim))
     if xla and optim != 'adamw_torch_fused' and any(k in optim for k in ('fused', 'apex', 'bnb', '8bit')):   # that one `training_arguments` runs unfused
         raise UsageError(f"--optim {optim} runs kernels that {backend} does not have: use --optim adamw_torch")
@@ -160,9 +258,14 @@ def check_flags(args:TrainArguments, # the run's arguments
     if backend == 'cpu' and args.fp16:   # the Trainer would train in float32 while the run's record said fp16
         raise UsageError("--fp16 does not run on the CPU (the Trainer trains in float32 there): remove it, or use --bf16 true")
     if xla and args.torch_compile: raise UsageError(f"on {backend} the Neuron compiler compiles the graphs: drop --torch_compile")
-    if getattr(args, 'group_by_length', False) or getattr(args, 'train_sampling_strategy', 'random') != 'random':   # 4.57; 5.x
-        raise UsageError("the prepared data's buckets choose the training batches (by length): drop --group_by_length / --train_sampling_strategy")
     if args.tf32 and backend != 'cuda': raise UsageError(f"--tf32 is an NVIDIA GPU setting: drop it on {backend}")
+    if xla and (k := next((k for k in DDP_FIELDS if k in TrainArguments.__dataclass_fields__ and _differs(args, k)), None)):
+        raise UsageError(f"--{k} sets torch's DistributedDataParallel, which {backend} does not use (XLA reduces the gradients itself): drop it")
+    if xla and args.fsdp: raise UsageError(f"--fsdp: this script runs no FSDP on {backend}, where every worker holds the whole model: drop it")
+    if xla and args.eval_use_gather_object: raise UsageError(f"--eval_use_gather_object: accelerate gathers no Python objects on {backend} (XLA): drop it")
+    if args.use_liger_kernel and backend != 'cuda': raise UsageError(f"--use_liger_kernel runs Triton kernels for NVIDIA GPUs: drop it on {backend}")
+    if args.use_liger_kernel and importlib.util.find_spec('liger_kernel') is None:   # else transformers stops the run once the model is loaded
+        raise UsageError("--use_liger_kernel needs liger-kernel, which is not installed here: run `pip install liger-kernel`, or drop it")
 
 def needs_use_cpu(args:TrainArguments, # the run's arguments
                   world_size:int|None=None # the run's workers; default: torchrun's `WORLD_SIZE`, else 1

@@ -46,7 +46,7 @@ class BucketBatchSampler:
                  batch_size:int, # rows per batch on each worker
                  num_replicas:int=1, # workers
                  rank:int=0, # this worker
-                 seed:int=42, # seed of the order (combined with the epoch)
+                 seed:int=42, # seed of the order (combined with the epoch): the run's --data_seed, else its --seed
                  fill_last:bool=False, # complete the epoch's last, smaller batch with rows repeated from the epoch (XLA: one shape)
                  shuffle:bool=True, # shuffle rows and batches (else keep the data order)
                  pad_to_batch:bool=False # yield `(row, length)` pairs: every worker pads to the longest row of the whole step

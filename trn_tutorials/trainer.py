@@ -16,10 +16,26 @@ from .progress import _flat
 from .checkpoints import SEAL_TIMEOUT_S, CheckpointGuard, _host_store, diverged
 
 # %% auto #0
-__all__ = ['BucketBatches', 'labelled_loss', 'LabelledLoss', 'LrAsData', 'CountShapes', 'EpochGraphs', 'CountGraphs',
-           'TimedEvaluation', 'LossGuard', 'SetEpoch', 'as_callback', 'Guards', 'CpuResume', 'trainer_class']
+__all__ = ['loader_options', 'order_seed', 'BucketBatches', 'labelled_loss', 'LabelledLoss', 'LrAsData', 'CountShapes',
+           'EpochGraphs', 'CountGraphs', 'TimedEvaluation', 'LossGuard', 'SetEpoch', 'as_callback', 'Guards',
+           'CpuResume', 'trainer_class']
 
 # %% ../nbs/04d_trainer.ipynb #4b737444
+def loader_options(args # the Trainer's `TrainingArguments`
+                  ) -> dict:
+    "The DataLoader's options that `args`' `dataloader_*` fields set, as the Trainer passes them; the worker processes' only where there are workers."
+    o = {'num_workers': args.dataloader_num_workers, 'pin_memory': args.dataloader_pin_memory}
+    if args.dataloader_num_workers > 0:   # torch refuses these without workers (`check_args` said so first)
+        o['persistent_workers'] = args.dataloader_persistent_workers
+        for k in ('prefetch_factor', 'multiprocessing_context', 'in_order'):   # `in_order`: transformers 5
+            if getattr(args, f'dataloader_{k}', None) is not None: o[k] = getattr(args, f'dataloader_{k}')
+    return o
+
+def order_seed(args # the Trainer's `TrainingArguments`
+              ) -> int:
+    "The seed of the training order: `--data_seed` if given, else `--seed` (as the Trainer seeds its own sampler)."
+    return args.seed if args.data_seed is None else args.data_seed
+
 class BucketBatches:
     "Trainer hooks: training batches from `BucketBatchSampler`, evaluation and test batches from `EvalBatchSampler`."
     def __init__(self, *a, **kw):
@@ -37,7 +53,7 @@ class BucketBatches:
         # nothing to even out across workers: accelerate before 1.14 refuses a batch sampler without `batch_size` otherwise
         even, self.accelerator.even_batches = self.accelerator.even_batches, False
         try: dl = self.accelerator.prepare(DataLoader(PaddedRows(ds, self.pad_id, n), batch_sampler=batch_sampler, collate_fn=self.data_collator,
-                                                      num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory))
+                                                      **loader_options(a)))
         finally: self.accelerator.even_batches = even
         shard = getattr(dl, 'batch_sampler', None)   # accelerate's sharding wrapper: our batches are already per worker
         if shard is not batch_sampler and getattr(shard, 'batch_sampler', None) is batch_sampler:
@@ -46,7 +62,8 @@ class BucketBatches:
 
     def get_train_dataloader(self):
         ds, a = self.model_columns(self.train_dataset), self.args
-        self.sampler = BucketBatchSampler(row_lengths(ds), a.train_batch_size, a.world_size, a.process_index, a.seed,
+        rows = getattr(self, '_train_batch_size', None) or a.train_batch_size   # the Trainer's: --auto_find_batch_size halves it after running out of memory
+        self.sampler = BucketBatchSampler(row_lengths(ds), rows, a.world_size, a.process_index, order_seed(a),
                                           fill_last=a.dataloader_drop_last, pad_to_batch=True)
         if self.epoch_callback is None: self.epoch_callback = as_callback(SetEpoch)(self.sampler); self.add_callback(self.epoch_callback)
         self.epoch_callback.sampler = self.sampler
@@ -54,7 +71,7 @@ class BucketBatches:
 
     def _scoring_loader(self, ds):
         ds, a = self.model_columns(ds), self.args
-        s = EvalBatchSampler(row_lengths(ds), a.per_device_eval_batch_size, a.world_size, a.process_index)
+        s = EvalBatchSampler(row_lengths(ds), a.eval_batch_size, a.world_size, a.process_index)
         return self._loader(ds, s, s.fed_rows())
 
     def get_eval_dataloader(self, eval_dataset=None): return self._scoring_loader(self.eval_dataset if eval_dataset is None else eval_dataset)
