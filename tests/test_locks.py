@@ -144,3 +144,33 @@ def test_launch_interrupted_in_python_says_what_was_kept(prepared):
     t0 = time.time()
     while procs_of(out) and time.time() - t0 < 10: time.sleep(0.1)
     assert not procs_of(out) and lock_holder(out) is None
+
+
+def test_prep_into_data_a_run_reads_is_refused_and_the_fix_works(prepared):
+    "A run holds its data folder for reading: a prep into it is refused in one line naming the run; stopping it, as said, frees it."
+    import shutil
+    data, out = prepared/'data-read', prepared/'reading'
+    shutil.copytree(prepared/'data', data)   # its own copy: the other tests' data stays as prepared
+    before = (data/'trn_tutorials.json').read_text()
+    p = train(data, out, epochs='40')
+    wait_for(torchrun_started(out), p, 'torchrun started')
+    again = ('prep', '--dataset_path', data, '--data', sample_data(), '--model_id', prepared/'tiny-bert', '--buckets', '2')
+    r = run(*again)   # into the folder the run reads, other data
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
+    assert f"{data} is being read by pid " in lines[0] and f"stop it (`trn-tutorials stop --output_dir {out}`)" in lines[0], lines
+    assert (data/'trn_tutorials.json').read_text() == before   # the run's data, untouched
+    fix = lines[0].split('stop it (`')[1].split('`)')[0].split()
+    assert run(*fix[1:]).returncode == 0 and p.wait(timeout=60) == 1   # the fix as printed: the run ends
+    r = run(*again)
+    assert r.returncode == 0 and (data/'trn_tutorials.json').read_text() != before, r.stderr[-2000:]
+
+
+def test_a_run_waits_for_no_prep_but_refuses_one_that_writes_its_data(prepared):
+    "While a prep writes the folder, a run into it is refused in one line (it would read data being replaced)."
+    from trn_tutorials.core import folder_lock
+    data = prepared/'data'
+    with folder_lock(data, 'dataset_path'):   # as `prep` holds it while it writes
+        r = run('train', '--dataset_path', data, '--output_dir', prepared/'too-early', '--max_steps', '2')
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and f"{data} is being written by pid {os.getpid()}" in lines[0], r.stderr

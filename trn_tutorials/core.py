@@ -12,9 +12,9 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'UsageError', 'field_help', 'documented',
            'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'arguments_of', 'check_type',
-           'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'stop_signals_as_ctrl_c',
-           'folder_record', 'write_record', 'check_owner', 'reader_path', 'reader_folder', 'reader_contents',
-           'made_before', 'scratch']
+           'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'reading',
+           'stop_signals_as_ctrl_c', 'folder_record', 'write_record', 'check_owner', 'reader_path', 'reader_folder',
+           'reader_contents', 'made_before', 'scratch']
 
 # %% ../nbs/90_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -318,6 +318,10 @@ def folder_lock(folder, # the folder the run writes
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             rec = _read_lock(fd); os.close(fd)
+            if not rec and (readers := _readers(folder)):   # runs reading it hold it shared (`reading`), not a writer
+                r = next((r for r in readers if r.get('output_dir')), readers[0]); stop = f"stop it (`trn-tutorials stop --output_dir {r['output_dir']}`), " if r.get('output_dir') else ''
+                raise UsageError(f"{folder} is being read by {_holder(r)}: wait for it to finish, {stop}"
+                                 f"or pass another --{option}") from None
             raise UsageError(f"{folder} is in use by {_holder(rec)}: wait for it to finish, stop it "
                              f"(`trn-tutorials stop --{option} {folder}`), or pass another --{option}") from None
         try: same = os.stat(lp).st_ino == os.fstat(fd).st_ino   # the holder before us may have removed the file meanwhile
@@ -346,6 +350,54 @@ def die_with_parent(sig:int=15 # the signal to receive: SIGTERM
                    ) -> bool:
     "Have Linux send this process `sig` when its parent dies (`prctl(PR_SET_PDEATHSIG)`); `False` where it cannot."
     return _PRCTL is not None and _PRCTL(1, sig, 0, 0, 0) == 0
+
+# %% ../nbs/90_core.ipynb #c42a0016
+def _readers(folder) -> list[dict]:
+    "The records of the live processes reading `folder` (see `reading`)."
+    import fcntl
+    out = []
+    for f in lock_path(folder).parent.glob(lock_path(folder).name + '.reader-*'):
+        try: fd = os.open(f, os.O_RDONLY)
+        except OSError: continue
+        try:
+            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # its reader holds it while it lives
+            except BlockingIOError: out.append(_read_lock(fd)); continue
+            try: os.unlink(f)   # a reader that was killed
+            except OSError: pass
+        finally: os.close(fd)
+    return out
+
+@contextmanager
+def reading(folder, # the folder a run reads, e.g. its `dataset_path`
+            option:str='dataset_path', # the option that names it, for the message
+            **extra # more to record, e.g. `output_dir=`: what `stop` needs to end the run
+           ):
+    "Hold `folder` shared for the block: `folder_lock` (a `prep` into it) is refused meanwhile, as this is while one writes."
+    import fcntl, tempfile
+    from datetime import datetime
+    lp = lock_path(folder)
+    if not Path(os.path.abspath(folder)).exists(): yield; return   # nothing to keep: the run refuses a missing folder itself
+    while True:
+        try: fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError: yield; return   # a read-only place (a SageMaker channel): nobody can write beside it either
+        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            rec = _read_lock(fd); os.close(fd)
+            raise UsageError(f"{folder} is being written by {_holder(rec)}: wait for it to finish, "
+                             f"or pass another --{option}") from None
+        try: same = os.stat(lp).st_ino == os.fstat(fd).st_ino   # a writer before us may have removed the file meanwhile
+        except FileNotFoundError: same = False
+        if same: break
+        os.close(fd)
+    rfd, me = tempfile.mkstemp(prefix=f'{lp.name}.reader-', dir=lp.parent)   # who reads, for the message a writer gets
+    fcntl.flock(rfd, fcntl.LOCK_EX)
+    os.write(rfd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname(), 'command': _command(),
+                              'started': datetime.now().strftime('%Y-%m-%d %H:%M:%S'), **extra}).encode())
+    try: yield
+    finally:
+        try: os.unlink(me)
+        except OSError: pass
+        os.close(rfd); os.close(fd)   # the lock file stays: other runs may be reading
 
 # %% ../nbs/90_core.ipynb #c42a0013
 STOP_SIGNALS = ('SIGTERM', 'SIGHUP')   # the cloud's Ctrl-C (a SageMaker stop, a spot interruption, `kill`) and a closed terminal

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_launch.ipynb #33064bc6
 from __future__ import annotations
-import json, os, re, signal, socket, subprocess, sys, time
+import json, os, re, signal, socket, subprocess, sys, tempfile, time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from fastcore.basics import patch
 from .core import (Accelerator, Limit, UsageError, check_backend, check_number, die_with_parent, detect,
-                                folder_lock, lock_holder, lock_path, run_cost, set_backend_env, instance_type as _instance_type)
+                                folder_lock, lock_holder, lock_path, reading, run_cost, set_backend_env, instance_type as _instance_type)
 from .data import load_prepared
 from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
@@ -21,8 +21,8 @@ from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, check_ba
 
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'workers', 'free_port', 'launch_env', 'train_argv',
-           'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'relaunch_note', 'LaunchError',
-           'Results', 'launch', 'stop']
+           'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'relaunch_note', 'failure_records',
+           'LaunchError', 'Results', 'launch', 'stop']
 
 # %% ../nbs/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -178,25 +178,44 @@ def relaunch_note(output_dir # the run's folder
 
 def _disk_full(text:str|None) -> bool: return bool(text) and ('[Errno 28]' in text or 'No space left on device' in text)
 
+def failure_records(log_dir # torchrun's `--log_dir` (`PET_LOG_DIR`): each worker's error file is in it
+                   ) -> list[dict]:
+    "What the workers handed torchrun as they failed (`_one_line_errors`): `rank`, `error` (the exception's name), `message`; first failure first."
+    found = []
+    for f in Path(log_dir).glob('*/attempt_*/*/error.json'):   # torchrun's layout: <run id>/attempt_<n>/<local rank>/error.json
+        try: m = json.loads(f.read_text())['message']; text = m['message'] if isinstance(m, dict) else str(m); t = f.stat().st_mtime_ns
+        except (OSError, ValueError, KeyError, TypeError): continue   # a worker killed mid-write
+        error, _, message = text.partition(': ')
+        found.append((t, int(f.parent.name), {'rank': int(f.parent.name), 'error': error, 'message': message}))
+    return [r for *_, r in sorted(found, key=lambda x: x[:2])]
+
 class LaunchError(RuntimeError):
     "torchrun exited with an error; the message names the worker's exception, else ends with the last lines of output."
-    def __init__(self, status:int, tail:list[str], log:str|None=None):
+    def __init__(self, status:int, tail:list[str], log:str|None=None,
+                 cause:str|None=None): # the worker's failure (`Error: message`) from its record; default: read from the log
         self.status, self.tail, self.log = status, tail, log
         lines = Path(log).read_text(errors='replace').splitlines() if log and Path(log).is_file() else tail
-        self.cause, out = worker_error(lines), os.path.abspath(Path(log).parent) if log else None
+        self.cause, out = cause or worker_error(lines), os.path.abspath(Path(log).parent) if log else None
         where = f" (full log: {log})" if log else ''
         sig = re.search(r'SignalException: Process \d+ got signal: (\d+)', '\n'.join(tail))   # stopped, not failed
         sig = int(sig[1]) if sig else -status if status < 0 else None   # torchrun itself killed before it could say so
+        stopped = (self.cause or '').startswith('KeyboardInterrupt: ') and self.cause.split(': ')[1]   # 'stopped by SIGTERM'
         super().__init__(f"torchrun exited with status {status}{where}: " + (
             f"stopped by signal {sig} ({signal.Signals(sig).name}); {relaunch_note(out)}" if sig else
+            f"a worker was {stopped}; {relaunch_note(out)}" if stopped else
             f"the disk is full (a worker failed with {self.cause}): free space on the disk holding {out or 'the run'} (remove old "
             f"runs or checkpoints) or pass an --output_dir on a disk with room, then {relaunch_note(out)}" if _disk_full(self.cause) else
             f"the run ended without writing metrics.json: {os.path.join(out, 'metrics.json')} is from an earlier run" if status == 0 and out else
             f"a worker failed with {self.cause}" if self.cause else "last lines:\n" + '\n'.join(tail[-20:])))
 
-def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchError):
+def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchError,
+                   records:list[dict]=() # the workers' failures, `failure_records(...)`; none: read from their output
+                  ):
     "Raise a worker's one-line error as a `UsageError`, any other failure as `error` naming what went wrong."
-    errors = [l[len(ERROR_PREFIX):] for l in tail if l.startswith(ERROR_PREFIX)]
+    if records:
+        if usage := [r['message'] for r in records if r['error'] == 'UsageError']: raise UsageError(usage[0])
+        raise error(status, tail, log, cause=f"{records[0]['error']}: {records[0]['message']}".rstrip(': '))
+    errors = [l[len(ERROR_PREFIX):] for l in tail if l.startswith(ERROR_PREFIX)]   # a worker that failed before it could record
     if errors: raise UsageError(errors[0])
     raise error(status, tail, log)
 
@@ -364,17 +383,18 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
     "Train `args` with torchrun on this machine's accelerator; return the results."
     args, n, out, manifest = _checked(args, nproc_per_node, instance_type)
     _wait_for_dying_holder(args.output_dir)
-    with folder_lock(args.output_dir, 'output_dir', root=None) as lock:   # `root`: torchrun's pid, once it runs
+    with (folder_lock(args.output_dir, 'output_dir', root=None) as lock,   # `root`: torchrun's pid, once it runs
+          reading(args.dataset_path, output_dir=args.output_dir), tempfile.TemporaryDirectory(prefix='torchrun-') as logs):
         _end_stale(lock['stale'], args.output_dir)
         resume_from(args, n, fill_last=args.backend in XLA_BACKENDS)
         claim_output_dir(args, manifest)   # its record: a model folder, written by train, from this data
         old = _stamp(out/'metrics.json')   # kept until this run writes its own: a failed run leaves the last one's
         log = str(out/'train.log')
-        env = {**launch_env(args.backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out)}
+        env = {**launch_env(args.backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out), 'PET_LOG_DIR': logs}   # error files
         before = _neuron_cache(env) if args.backend == 'neuron' else None
         try: status, tail, wall = _torchrun(args, n, env, log, echo, raw)
         except KeyboardInterrupt: raise KeyboardInterrupt(f"interrupted: {relaunch_note(out)}") from None   # torchrun and its workers ended
-        if status != 0: _raise_failure(status, tail, log)
+        if status != 0: _raise_failure(status, tail, log, records=failure_records(logs))
         if _stamp(out/'metrics.json') in (None, old): raise LaunchError(0, tail, log)   # never the last run's, as this one's
         metrics = json.loads((out/'metrics.json').read_text())
         loaded = _neuron_cache(env, before, metrics.get('compiled_graphs')) if before is not None else None

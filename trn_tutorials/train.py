@@ -4,13 +4,13 @@
 
 # %% ../nbs/04_train.ipynb #60e0af2d
 from __future__ import annotations
-import contextlib, errno, json, os, shlex, shutil, sys, time
+import contextlib, errno, json, os, shlex, shutil, signal, sys, time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 
 from .core import (UsageError, check_backend, check_folder, check_owner, die_with_parent, folder_lock, parse_args,
-                                 set_backend_env, short_path, write_record)
+                                 reading, set_backend_env, short_path, stop_signals_as_ctrl_c, write_record)
 from .data import data_fingerprint, load_prepared, prep_command
 from .packing import texts_per_row
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # imported when a run is parsed: it loads transformers
@@ -386,24 +386,37 @@ def _quiet_logs():
     if int(os.environ.get('RANK', 0)) > 0: transformers.utils.logging.set_verbosity_error()
 
 # %% ../nbs/04_train.ipynb #779ff6fe
+def _record_failure(e:BaseException):
+    "Hand `e` to torchrun as its error file (`TORCHELASTIC_ERROR_FILE`): the launcher reads it, and torchrun's summary shows it."
+    if not os.environ.get('TORCHELASTIC_ERROR_FILE'): return   # not under torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+    ErrorHandler().record_exception(e)
+
+def _stop_line(e:BaseException, args:TrainArguments, argv:list[str], came:list) -> tuple[str|None, int]:
+    "The one line and exit status for what stopped the run; `(None, 1)` for a failure that keeps its traceback."
+    if isinstance(e, UsageError): return str(e), 2
+    if came or isinstance(e, KeyboardInterrupt):   # after a stop signal, whatever it broke (a collective, a save) ends so too
+        py = 'python' if (w := shutil.which('python')) and os.path.samefile(w, sys.executable) else sys.executable   # as the user typed it
+        start = ['torchrun', '--nproc_per_node', os.environ.get('LOCAL_WORLD_SIZE', '1')] if torchrun_worker() else [py]
+        again = shlex.join([*start, '-m', 'trn_tutorials.train', *_full_paths(argv)])
+        how = f"stopped by {signal.Signals(came[0]).name}" if came else 'interrupted'
+        return f"{how}: {_kept(args.output_dir)}; run `{again}` to continue", 128 + came[0] if came else 130
+    if isinstance(e, (OSError, RuntimeError)) and (getattr(e, 'errno', None) == errno.ENOSPC or 'No space left on device' in str(e)):
+        return (f"the disk holding {os.path.abspath(args.output_dir)} is full (No space left on device): {_kept(args.output_dir)}; "
+                "free space on it and run the same command again"), 2   # however the library that wrote reports it
+    return None, 1
+
 @contextlib.contextmanager
-def _one_line_errors(args:TrainArguments, argv:list[str]):
-    "What stops a run, as one line and an exit status: 2 for bad input or a full disk, 130 for Ctrl-C (with the command that continues)."
+def _one_line_errors(args:TrainArguments, argv:list[str], came:list=()):
+    "What stops a run, as one line and an exit status (2 bad input or a full disk, 130 Ctrl-C, 128+N signal N), and as torchrun's record."
     try: yield
-    except UsageError as e:
-        print(f"{ERROR_PREFIX}{e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:   # Ctrl-C: what is kept, and the command that continues
-        if int(os.environ.get('RANK', 0)) == 0:
-            py = 'python' if (w := shutil.which('python')) and os.path.samefile(w, sys.executable) else sys.executable   # as the user typed it
-            again = shlex.join([py, '-m', 'trn_tutorials.train', *_full_paths(argv)])
-            print(f"{ERROR_PREFIX}interrupted: {_kept(args.output_dir)}; run `{again}` to continue", file=sys.stderr, flush=True)
-        sys.exit(130)
-    except (OSError, RuntimeError) as e:   # a full disk, however the library that wrote reports it
-        if getattr(e, 'errno', None) != errno.ENOSPC and 'No space left on device' not in str(e): raise
-        print(f"{ERROR_PREFIX}the disk holding {os.path.abspath(args.output_dir)} is full (No space left on device): {_kept(args.output_dir)}; "
-              "free space on it and run the same command again", file=sys.stderr, flush=True)
-        sys.exit(2)
+    except SystemExit: raise
+    except BaseException as e:
+        line, status = _stop_line(e, args, argv, came)
+        if line is None: _record_failure(e); raise
+        _record_failure(UsageError(line) if status == 2 else KeyboardInterrupt(line))
+        if status == 2 or int(os.environ.get('RANK', 0)) == 0: print(f"{ERROR_PREFIX}{line}", file=sys.stderr, flush=True)
+        sys.exit(status)
 
 def _output_lock(args:TrainArguments):
     "`output_dir`'s lock, unless the launcher holds it for its workers (or another worker of this node does)."
@@ -412,18 +425,23 @@ def _output_lock(args:TrainArguments):
     root = os.getppid() if torchrun_worker() else os.getpid()
     return folder_lock(args.output_dir, 'output_dir', root=root) if mine else contextlib.nullcontext()
 
+def _data_lock(args:TrainArguments):
+    "The data folder held for reading while the run lasts: a `prep` into it is refused meanwhile (one worker a node holds it)."
+    return reading(args.dataset_path, output_dir=args.output_dir) if int(os.environ.get('LOCAL_RANK', 0)) == 0 else contextlib.nullcontext()
+
 # %% ../nbs/04_train.ipynb #aa648552
 def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
          relaunch:bool=False # on a Neuron backend outside torchrun: re-run under torchrun with one worker (`python -m`), not refuse
         ) -> dict:
-    "Parse the arguments and train, holding `output_dir`'s lock unless the launcher holds it."
+    "Parse the arguments and train, holding `output_dir`'s lock unless the launcher holds it, and the data for reading."
     argv = sys.argv[1:] if argv is None else argv
     backend = _as_worker(argv, relaunch)   # before transformers is imported: it reads USE_TORCH_XLA once
     from trn_tutorials.arguments import TrainArguments, alias_notes   # transformers, now that USE_TORCH_XLA is set
     args, = parse_args([TrainArguments], argv + ['--backend', backend] * bool(backend), prog='trn_tutorials.train')   # resolved once
     _quiet_logs()
     for n in alias_notes(argv) * (int(os.environ.get('RANK', 0)) == 0): _note(n)
-    with _one_line_errors(args, argv), _output_lock(args): return train(args)
+    with stop_signals_as_ctrl_c() as came, _one_line_errors(args, argv, came), _output_lock(args), _data_lock(args):
+        return train(args)
 
 # %% ../nbs/04_train.ipynb #c6b90374
 #| eval: false
