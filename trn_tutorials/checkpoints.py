@@ -124,7 +124,7 @@ def _differs(want:dict, have:dict) -> str:
 
 RUN_ARGS = 'trn_tutorials_args.json'  # the run's `TrainArguments`, written into each of its checkpoints
 SAME_RUN = ('learning_rate', 'num_train_epochs', 'max_steps', 'per_device_train_batch_size', 'gradient_accumulation_steps', 'warmup_ratio',
-            'warmup_steps', 'lr_scheduler_type', 'weight_decay', 'seed', 'bf16')   # what a checkpoint's schedule and state depend on
+            'warmup_steps', 'lr_scheduler_type', 'weight_decay', 'seed', 'data_seed', 'bf16')   # what a checkpoint's schedule and state depend on
 
 def _opts(d:dict, names) -> str: return ' '.join(f"--{n} {str(d[n]).lower() if isinstance(d[n], bool) else d[n]}" for n in names)
 
