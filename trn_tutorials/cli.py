@@ -324,18 +324,38 @@ def _usage() -> str:
         f'  {k:11} {v[2]}' for k, v in COMMANDS.items())
 
 # %% ../nbs/07_cli.ipynb #c11a0003
-def _device(p) -> int:
-    "The filesystem holding `p` (its nearest existing folder)."
+def _existing(p) -> Path:
+    "The nearest existing folder of `p` (itself if it exists)."
     p = Path(os.path.abspath(p))
     while not p.exists(): p = p.parent
-    return p.stat().st_dev
+    return p
+
+def _device(p) -> int:
+    "The filesystem holding `p` (its nearest existing folder)."
+    return _existing(p).stat().st_dev
+
+def _written(parsed:tuple) -> list[str]:
+    "The folders a command writes: --output_dir, and --dataset_path where it prepares data (training only reads it)."
+    return list(dict.fromkeys(os.path.abspath(v) for a in parsed for k in ('output_dir', 'dataset_path')
+                              if (k == 'output_dir' or hasattr(a, 'data')) and isinstance(v := getattr(a, k, None), str)))
+
+def _holds(folder:str, f:str) -> bool:
+    "Whether the file `f` is in `folder`, or in the hidden copy beside it that a save writes first (`.name.tmp-…`)."
+    p, q = Path(folder), Path(f)
+    return p == q or p in q.parents or any(a.parent == p.parent and a.name.startswith(f'.{p.name}.') for a in (q, *q.parents))
 
 def disk_full(e:OSError, # the error: errno ENOSPC, or a library's 'No space left on device'
               parsed:tuple # the command's parsed arguments, which name its folders
              ) -> str:
-    "One line for a full disk: the command's folder on it, and what to do."
-    mine = [os.path.abspath(v) for a in parsed for k in ('output_dir', 'dataset_path') if isinstance(v := getattr(a, k, None), str)]
-    if e.filename: mine = [m for m in mine if _device(m) == _device(e.filename)] or [os.path.dirname(os.path.abspath(e.filename))]
+    "One line for a full disk: the folder the command was writing there (not one it only reads, nor one on another disk), and what to do."
+    import shutil
+    mine = _written(parsed)
+    if e.filename:
+        f = os.path.abspath(e.filename)
+        mine = [m for m in mine if _holds(m, f)] or [m for m in mine if _device(m) == _device(f)] or [os.path.dirname(f)]
+    elif len({_device(m) for m in mine}) > 1:   # no file named: of the disks it writes, the one with the least room left is full
+        full = min(mine, key=lambda m: shutil.disk_usage(_existing(m)).free)
+        mine = [m for m in mine if _device(m) == _device(full)]
     return (f"the disk holding {' and '.join(mine) or os.getcwd()} is full (No space left on device): free space on it (old runs, "
             "checkpoints, caches) or choose folders on a disk with room, then run the same command again")
 

@@ -395,7 +395,7 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     packing = _packing(args, model_id, lengths['train'], length) if args.pack else None   # refused here, before tokenizing
     if Path(model_id).expanduser().exists(): model_id = str(Path(model_id).expanduser().resolve())
     manifest = _manifest(args, dest, model_id, tok, raw, ds, gone, unused, lengths, bl)
-    _check_space(dest, sum(manifest['rows'].values()), length, len(tok.model_input_names))
+    _check_space(dest, manifest['rows'], length, len(tok.model_input_names))
     if packing:
         tds, stats = pack_splits(ds, tok, length, packing['row_length'], packing['max_texts'], packing['order_seed'])
         manifest |= _packed_record(packing, stats, length)

@@ -11,7 +11,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, concaten
 from pathlib import Path
 
 from .core import Limit, UsageError, check_number, hub_reachable, local_model
-from .data_files import EMOTION_LABELS, _HUB_ID, _MANIFEST, _NUMBER, _SPLITS, _root_cause
+from .data_files import EMOTION_LABELS, _HUB_ID, _MANIFEST, _NUMBER, _SPLITS, _kind, _numbers, _root_cause, _where_rows
 
 # %% auto #0
 __all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'edit_distance', 'similar_labels', 'validate', 'repeated_rows', 'repeat_warning',
@@ -22,7 +22,30 @@ def _col(d:Dataset, col:str) -> list:
     "Column `col` of `d` as a Python list."
     return list(d[col])
 
-def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:str):
+def _where(ds:DatasetDict, name:str) -> list|None:
+    "Where the rows of split `name` of `ds` come from, as `load_raw` read them: `[(file, each row's line or None, rows)]`; `None` for data not read from files (or changed since)."
+    got = getattr(ds, 'row_lines', {}).get(name)
+    return got[1] if got and got[0] == getattr(ds[name], '_fingerprint', None) and sum(w[2] for w in got[1]) == len(ds[name]) else None
+
+def _of(split:str, where:list|None) -> str:
+    "What a message names a split by: its file, when it was read from one, else `split 'train'`."
+    return where[0][0] if where and len(where) == 1 else f"split {split!r}"
+
+def _bad_rows(split:str, rows:list[int], says:tuple[str, str], fix:str, where:list|None=None) -> str:
+    "The one line for `rows` (positions) of split `split` that are wrong the same way: every one counted, the first few named by their file's lines where known."
+    n = len(rows)
+    if where is None:
+        if n == 1: return f"row {rows[0]} of split {split!r} {says[0]}: {fix}"
+        return f"{n:,} rows of split {split!r} {says[1]} (rows {_numbers(rows)}): {fix}"
+    per, off = [], 0
+    for f, lines, k in where:
+        mine = [i - off for i in rows if off <= i < off + k]
+        if mine: per.append((f, _where_rows(lines, mine)))
+        off += k
+    if len(per) == 1: return f"{per[0][0]}: {n:,} row{'s' * (n > 1)} {says[n > 1]} ({per[0][1]}): {fix}"
+    return f"{n:,} rows of split {split!r} {says[1]} ({'; '.join(f'{f} {w}' for f, w in per)}): {fix}"
+
+def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:str, where:list|None=None):
     "Raise a `UsageError` unless split `split` has text columns of strings, a label column and rows."
     cols = ', '.join(d.column_names)
     for c in text_columns:
@@ -34,7 +57,7 @@ def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:st
     for c in text_columns:
         ft = d.features[c]
         if not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string', 'null')):
-            raise UsageError(f"column {c!r} of split {split!r} holds {ft}, not text: pass --text_column naming the text column")
+            raise UsageError(f"column {c!r} of {_of(split, where)} holds {_kind(ft, d[:50][c])}, not text: pass --text_column naming the text column")
     if len(d) == 0: raise UsageError(f"split {split!r} is empty: add rows to it or leave it out")
 
 def _check_text_not_label(text_columns:list[str], label_column:str):
@@ -49,18 +72,21 @@ def _unlabelled(d:Dataset, label_column:str) -> bool:
     return isinstance(d.features[label_column], ClassLabel) and len(d) > 0 and set(_col(d, label_column)) <= {-1, None}
 
 # %% ../nbs/03c_data_checks.ipynb #d29ec485
-def _label_values(d:Dataset, split:str, label_column:str) -> list:
-    "The labels of split `split` as names (strings) or integer ids; a `ClassLabel` gives names."
+def _label_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list:
+    "The labels of split `split` (read from `where`, see `_where`) as names (strings) or integer ids; a `ClassLabel` gives names."
     ft, vals = d.features[label_column], _col(d, label_column)
     if isinstance(ft, ClassLabel): vals = [ft.names[v] if v is not None and 0 <= v < ft.num_classes else v for v in vals]
-    elif not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string') or 'int' in ft.dtype)):
-        raise UsageError(f"labels in column {label_column!r} are {ft}: use label names (strings) or integer ids")
-    if None in vals: raise UsageError(f"row {vals.index(None)} of split {split!r} has no label: give every row one")
+    elif isinstance(ft, Value) and 'float' in ft.dtype and all(v is None or v != v or float(v).is_integer() for v in vals):
+        vals = [None if v is None or v != v else int(v) for v in vals]   # integer ids read as floats: pandas does so when a label is missing
+    elif not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string', 'null') or 'int' in ft.dtype)):
+        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {_kind(ft, vals)}: give each row a label name "
+                         f"(text, e.g. positive) or an integer class id (0, 1, ...), or pass --label_column naming the column that holds them")
+    if (bad := [i for i, v in enumerate(vals) if v is None]): raise UsageError(_bad_rows(split, bad, ('has no label', 'have no label'), 'give every row one', where))
     return vals
 
-def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None) -> list[str]:
-    "Label names, in id order, from the train split (and `label_names`, the names the user gave)."
-    ft, vals = d.features[label_column], _label_values(d, 'train', label_column)
+def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None, where:list|None=None) -> list[str]:
+    "Label names, in id order, from the train split (read from `where`) and `label_names`, the names the user gave."
+    ft, vals = d.features[label_column], _label_values(d, 'train', label_column, where)
     given = f"--label_names {' '.join(label_names)}" if label_names else ''
     if label_names and len(set(label_names)) != len(label_names): raise UsageError(f"{given} names a label twice: give each label one name")
     if isinstance(ft, ClassLabel):
@@ -94,10 +120,10 @@ def _sentences(parts) -> str|None:
         if p: out = f"{out}{'' if out[-1:] in ('', '.', '!', '?') else '.'}{' ' if out else ''}{p}"
     return out or None
 
-def _encode(d:Dataset, split:str, text_columns:list[str], labels:list[str], names:list[str]) -> Dataset:
-    "Split `split` with columns exactly `text` (str) and `label` (a `ClassLabel` of `names`); rows whose label is not in `names` are left out."
+def _encode(d:Dataset, split:str, text_columns:list[str], labels:list[str], names:list[str], where:list|None=None) -> Dataset:
+    "Split `split` (read from `where`) with columns exactly `text` (str) and `label` (a `ClassLabel` of `names`); rows whose label is not in `names` are left out."
     texts = _col(d, text_columns[0]) if len(text_columns) == 1 else [_sentences(r) for r in zip(*(_col(d, c) for c in text_columns))]
-    if None in texts: raise UsageError(f"row {texts.index(None)} of split {split!r} has no text: give every row some")
+    if (bad := [i for i, t in enumerate(texts) if t is None]): raise UsageError(_bad_rows(split, bad, ('has no text', 'have no text'), 'give every row some', where))
     ids = {n: i for i, n in enumerate(names)}
     keep = [i for i, v in enumerate(labels) if v in ids]
     if not keep: raise UsageError(f"every row of split {split!r} has a label that train lacks (--accept_labels leaves them out): "
@@ -295,24 +321,24 @@ def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str
     check_number('split_seed', seed, int, SPLIT_LIMITS['split_seed'])
     check_number('min_label_rows', min_label_rows, int, SPLIT_LIMITS['min_label_rows'])
     _check_text_not_label(texts, label_column)
-    splits = {}
+    splits, where = {}, {}
     for name, d in ds.items():
         s = _SPLITS.get(name.lower())
-        if s and s not in splits: splits[s] = d
+        if s and s not in splits: splits[s], where[s] = d, _where(ds, name)   # a file's rows are named by their lines
     if 'train' not in splits: raise UsageError(f"no train split (splits: {', '.join(ds)}): name the training file train.* or the split 'train'")
     if 'test' in splits and _unlabelled(splits['test'], label_column): del splits['test']   # e.g. GLUE's test set: nothing to score
-    for s, d in splits.items(): _check_columns(d, s, texts, label_column)
-    names = _label_names(splits['train'], label_column, label_names)
+    for s, d in splits.items(): _check_columns(d, s, texts, label_column, where[s])
+    names = _label_names(splits['train'], label_column, label_names, where['train'])
     if len(names) < 2: raise UsageError(f"only one label ({names[0]!r}) in split 'train': a classifier needs at least two; add rows of another label")
     ft = splits['train'].features[label_column]
     rename = dict(zip(ft.names, names)) if isinstance(ft, ClassLabel) and label_names else {}
     labels = {}
     for s, d in splits.items():   # every split's labels as names: integer ids become the names they stand for
-        vals = _label_values(d, s, label_column)
+        vals = _label_values(d, s, label_column, where[s])
         labels[s] = [names[v] if 0 <= v < len(names) else str(v) for v in vals] if vals and not isinstance(vals[0], str) else \
                     [rename.get(v, v) for v in vals]
     left_out = _check_labels(labels, names, min_label_rows, list(accept_labels or []), 'validation' not in splits, eval_fraction)
-    out = {s: _encode(d, s, texts, labels[s], names) for s, d in splits.items()}
+    out = {s: _encode(d, s, texts, labels[s], names, where[s]) for s, d in splits.items()}
     if 'validation' not in out: out['train'], out['validation'] = _split_off(out['train'], eval_fraction, seed)
     return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out}), left_out
 

@@ -4,13 +4,13 @@
 
 # %% ../nbs/03b_data_files.ipynb #d7f11e06
 from __future__ import annotations
-import collections, json, os, re, shutil
+import collections, json, os, re, shutil, sys
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from datasets import Dataset, DatasetDict, Features, Value, concatenate_datasets, load_dataset, load_from_disk
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, concatenate_datasets, load_dataset, load_from_disk
 from datasets.utils import logging as datasets_logging
 
 import trn_tutorials
@@ -98,7 +98,11 @@ def _first_row(f:Path) -> list[str]:
     import csv
     with open(f, newline='', encoding='utf-8-sig', errors='replace') as fh:
         rows = csv.reader(fh, delimiter='\t', quoting=csv.QUOTE_NONE) if f.suffix.lower() == '.tsv' else csv.reader(fh)
-        return next(rows, [])
+        return next((r for r in rows if _filled(r)), [])
+
+def _filled(fields:list[str]) -> bool:
+    "Whether a line that `csv.reader` split into `fields` is a row: the loader skips a blank (or whitespace-only) line."
+    return bool(fields) and (len(fields) > 1 or bool(fields[0].strip()))
 
 def _looks_like_data(fields:list[str]) -> bool:
     "Whether a first line reads as a row of data rather than column names: a field is a number or a sentence."
@@ -169,43 +173,54 @@ def _check_separator(f:Path, lines:list[str]):
                      f"(its first line: {shown if len(shown) <= 40 else shown[:39] + '…'}): {fix}")
 
 def _check_rows(f:Path, lines, header:bool, width:int, named:str):
-    "Refuse the .csv/.tsv file `f` (its `lines`) if a row has more fields than its `width` columns, or if it has a `header` and no rows."
-    import csv
+    "Refuse the .csv/.tsv file `f` (its `lines`) if a row has more fields than its `width` columns, or if it has a `header` and no rows; else the line each row starts on."
+    import array, csv
     tsv = f.suffix.lower() == '.tsv'
     rows = csv.reader(lines, delimiter='\t', quoting=csv.QUOTE_NONE) if tsv else csv.reader(lines)
-    n, wide = -int(header), []
+    n, wide, starts, end = -int(header), [], array.array('q'), 0
     for r in rows:
-        if not r: continue   # the loader skips blank lines too
+        start, end = end + 1, rows.line_num   # a quoted field may span lines: the row starts after the previous one ended
+        if not _filled(r): continue   # the loader skips blank lines too
         n += 1
+        if n > 0: starts.append(start)
         if len(r) > width: wide.append((rows.line_num, len(r), not any(x.strip() for x in r[width:])))
     if header and n == 0: raise UsageError(f"{f} has column names but no rows: add rows")
-    if not wide: return
+    if not wide: return starts
     line, k, empty = wide[0]
     fix = ("remove the separator after its last field" if empty else "remove the tabs from its texts (a .tsv field cannot hold one)" if tsv
            else "quote texts holding commas (\"a, b\") or save it as .tsv")
     raise UsageError(f"line {line} of {f} ({len(wide):,} of its {n:,} rows) has {k} fields but {named} {width}: {fix}")
 
 # %% ../nbs/03b_data_files.ipynb #9eb97c35
-def _file_options(f:Path, text_column:str, label_column:str, column_names:list[str]|None) -> dict:
-    "The `load_dataset` options that read the data file `f`, once its encoding, separator and rows are checked."
-    import itertools
+def _file_options(f:Path, text_column:str, label_column:str, column_names:list[str]|None) -> tuple[dict, object]:
+    "The `load_dataset` options that read the data file `f`, once its encoding, separator and rows are checked; and the line each row starts on (an `array` of them; `None`: not known)."
+    import array, itertools
     kind, lines = f.suffix.lower(), _utf8_lines(f)
-    if kind in ('.json', '.jsonl'): collections.deque(lines, maxlen=0)   # read through: the encoding is checked here
-    if kind not in _SEP: return {}
+    if kind in ('.json', '.jsonl'):   # read through: the encoding is checked here; a JSON line is a row, a blank line is skipped
+        at = array.array('q', (n for n, l in enumerate(lines, 1) if l.strip()))
+        return {}, None if kind == '.json' and at and _first_char(f) == '[' else at   # a JSON list: its rows are not lines
+    if kind not in _SEP: return {}, None
     head = list(itertools.islice(lines, 20))
     if not any(l.strip() for l in head) and not any(l.strip() for l in lines):
         raise UsageError(f"{f} holds only blank lines: add rows or remove the file")
     _check_separator(f, [l for l in head if l.strip()])
     if kind == '.txt':   # a first line naming the columns, `text;label`, is a header
         header = [x.strip().lower() for x in head[0].rsplit(';', 1)] == [text_column.lower(), label_column.lower()]
-        if header and not any(l.strip() for l in itertools.chain(head[1:], lines)): raise UsageError(f"{f} has column names but no rows: add rows")
-        collections.deque(lines, maxlen=0)
-        return _txt_options(text_column, label_column, header)
+        at = array.array('q', (n for n, l in enumerate(itertools.chain(head, lines), 1) if l.strip() and not (header and n == 1)))
+        if header and not at: raise UsageError(f"{f} has column names but no rows: add rows")
+        return _txt_options(text_column, label_column, header), at
     opts = _table_options(f, column_names)
     given = 'column_names' in opts
-    _check_rows(f, itertools.chain(head, lines), not given, len(opts['column_names'] if given else _first_row(f)),
-                '--column_names names' if given else 'its header names')
-    return opts
+    at = _check_rows(f, itertools.chain(head, lines), not given, len(opts['column_names'] if given else _first_row(f)),
+                     '--column_names names' if given else 'its header names')
+    return opts, at
+
+def _first_char(f:Path) -> str:
+    "The first character of the text file `f` that is not white space ('' if none)."
+    with open(f, encoding='utf-8-sig', errors='replace') as fh:
+        for line in fh:
+            if line.strip(): return line.strip()[0]
+    return ''
 
 # %% ../nbs/03b_data_files.ipynb #df01b0a3
 def _split_of(f:Path) -> str|None:
@@ -245,30 +260,146 @@ def _datasets_quiet():
     try: yield
     finally: datasets_logging.set_verbosity(level)
 
+# %% ../nbs/03b_data_files.ipynb #e6a1c0d1
+def _numbers(ns, most:int=5) -> str:
+    "Line or row numbers for a message: runs shortened (`60-62`), the first `most` items named and the rest counted: `11, 14, 20-22 and 9 more`."
+    runs = []
+    for n in ns:
+        if runs and n == runs[-1][1] + 1: runs[-1][1] = n
+        else: runs.append([n, n])
+    items = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    if len(items) > most: return f"{', '.join(items[:most])} and {sum(b - a + 1 for a, b in runs[most:]):,} more"
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+def _shown(v) -> str:
+    "A value of a data file as a message shows it: JSON's spelling for true/false, lists and records; at most 30 characters."
+    s = json.dumps(v, ensure_ascii=False) if isinstance(v, (bool, dict, list)) else str(v)
+    return s if len(s) <= 30 else s[:29] + '…'
+
+def _kind(ft, vals=()) -> str:
+    "What a column of the `datasets` feature `ft` holds, in a user's words, with examples from its values `vals`: never the feature's repr."
+    seen = [v for v in vals if v is not None][:1000]
+    eg = lambda vs: f" ({', '.join(dict.fromkeys(map(_shown, vs)))})" if vs else ''
+    if isinstance(ft, ClassLabel): return f"class labels{eg(ft.names[:4])}"
+    if isinstance(ft, Value):
+        t = ft.dtype
+        if t == 'bool': return f"true/false values{eg(sorted(set(seen))[:2])}"
+        if 'int' in t: return f"whole numbers{eg(seen[:2])}"
+        if 'float' in t or 'decimal' in t: return f"numbers with decimals{eg(([v for v in seen if v != int(v)] or seen)[:1])}"
+        if 'string' in t: return f"text{eg(seen[:1])}"
+        if t == 'null': return "no values (every row is empty)"
+        if t.startswith(('timestamp', 'date', 'time', 'duration')): return f"dates or times{eg(seen[:1])}"
+        if 'binary' in t: return "bytes"
+    if isinstance(ft, dict): return f"records with fields {', '.join(ft)}{eg(seen[:1])}"
+    if isinstance(ft, (list, tuple)) or type(ft).__name__ in ('Sequence', 'List', 'LargeList'): return f"lists{eg(seen[:1])}"
+    firsts = {}   # a feature of its own (datasets' Json for a JSON column of mixed types): said by the values' kinds
+    for v in seen:
+        firsts.setdefault('true/false values' if isinstance(v, bool) else 'numbers' if isinstance(v, (int, float)) else 'text' if isinstance(v, str)
+                          else 'lists' if isinstance(v, list) else 'records' if isinstance(v, dict) else 'other values', v)
+    if len(firsts) > 1: return f"a mix of {', '.join(list(firsts)[:-1])} and {list(firsts)[-1]}{eg(list(firsts.values()))}"
+    return f"{next(iter(firsts), 'values')}{eg(seen[:1])}"
+
+# %% ../nbs/03b_data_files.ipynb #e6a1c0d2
+_JSON_WHY = {'Extra data': 'more after the end of the record', 'Expecting value': 'a value is missing', "Expecting ',' delimiter": 'a comma is missing',
+             'Expecting property name enclosed in double quotes': 'a name not in double quotes', 'Unterminated string starting at': 'a quote is not closed',
+             "Expecting ':' delimiter": 'a colon is missing', 'Invalid control character at': 'a raw tab or line break inside a string'}
+
+def _bad_json(f:Path) -> str|None:
+    "The one line for the .json/.jsonl file `f` when it is not valid JSON: the first bad line, why, and every bad line counted; else `None`."
+    text = f.read_text(encoding='utf-8-sig')
+    why = lambda e: f"{_JSON_WHY.get(e.msg, e.msg)} at column {e.colno}"
+    if f.suffix.lower() == '.json' and text.lstrip()[:1] == '[':   # one JSON list of records
+        try: json.loads(text); return None
+        except json.JSONDecodeError as e: return f"{f} line {e.lineno}: not valid JSON ({why(e)}): fix it, or save the file as JSON lines (one record a line)"
+    bad, rows = [], 0
+    for n, line in enumerate(text.split('\n'), 1):   # JSON lines end at `\n` only
+        if not line.strip(): continue
+        rows += 1
+        try: v = json.loads(line)
+        except json.JSONDecodeError as e: bad.append((n, why(e))); continue
+        if not isinstance(v, dict): bad.append((n, f"{_shown(v)} is not a record: a line holds one {{\"text\": ..., \"label\": ...}} object"))
+    if not bad: return None
+    more = f"; {len(bad):,} of its {rows:,} lines are not (lines {_numbers([n for n, _ in bad])})" if len(bad) > 1 else ''
+    return f"{f} line {bad[0][0]}: not valid JSON ({bad[0][1]}){more}: fix {'them' if more else 'it'}, one record a line"
+
+def _empty_rows(d:Dataset) -> np.ndarray:
+    "The rows of `d` with no value in any column (missing, or only white space): Excel's trailing `,,` lines."
+    import pyarrow as pa, pyarrow.compute as pc
+    t, empty = d.data.table, None
+    for c in t.column_names:
+        col = t[c]
+        m = pc.is_null(col)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            m = pc.or_(m, pc.fill_null(pc.equal(pc.utf8_trim_whitespace(col), ''), False))
+        empty = m if empty is None else pc.and_(empty, m)
+    return np.flatnonzero(empty.to_numpy(zero_copy_only=False)) if empty is not None else np.zeros(0, dtype=np.int64)
+
+def _where_rows(lines:list|None, rows) -> str:
+    "Where `rows` (positions) of a file are: `lines 11, 14 and 20` when each row's line is known, else their positions."
+    rows = list(rows)
+    if lines is not None: return f"line{'s' * (len(rows) > 1)} {_numbers([lines[i] for i in rows])}"
+    return f"row{'s' * (len(rows) > 1)} {_numbers(rows)}, counted from 0"
+
+def _drop_empty(d:Dataset, f:Path, lines:list|None) -> tuple[Dataset, list|None]:
+    "`d`, read from `f`, without its wholly empty rows (said in one note line on stderr), and its rows' `lines` without theirs."
+    import array
+    gone = _empty_rows(d)
+    if not len(gone): return d, lines
+    where = _where_rows(lines, gone)
+    if len(gone) == len(d): raise UsageError(f"{f} holds only empty rows ({_rows_said(len(d))} with no value in any column, {where}): add rows or remove the file")
+    keep = np.setdiff1d(np.arange(len(d)), gone)
+    print(f"note: left out {_rows_said(len(gone))} of {f} with no value in any column ({where}; a spreadsheet's empty rows)", file=sys.stderr, flush=True)
+    return d.select(keep), None if lines is None else array.array('q', (lines[i] for i in keep))
+
+def _rows_said(n:int) -> str: return f"{n:,} row{'s' * (n != 1)}"
+
+def _disk_full(e:BaseException) -> bool:
+    "Whether `e`, or an error behind it, says the disk (or the quota) is full."
+    import errno
+    while e is not None:
+        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or 'No space left on device' in str(e): return True
+        e = e.__cause__ or e.__context__
+    return False
+
 # %% ../nbs/03b_data_files.ipynb #a3dd87c6
-def _load_file(f:Path, split:str, text_column:str, label_column:str, column_names:list[str]|None=None) -> Dataset:
-    "Split `split` read from the data file `f`."
+def _load_file(f:Path, split:str, text_column:str, label_column:str, column_names:list[str]|None=None) -> tuple[Dataset, tuple]:
+    "Split `split` read from the data file `f`, its wholly empty rows left out; and where its rows are: `(f, each row's line or None, rows)`."
     if f.stat().st_size == 0: raise UsageError(f"split {split!r} is empty ({f}): add rows or remove the file")
-    kind, opts = f.suffix.lower(), _file_options(f, text_column, label_column, column_names)
+    kind, (opts, at) = f.suffix.lower(), _file_options(f, text_column, label_column, column_names)
     try:
-        with _datasets_quiet(): return load_dataset(_FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
+        with _datasets_quiet(): d = load_dataset(_FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
     except Exception as e:
         if 'corresponds to no data' in str(e): raise UsageError(f"{f} holds no rows: add rows or remove the file") from None
+        if _disk_full(e):   # the loader writes an Arrow copy of the file to its cache
+            from datasets import config
+            raise UsageError(f"the disk holding the datasets cache {config.HF_DATASETS_CACHE} is full (reading {f} writes a copy there): free space on it, "
+                             f"or set HF_DATASETS_CACHE to a folder on a disk with room") from None
+        if kind in ('.json', '.jsonl') and (bad := _bad_json(f)): raise UsageError(bad) from None
         raise UsageError(f"could not read {f} ({_root_cause(e)}): check that it is a valid {kind} file") from None
+    d, lines = _drop_empty(d, f, at if at is not None and len(at) == len(d) else None)   # lines only where each row's is sure
+    return d, (str(f), lines, len(d))
 
 def _concat(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
-    "The rows of `parts`, read from `files`, as one split; the files must have the same columns."
+    "The rows of `parts`, read from `files`, as one split; the files must have the same columns (a column that is text in one is text in all)."
     if len(parts) == 1: return parts[0]
     cols = parts[0].column_names
     for d, f in zip(parts[1:], files[1:]):
         if d.column_names != cols:
             raise UsageError(f"{f} has columns {', '.join(d.column_names)} but {files[0].name} has {', '.join(cols)}: "
                              f"give the files of split {split!r} the same columns")
-    feats = Features({c: next((d.features[c] for d in parts if d.features[c] != Value('null')), parts[0].features[c]) for c in cols})
+    def one(c):   # text in one file: text in all (numbers and true/false read as their text), so a mix is said by `validate` in its terms
+        fs = [d.features[c] for d in parts if d.features[c] != Value('null')] or [parts[0].features[c]]
+        text = next((ft for ft in fs if isinstance(ft, Value) and 'string' in ft.dtype), None)
+        plain = all(isinstance(ft, Value) and (ft.dtype == 'bool' or 'int' in ft.dtype or 'float' in ft.dtype or 'string' in ft.dtype) for ft in fs)
+        return text if text is not None and plain else fs[0]
+    feats = Features({c: one(c) for c in cols})
     try: return concatenate_datasets([d if d.features == feats else d.cast(feats) for d in parts])
-    except Exception as e:
-        raise UsageError(f"the files of split {split!r} hold different types ({_root_cause(e)}): give the columns of "
-                         f"{', '.join(map(str, files))} the same types") from None
+    except Exception:
+        differ = lambda say: [c for c in cols if len({say(d.features[c]) for d in parts if d.features[c] != Value('null')}) > 1]
+        c = (differ(_kind) or differ(repr))[0]   # the column whose kinds differ (text and large text are one kind)
+        kinds = '; '.join(f"{f} holds {_kind(d.features[c], d[:50][c])}" for d, f in zip(parts, files) if d.features[c] != Value('null'))
+        raise UsageError(f"the files of split {split!r} hold different kinds of values in column {c!r}: {kinds}: "
+                         f"give that column one kind of value in every file") from None
 
 # %% ../nbs/03b_data_files.ipynb #dfc38dd7
 def _text_named(d:Dataset) -> list[str]:
@@ -301,7 +432,7 @@ def load_raw(data:str, # Hub dataset id or known name, data file, folder of spli
              label_column:str='label', # column holding the label (names the second field of `.txt` lines)
              column_names:list[str]|None=None # names of the columns of .csv/.tsv files that have no header line
             ) -> DatasetDict:
-    "Load `data` as a `DatasetDict` of its splits, unchecked; splits that name the text column differently get a `text` copy of it (`.text_from` says which)."
+    "Load `data` as a `DatasetDict` of its splits, unchecked; splits that name the text column differently get a `text` copy of it (`.text_from` says which). Files' wholly empty rows are left out, with a note."
     p = Path(data).expanduser()
     texts = [text_column] if isinstance(text_column, str) else list(text_column)
     if not p.exists():
@@ -322,8 +453,10 @@ def load_raw(data:str, # Hub dataset id or known name, data file, folder of spli
     elif p.suffix.lower() in _FILE_TYPES: files = {'train': [p]}
     else: raise UsageError(f"unknown file type {p.suffix!r} ({data}): use {_KINDS}, or a folder of them")
     txt = texts[0] if len(texts) == 1 else 'text'   # a `.txt` line has one text field
-    return _find_text(DatasetDict({s: _concat([_load_file(f, s, txt, label_column, column_names) for f in files[s]], files[s], s)
-                                   for s in ('train', 'validation', 'test') if s in files}), texts, label_column, data)
+    read = {s: [_load_file(f, s, txt, label_column, column_names) for f in files[s]] for s in ('train', 'validation', 'test') if s in files}
+    ds = _find_text(DatasetDict({s: _concat([d for d, _ in r], files[s], s) for s, r in read.items()}), texts, label_column, data)
+    ds.row_lines = {s: (ds[s]._fingerprint, [w for _, w in r]) for s, r in read.items()}   # for messages: the file and line of a row
+    return ds
 
 # %% ../nbs/03b_data_files.ipynb #d7f11e0b
 def _legacy(f):
@@ -367,21 +500,26 @@ def _free_at(dest:Path) -> tuple[Path, int]:
     while not here.exists(): here = here.parent
     return here, shutil.disk_usage(here).free
 
-def _check_space(dest:Path, rows:int, length:int, inputs:int):
-    "Refuse in one line when the disk of `dest` cannot hold the save: `rows` x `length` ids of 4 bytes per model input, twice (the new copy beside the old)."
-    need = 2 * rows * (length * 4 * inputs + 8)
+_SHARD = 500e6   # `save_to_disk` writes a split in files of at most this many bytes (datasets' MAX_SHARD_SIZE)
+
+def _space_needed(rows:dict, length:int, inputs:int) -> tuple[float, float]:
+    "Bytes free that saving prepared data needs, and the bytes of data: each split's `rows` x `length` ids of 4 bytes per model input (and a label), plus one rewrite of its largest file (`datasets3_form`)."
+    per = [n * (length * 4 * inputs + 8) for n in rows.values()]
+    return sum(per) + min(max(per, default=0), _SHARD), sum(per)
+
+def _folder_bytes(p:Path) -> int:
+    "The bytes the files under the folder `p` hold."
+    return sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
+
+def _check_space(dest:Path, rows:dict, length:int, inputs:int):
+    "Refuse in one line when the disk of `dest` cannot hold the save (`_space_needed`; `rows`: split -> rows). Data prepared there before stays until the new copy is whole: it is on the disk already, so it needs no room, and it frees none until then."
+    need, data = _space_needed(rows, length, inputs)
     here, free = _free_at(dest)
     if free < need:
-        raise UsageError(f"saving the prepared data needs about {_size(need)} free at {here} (the new copy beside the old until it replaces it) "
-                         f"but {_size(free)} are free: free some space there, or pass another --dataset_path on a disk with more room")
-
-def _disk_full(e:BaseException) -> bool:
-    "Whether `e`, or an error behind it, says the disk (or the quota) is full."
-    import errno
-    while e is not None:
-        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or 'No space left on device' in str(e): return True
-        e = e.__cause__ or e.__context__
-    return False
+        old = _folder_bytes(dest) if (dest/_MANIFEST).is_file() else 0
+        before = f"; the data prepared there before ({_size(old)}) is removed only once the new copy is whole" if old else ''
+        raise UsageError(f"saving the prepared data needs about {_size(need)} free at {here} ({_size(data)} of data, and room to rewrite its largest "
+                         f"file once{before}) but {_size(free)} are free: free some space there, or pass another --dataset_path on a disk with more room")
 
 # %% ../nbs/03b_data_files.ipynb #d7f11e0d
 _NEEDED = {'model_id': str, 'max_length': int, 'label_names': list, 'rows': dict}   # what training reads from the manifest
