@@ -151,7 +151,7 @@ CASES = [
          ["two files for split 'train'"]),
     Case('prepare empty split file', 'func', lambda d, p: prep(d, folder(d, train_txt='')), ["split 'train' is empty"]),
     Case('prepare row without label', 'func', lambda d, p: prep(d, write(d, 'd.csv', rows(*SIX) + 'no label here,\n')),
-         ["row 6 of split 'train' has no label"]),
+         ["d.csv: 1 row has no label (line 8)"]),
     Case('prepare test label missing from train', 'func',
          lambda d, p: prep(d, folder(d, train_csv=rows(*SIX), test_csv=rows(('so scared', 'fear')))), ["unknown label 'fear' in split 'test'"]),
     Case('prepare integer labels with a gap', 'func', lambda d, p: prep(d, write(d, 'd.csv', rows(('a b', 0), ('c d', 2), ('e f', 0), ('g h', 2)))),
