@@ -128,19 +128,20 @@ def test_two_preps_into_one_folder(prepared, tmp_path):
     assert sum(json.loads((tmp_path/'data'/'trn_tutorials.json').read_text())['rows'].values()) == 100 * len(rows)   # the first one's work
 
 
-def test_launch_interrupted_in_python_says_what_was_kept(prepared):
-    "launch() in a notebook cell, interrupted (Jupyter sends the kernel SIGINT): the KeyboardInterrupt names the checkpoint kept."
-    data, out = prepared/'data', prepared/'interrupted'
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
+def test_launch_interrupted_in_python_says_what_was_kept(prepared, sig):
+    "launch() in a notebook cell, interrupted (Jupyter sends the kernel SIGINT) or stopped (`kill`): the KeyboardInterrupt names the checkpoint kept."
+    data, out = prepared/'data', prepared/f'interrupted-{sig}'
     code = ("from trn_tutorials.launch import launch\nfrom trn_tutorials.train import TrainArguments\n"
             f"launch(TrainArguments(dataset_path={str(data)!r}, output_dir={str(out)!r}, num_train_epochs={EPOCHS}, learning_rate=1e-3, "
             "save_steps=4), nproc_per_node=2)")
     p = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as a kernel has it, even under a runner started with `&`
     wait_for(has_checkpoint(out), p, 'a checkpoint')
-    os.kill(p.pid, signal.SIGINT)   # the kernel alone: the workers are in sessions of their own
+    os.kill(p.pid, sig)   # the kernel alone: the workers are in sessions of their own
     _, err = p.communicate(timeout=60)
-    last = err.strip().splitlines()[-1]
-    assert last.startswith('KeyboardInterrupt: interrupted: launch again with the same arguments to continue from checkpoint-'), last
+    last, how = err.strip().splitlines()[-1], 'interrupted' if sig == signal.SIGINT else 'stopped by SIGTERM'
+    assert last.startswith(f'KeyboardInterrupt: {how}: launch again with the same arguments to continue from checkpoint-'), last
     t0 = time.time()
     while procs_of(out) and time.time() - t0 < 10: time.sleep(0.1)
     assert not procs_of(out) and lock_holder(out) is None

@@ -407,9 +407,11 @@ def stop_signals_as_ctrl_c():
     "SIGTERM and SIGHUP end what runs inside as Ctrl-C does (`KeyboardInterrupt`); yields a list that holds the signal that came."
     came, old = [], {}
     if threading.current_thread() is not threading.main_thread(): yield came; return   # only the main thread takes signals
+    if (outer := getattr(signal.getsignal(signal.SIGTERM), 'came', None)) is not None: yield outer; return   # inside another: one list
     def handler(sig, frame):
         if came: return   # the first one is being handled: the run's processes are being ended
         came.append(sig); raise KeyboardInterrupt
+    handler.came = came
     for s in STOP_SIGNALS: old[s] = signal.signal(getattr(signal, s), handler)
     try: yield came
     finally:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from fastcore.basics import patch
 from .core import (Accelerator, Limit, UsageError, check_backend, check_number, die_with_parent, detect,
-                                folder_lock, lock_holder, lock_path, reading, run_cost, set_backend_env, instance_type as _instance_type)
+                                folder_lock, lock_holder, lock_path, reading, run_cost, stop_signals_as_ctrl_c, set_backend_env, instance_type as _instance_type)
 from .data import load_prepared
 from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
@@ -392,8 +392,11 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
         log = str(out/'train.log')
         env = {**launch_env(args.backend, n), PROGRESS_ENV: '1', LOCK_ENV: os.path.abspath(out), 'PET_LOG_DIR': logs}   # error files
         before = _neuron_cache(env) if args.backend == 'neuron' else None
-        try: status, tail, wall = _torchrun(args, n, env, log, echo, raw)
-        except KeyboardInterrupt: raise KeyboardInterrupt(f"interrupted: {relaunch_note(out)}") from None   # torchrun and its workers ended
+        with stop_signals_as_ctrl_c() as came:   # SIGTERM (`kill`, a spot interruption) and SIGHUP end it as Ctrl-C does
+            try: status, tail, wall = _torchrun(args, n, env, log, echo, raw)
+            except KeyboardInterrupt:   # torchrun and its workers ended
+                how = f"stopped by {signal.Signals(came[0]).name}" if came else 'interrupted'
+                raise KeyboardInterrupt(f"{how}: {relaunch_note(out)}") from None
         if status != 0: _raise_failure(status, tail, log, records=failure_records(logs))
         if _stamp(out/'metrics.json') in (None, old): raise LaunchError(0, tail, log)   # never the last run's, as this one's
         metrics = json.loads((out/'metrics.json').read_text())
