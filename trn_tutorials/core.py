@@ -303,6 +303,26 @@ def _command() -> str:
     s = ' '.join([Path(argv[0]).name if argv else 'python', *argv[1:]])
     return f"`{s if len(s) <= 80 else s[:79] + '…'}`"
 
+def _take(lp:Path, how:int) -> tuple[int|None, dict]:
+    "`flock` the lock file `lp` (`LOCK_EX` or `LOCK_SH`) without waiting: `(fd, {})`, or `(None, its holder's record)`."
+    import fcntl
+    while True:
+        fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o644)
+        try: fcntl.flock(fd, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            rec = _read_lock(fd); os.close(fd)
+            return None, rec
+        try: same = os.stat(lp).st_ino == os.fstat(fd).st_ino   # the holder before us may have removed the file meanwhile
+        except FileNotFoundError: same = False
+        if same: return fd, {}
+        os.close(fd)
+
+def _me(**extra) -> dict:
+    "This process, as a lock records it."
+    from datetime import datetime
+    return {'pid': os.getpid(), 'host': socket.gethostname(), 'command': _command(),
+            'started': datetime.now().strftime('%Y-%m-%d %H:%M:%S'), **extra}
+
 # %% ../nbs/90_core.ipynb #bd3a53db
 @contextmanager
 def folder_lock(folder, # the folder the run writes
@@ -311,26 +331,16 @@ def folder_lock(folder, # the folder the run writes
                ):
     "Hold `folder`'s lock for the block, or raise a one-line `UsageError` naming the process that holds it."
     import fcntl
-    from datetime import datetime
     lp = lock_path(folder); lp.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o644)
-        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            rec = _read_lock(fd); os.close(fd)
-            if not rec and (readers := _readers(folder)):   # runs reading it hold it shared (`reading`), not a writer
-                r = next((r for r in readers if r.get('output_dir')), readers[0]); stop = f"stop it (`trn-tutorials stop --output_dir {r['output_dir']}`), " if r.get('output_dir') else ''
-                raise UsageError(f"{folder} is being read by {_holder(r)}: wait for it to finish, {stop}"
-                                 f"or pass another --{option}") from None
-            raise UsageError(f"{folder} is in use by {_holder(rec)}: wait for it to finish, stop it "
-                             f"(`trn-tutorials stop --{option} {folder}`), or pass another --{option}") from None
-        try: same = os.stat(lp).st_ino == os.fstat(fd).st_ino   # the holder before us may have removed the file meanwhile
-        except FileNotFoundError: same = False
-        if same: break
-        os.close(fd)
+    fd, rec = _take(lp, fcntl.LOCK_EX)
+    if fd is None:
+        if not rec and (readers := _readers(folder)):   # runs reading it hold it shared (`reading`), not a writer
+            r = next((r for r in readers if r.get('output_dir')), readers[0]); stop = f"stop it (`trn-tutorials stop --output_dir {r['output_dir']}`), " if r.get('output_dir') else ''
+            raise UsageError(f"{folder} is being read by {_holder(r)}: wait for it to finish, {stop}or pass another --{option}")
+        raise UsageError(f"{folder} is in use by {_holder(rec)}: wait for it to finish, stop it "
+                         f"(`trn-tutorials stop --{option} {folder}`), or pass another --{option}")
     stale = _read_lock(fd) or None   # the record of a run that was killed: its lock ended with it, so it is ours now
-    rec = {'pid': os.getpid(), 'host': socket.gethostname(), 'command': _command(),
-           'started': datetime.now().strftime('%Y-%m-%d %H:%M:%S'), 'folder': str(folder), **extra}
+    rec = _me(folder=str(folder), **extra)
     os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(rec).encode(), 0)
     try: yield {**rec, 'stale': stale}
     finally:
@@ -367,6 +377,7 @@ def _readers(folder) -> list[dict]:
         finally: os.close(fd)
     return out
 
+# %% ../nbs/90_core.ipynb #c42a0018
 @contextmanager
 def reading(folder, # the folder a run reads, e.g. its `dataset_path`
             option:str='dataset_path', # the option that names it, for the message
@@ -374,25 +385,15 @@ def reading(folder, # the folder a run reads, e.g. its `dataset_path`
            ):
     "Hold `folder` shared for the block: `folder_lock` (a `prep` into it) is refused meanwhile, as this is while one writes."
     import fcntl, tempfile
-    from datetime import datetime
     lp = lock_path(folder)
     if not Path(os.path.abspath(folder)).exists(): yield; return   # nothing to keep: the run refuses a missing folder itself
-    while True:
-        try: fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError: yield; return   # a read-only place (a SageMaker channel): nobody can write beside it either
-        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            rec = _read_lock(fd); os.close(fd)
-            raise UsageError(f"{folder} is being written by {_holder(rec)}: wait for it to finish, "
-                             f"or pass another --{option}") from None
-        try: same = os.stat(lp).st_ino == os.fstat(fd).st_ino   # a writer before us may have removed the file meanwhile
-        except FileNotFoundError: same = False
-        if same: break
-        os.close(fd)
+    try: fd, writer = _take(lp, fcntl.LOCK_SH)
+    except OSError: fd = writer = None   # a read-only place (a SageMaker channel): nobody can write beside it either
+    if fd is None and writer is not None:
+        raise UsageError(f"{folder} is being written by {_holder(writer)}: wait for it to finish, or pass another --{option}")
+    if fd is None: yield; return
     rfd, me = tempfile.mkstemp(prefix=f'{lp.name}.reader-', dir=lp.parent)   # who reads, for the message a writer gets
-    fcntl.flock(rfd, fcntl.LOCK_EX)
-    os.write(rfd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname(), 'command': _command(),
-                              'started': datetime.now().strftime('%Y-%m-%d %H:%M:%S'), **extra}).encode())
+    fcntl.flock(rfd, fcntl.LOCK_EX); os.write(rfd, json.dumps(_me(**extra)).encode())
     try: yield
     finally:
         try: os.unlink(me)

@@ -178,6 +178,7 @@ def relaunch_note(output_dir # the run's folder
 
 def _disk_full(text:str|None) -> bool: return bool(text) and ('[Errno 28]' in text or 'No space left on device' in text)
 
+# %% ../nbs/05_launch.ipynb #c42a0019
 def failure_records(log_dir # torchrun's `--log_dir` (`PET_LOG_DIR`): each worker's error file is in it
                    ) -> list[dict]:
     "What the workers handed torchrun as they failed (`_one_line_errors`): `rank`, `error` (the exception's name), `message`; first failure first."
