@@ -118,6 +118,7 @@ _old = lambda new: f"is deprecated in transformers: use {new}"
 _SECRET = ("would be saved in plain text in training_args.bin (in the model folder, in every checkpoint, on the Hub with --push_to_hub): "
            "remove it and give the token through the environment (export HF_TOKEN=hf_..., or run `hf auth login`)")
 
+# %% ../nbs/04_arguments.ipynb #b9bdc6e2
 REFUSED = {   # refused in one line when set away from the default (`refused_option`): the reason, and the fix; a function of the arguments where the fix depends on them
     **dict.fromkeys(('hub_token', 'push_to_hub_token'), _SECRET),
     'resume_from_checkpoint': lambda a: ("is not read by this script, which continues from the newest complete checkpoint in --output_dir "
@@ -149,6 +150,8 @@ REFUSED = {   # refused in one line when set away from the default (`refused_opt
     'tpu_num_cores': "is read by transformers' TPU launcher (xla_spawn.py), not by the Trainer or this script: drop it; torchrun's --nproc_per_node sets the workers",
     'ray_scope': "is read only by Trainer.hyperparameter_search (Ray Tune), which this script does not run: drop it",
     'mp_parameters': "is read by SageMaker's model-parallel launcher, not by the Trainer or this script: drop it"}
+
+# %% ../nbs/04_arguments.ipynb #a84265cd
 _CHECKED_LATE = ('use_cpu',)   # `training_arguments` sets it on the Trainer's copy: refused by `check_args` only, not when arguments are made
 
 @functools.cache
@@ -267,6 +270,7 @@ def check_flags(args:TrainArguments, # the run's arguments
     if args.use_liger_kernel and importlib.util.find_spec('liger_kernel') is None:   # else transformers stops the run once the model is loaded
         raise UsageError("--use_liger_kernel needs liger-kernel, which is not installed here: run `pip install liger-kernel`, or drop it")
 
+# %% ../nbs/04_arguments.ipynb #25907599
 def needs_use_cpu(args:TrainArguments, # the run's arguments
                   world_size:int|None=None # the run's workers; default: torchrun's `WORLD_SIZE`, else 1
                  ) -> bool:

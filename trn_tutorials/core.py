@@ -303,6 +303,7 @@ def _command() -> str:
     s = ' '.join([Path(argv[0]).name if argv else 'python', *argv[1:]])
     return f"`{s if len(s) <= 80 else s[:79] + '…'}`"
 
+# %% ../nbs/90_core.ipynb #4b5e41ba
 def _take(lp:Path, how:int) -> tuple[int|None, dict]:
     "`flock` the lock file `lp` (`LOCK_EX` or `LOCK_SH`) without waiting: `(fd, {})`, or `(None, its holder's record)`."
     import fcntl

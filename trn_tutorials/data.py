@@ -269,6 +269,7 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
         shutil.rmtree(tmp, ignore_errors=True)
         if swapped and old: shutil.rmtree(old, ignore_errors=True)
 
+# %% ../nbs/03_data.ipynb #fcec09b4
 def _recover(dest:Path) -> list[str]:
     "Finish what a prep stopped mid-save (killed, a machine that went down) left beside `dest`; the caller holds its lock. What was done."
     done, olds = [], sorted(dest.parent.glob(f'.{dest.name}.old-*'), key=lambda p: p.stat().st_mtime)

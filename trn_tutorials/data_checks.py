@@ -45,6 +45,7 @@ def _bad_rows(split:str, rows:list[int], says:tuple[str, str], fix:str, where:li
     if len(per) == 1: return f"{per[0][0]}: {n:,} row{'s' * (n > 1)} {says[n > 1]} ({per[0][1]}): {fix}"
     return f"{n:,} rows of split {split!r} {says[1]} ({'; '.join(f'{f} {w}' for f, w in per)}): {fix}"
 
+# %% ../nbs/03c_data_checks.ipynb #ccd278fb
 def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:str, where:list|None=None):
     "Raise a `UsageError` unless split `split` has text columns of strings, a label column and rows."
     cols = ', '.join(d.column_names)

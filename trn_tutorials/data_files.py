@@ -322,6 +322,7 @@ def _bad_json(f:Path) -> str|None:
     more = f"; {len(bad):,} of its {rows:,} lines are not (lines {_numbers([n for n, _ in bad])})" if len(bad) > 1 else ''
     return f"{f} line {bad[0][0]}: not valid JSON ({bad[0][1]}){more}: fix {'them' if more else 'it'}, one record a line"
 
+# %% ../nbs/03b_data_files.ipynb #10fd3c43
 def _empty_rows(d:Dataset) -> np.ndarray:
     "The rows of `d` with no value in any column (missing, or only white space): Excel's trailing `,,` lines."
     import pyarrow as pa, pyarrow.compute as pc

@@ -418,6 +418,7 @@ def _one_line_errors(args:TrainArguments, argv:list[str], came:list=()):
         if status == 2 or int(os.environ.get('RANK', 0)) == 0: print(f"{ERROR_PREFIX}{line}", file=sys.stderr, flush=True)
         sys.exit(status)
 
+# %% ../nbs/04_train.ipynb #f2ca9aca
 def _output_lock(args:TrainArguments):
     "`output_dir`'s lock, unless the launcher holds it for its workers (or another worker of this node does)."
     out = check_output_dir(args)   # before the lock, which lives beside the folder

@@ -36,6 +36,7 @@ def order_seed(args # the Trainer's `TrainingArguments`
     "The seed of the training order: `--data_seed` if given, else `--seed` (as the Trainer seeds its own sampler)."
     return args.seed if args.data_seed is None else args.data_seed
 
+# %% ../nbs/04d_trainer.ipynb #7f034692
 class BucketBatches:
     "Trainer hooks: training batches from `BucketBatchSampler`, evaluation and test batches from `EvalBatchSampler`."
     def __init__(self, *a, **kw):
