@@ -176,14 +176,26 @@ _LAZY = {'LaunchArguments': _launch_arguments, 'DeployArguments': _deploy_argume
 # %% ../nbs/07_cli.ipynb #c11a0002
 def sm_predict_cmd(endpoint_name:str|None=None, # the endpoint to ask
                    text:list[str]|None=None, # one or more texts to classify
+                   text_pair:list[str]|None=None, # sentence pairs: the second text of each --text, as many and in the same order
                    region:str|None=None # AWS region (default: your AWS configuration)
                   ) -> list:
-    "Ask an endpoint to classify texts."
+    "Ask an endpoint to classify texts or sentence pairs; print a label and its score, a regression's value, or a multi-label model's labels."
     from trn_tutorials.endpoint import predict
     if not endpoint_name: raise UsageError("pass --endpoint_name (trn-tutorials sm-deploy printed it)")
     if not text: raise UsageError('pass --text "a text" (one or more)')
-    out = predict(endpoint_name, text, region)
-    for t, r in zip(text, out): print(f"{r['label']:>12} {r['score']:.3f}  {t}")
+    if text_pair is not None and len(text_pair) != len(text):
+        raise UsageError(f"--text_pair has {len(text_pair)} text(s) for {len(text)} --text: pass one --text_pair per --text, in the same order, "
+                         "e.g. --text 'the first' 'another' --text_pair 'its pair' 'the other pair'")
+    asked = [{'text': t, 'text_pair': p} for t, p in zip(text, text_pair)] if text_pair else text
+    out = predict(endpoint_name, asked, region)
+    for q, r in zip(asked, out):
+        said = f"{q['text']}  ||  {q['text_pair']}" if isinstance(q, dict) else q
+        if isinstance(r, dict) and isinstance(r.get('labels'), list) and isinstance(r.get('scores'), dict):   # multi-label
+            got = ', '.join(f"{n} {r['scores'].get(n, float('nan')):.3f}" for n in r['labels']) or '(no label)'
+            print(f"{got:>12}  {said}")
+        elif isinstance(r, dict) and 'label' in r and isinstance(r.get('score'), (int, float)):   # a label and its probability, or a value
+            print(f"{r['label']:>12} {r['score']:.3f}  {said}")
+        else: print(f"{json.dumps(r)}  {said}")   # another answer form: as it came
     return out
 
 PredictArguments = arguments_of(sm_predict_cmd, name='PredictArguments')

@@ -348,10 +348,10 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
 
 # %% ../nbs/12_endpoint.ipynb #a3c16514
 def predict(endpoint_name:str, # the endpoint
-            texts, # a text or a list of texts
+            texts, # a text, or a list of texts and sentence pairs `{'text': ..., 'text_pair': ...}` (a dict is a whole request: `{'inputs': ...}`)
             region:str|None=None # AWS region; default: your AWS configuration
            ) -> list[dict]:
-    "The endpoint's prediction for each text: `{'label': ..., 'score': ...}`."
+    "The endpoint's answer for each text or pair: `{'label': ..., 'score': ...}` (a regression's value as its score), or `{'labels': [...], 'scores': {...}}` for a multi-label model."
     try: texts = texts_of(texts)
     except RequestError as e: raise UsageError(str(e)) from None
     region = aws_region(region)

@@ -12,7 +12,7 @@ from .core import Limit, UsageError, check_number, short_path
 from .inference import TORCHSCRIPT, TRACE_INFO, ModelFolderError, check_model_folder, padded_lengths
 
 # %% auto #0
-__all__ = ['example_inputs', 'logits_difference', 'trace']
+__all__ = ['example_inputs', 'logits_difference', 'segments', 'pair_separator', 'trace']
 
 # %% ../nbs/11b_torchscript.ipynb #df6e4562
 def _model_folder(model_dir) -> list[str]:
@@ -34,7 +34,7 @@ def example_inputs(vocab_size:int, # token ids are drawn from 1 to this
 # %% ../nbs/11b_torchscript.ipynb #a32aedda
 def _logits(out): return out['logits'] if isinstance(out, dict) else getattr(out, 'logits', out)
 
-def logits_difference(model, # the eager model
+def logits_difference(model, # the eager model (or `_Served`: the eager model with its segment ids derived)
                       traced, # the traced one: takes `(input_ids, attention_mask)`
                       lengths:list[int], # the padded lengths to check
                       generator=None # a seeded `torch.Generator` for `example_inputs`
@@ -51,13 +51,42 @@ def logits_difference(model, # the eager model
     return diff, shapes
 
 # %% ../nbs/11b_torchscript.ipynb #fa859dd1
-def _Logits(model):
-    "`model` as a module that takes (input_ids, attention_mask) and returns the logits tensor: what torch_neuronx.trace compiles."
+def segments(input_ids, # `[rows, tokens]` token ids: one text, or a sentence pair, per row
+             attention_mask, # 1 for a token, 0 for padding
+             sep_id:int # the tokenizer's separator, `tokenizer.sep_token_id`
+            ):
+    "The segment ids (`token_type_ids`) of each row: 1 after its first separator, 0 before it and on the padding."
     import torch
-    class Logits(torch.nn.Module):
-        def __init__(self, m): super().__init__(); self.m = m
-        def forward(self, input_ids, attention_mask): return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
-    return Logits(model)
+    sep = (input_ids == sep_id).long()
+    return ((torch.cumsum(sep, 1) - sep) > 0).long() * attention_mask
+
+def pair_separator(model_dir, # the model folder: its tokenizer
+                   model # the eager model
+                  ) -> int|None:
+    "The separator id from which `model.pt` derives a pair's segment ids; `None` for a model that takes none. Checked on the tokenizer's own pair encoding."
+    import inspect, torch
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if ('token_type_ids' not in tok.model_input_names or tok.sep_token_id is None or getattr(model.config, 'type_vocab_size', 0) < 2
+        or 'token_type_ids' not in inspect.signature(model.forward).parameters): return None
+    enc = tok(['a text', 'one'], ['and the other text of the pair', 'two'], padding=True, return_tensors='pt')
+    if not torch.equal(segments(enc['input_ids'], enc['attention_mask'], tok.sep_token_id), enc['token_type_ids']):
+        raise UsageError(f"{short_path(model_dir)}'s tokenizer does not give a pair's second text segment id 1 after the first "
+                         f"{tok.sep_token}, which the trace derives them from: serve the eager model (do not trace)")
+    return tok.sep_token_id
+
+def _Served(model, sep_id:int|None, logits_only:bool=False):
+    "`model` as a module that takes `(input_ids, attention_mask)`, with the segment ids derived from `sep_id` (if any); the logits tensor alone when `logits_only`, what torch_neuronx.trace compiles."
+    import torch
+    class Served(torch.nn.Module):
+        def __init__(self, m): super().__init__(); self.m, self.config = m, m.config
+        def forward(self, input_ids, attention_mask):
+            kw = {} if sep_id is None else {'token_type_ids': segments(input_ids, attention_mask, sep_id)}
+            out = self.m(input_ids=input_ids, attention_mask=attention_mask, **kw)
+            return out.logits if logits_only else out
+    return Served(model)
+
+def _Logits(model, sep_id:int|None=None): return _Served(model, sep_id, logits_only=True)
 
 
 # %% ../nbs/11b_torchscript.ipynb #5670a395
@@ -66,7 +95,7 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
           lengths:list[int]|None=None, # lengths to check; default: the recorded padded lengths, else 128
           neuron:bool=False # compile for Inferentia 2 / Trainium with `torch_neuronx.trace` (on an Inf2 or Trn1 with the Neuron SDK)
          ) -> dict:
-    "Trace the model with TorchScript (or compile it for Neuron) into `model_dir/model.pt` if its logits match the eager model's on every length served."
+    "Trace the model with TorchScript (or compile it for Neuron) into `model_dir/model.pt`, taking `(input_ids, attention_mask)` (segment ids derived inside), if its logits match the eager model's on every length served."
     _model_folder(model_dir)
     check_number('tolerance', tolerance, float, Limit(0, example=1e-4))
     import torch
@@ -77,6 +106,8 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
     d = Path(model_dir)
     for f in (TORCHSCRIPT, TRACE_INFO): (d/f).unlink(missing_ok=True)   # never leave an older trace behind
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    sep_id = pair_separator(model_dir, model)   # a model with segment ids: the trace derives them, so pairs score as in the eager model
+    served = model if sep_id is None else _Served(model, sep_id)   # what the trace must match: takes (input_ids, attention_mask)
     lengths = sorted(lengths or padded_lengths(model_dir) or [min(128, model.config.max_position_embeddings)])
     if neuron: lengths = lengths[-1:]   # one compiled graph: every batch is padded to the longest length
     g = torch.Generator().manual_seed(0)   # the same example inputs at every call
@@ -85,16 +116,17 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
         # the comparison below is the check that matters
         warnings.simplefilter('ignore')
         if neuron:   # compiled for one shape; dynamic_batch lets it take any number of rows
-            traced = torch_neuronx.dynamic_batch(torch_neuronx.trace(_Logits(model), example_inputs(model.config.vocab_size, 1, lengths[-1], g)))
-        else: traced = torch.jit.trace(model, example_inputs(model.config.vocab_size, 2, lengths[-1], g), strict=False)
-        diff, shapes = logits_difference(model, traced, lengths, g)
+            traced = torch_neuronx.dynamic_batch(torch_neuronx.trace(_Logits(model, sep_id), example_inputs(model.config.vocab_size, 1, lengths[-1], g)))
+        else: traced = torch.jit.trace(served, example_inputs(model.config.vocab_size, 2, lengths[-1], g), strict=False)
+        diff, shapes = logits_difference(served, traced, lengths, g)
         if not diff <= tolerance:
             raise UsageError(f"the traced model's logits differ from the eager model's by {diff:.3g} (> tolerance {tolerance}): "
                              "serve the eager model (do not trace), or pass a larger tolerance if that difference is expected")
         torch.jit.save(traced, str(d/TORCHSCRIPT))
     compiler = f'torch_neuronx {torch_neuronx.__version__}' if neuron else 'torch.jit'
     info = {'file': f'{short_path(d)}/{TORCHSCRIPT}', 'torch': torch.__version__.split('+')[0], 'compiler': compiler, 'lengths': lengths, 'checked_shapes': shapes,
-            'max_abs_diff': float(f'{diff:.2g}'), 'tolerance': tolerance}
+            'max_abs_diff': float(f'{diff:.2g}'), 'tolerance': tolerance,
+            'pairs': True, 'segment_ids': f'1 after the first separator (id {sep_id})' if sep_id is not None else 'none: the model takes none'}
     if neuron:   # what one copy needs: the logical NeuronCore it was compiled for (1 on a Trn1 or Inf2; 2 by default on a Trn2)
         ls = neuron_ls()
         info.update(neuron_cores=neuron_lnc(ls), compiled_on=machine_instance_type(ls))
