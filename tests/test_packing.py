@@ -2,7 +2,7 @@
 each text's logits, loss and gradients packed equal those of the text run alone. Runs on transformers 5 (.venv)
 and 4.57 (the Trn1 stand-in lists this file), whose `BertModel` masks differ."""
 import numpy as np, pytest, torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig, DistilBertConfig
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig, DistilBertConfig, ModernBertConfig
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
@@ -62,9 +62,9 @@ def test_bad_input_one_line_and_the_fix_works():
     for bad in (0, -1, 1.5):
         with pytest.raises(UsageError, match='max_texts'): pack_lengths(l, 72, bad)
     with pytest.raises(UsageError, match='no texts'): pack_lengths([], 72, 8)
-    with pytest.raises(UsageError) as e: check_packable(DistilBertConfig())
-    assert '\n' not in str(e.value) and 'distilbert' in str(e.value) and '--buckets' in str(e.value)
-    check_packable(BertConfig())
+    with pytest.raises(UsageError) as e: check_packable(ModernBertConfig())   # a family packing does not run
+    assert '\n' not in str(e.value) and 'not modernbert' in str(e.value) and '--buckets' in str(e.value)
+    check_packable(BertConfig()); check_packable(DistilBertConfig())   # DistilBERT packs too (tests/test_packing_families.py)
 
 
 def _batch(tok, texts, labels, L=48, S=6):
@@ -112,5 +112,9 @@ def test_pack_model_keeps_the_model(tiny, tmp_path):
     back = AutoModelForSequenceClassification.from_pretrained(tmp_path/'saved').eval()
     assert type(back) is cls and back.config.architectures == [cls.__name__]
     torch.testing.assert_close(back(**plain).logits, before)
-    with pytest.raises(UsageError, match='distilbert'):   # refused before anything changes
-        pack_model(AutoModelForSequenceClassification.from_config(DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2)))
+    other = AutoModelForSequenceClassification.from_config(ModernBertConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                                            num_attention_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                                                            cls_token_id=1, sep_token_id=2))
+    forward = other.forward
+    with pytest.raises(UsageError, match='not modernbert'): pack_model(other)
+    assert other.forward == forward   # refused before anything changes

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03d_packing.ipynb #6d44a521
 from __future__ import annotations
-import math, types
+import inspect, math, types
 
 import numpy as np
 
@@ -101,42 +101,60 @@ def choose_packing(lengths, # token lengths of the training texts, as tokenized 
             'padding_share': round(packing_share(l, rows, row_length), 4)}
 
 # %% ../nbs/03d_packing.ipynb #c0d893b2
-def pack_texts(input_ids:list[list[int]], # each text's token ids, `[CLS]` first, unpadded
+def pack_texts(input_ids:list[list[int]], # each text's token ids, `[CLS]` first, unpadded (a pair: `[CLS] a [SEP] b [SEP]`)
                labels:list[int], # each text's label
                rows:list[list[int]], # from `pack_lengths`
                row_length:int, # tokens a row holds
                max_texts:int, # texts a row holds at most
-               pad_id:int=0 # the tokenizer's padding id
+               pad_id:int=0, # the tokenizer's padding id
+               token_type_ids:list[list[int]]|None=None # each text's segment ids from the tokenizer (a pair: 0 for the first text, 1 for the second); `None`: no such column
               ) -> dict[str, list]:
-    "Packed columns: `input_ids`, `position_ids`, `segment_ids` (`row_length` each), `cls_index` and `labels` (`max_texts` each)."
-    out = {k: [] for k in ('input_ids', 'position_ids', 'segment_ids', 'cls_index', 'labels')}
+    "Packed columns: `input_ids`, `position_ids`, `segment_ids` (and `token_type_ids` where given: `row_length` each), `cls_index` and `labels` (`max_texts` each)."
+    types = token_type_ids is not None
+    out = {k: [] for k in ('input_ids', 'position_ids', 'segment_ids', *(['token_type_ids'] if types else []), 'cls_index', 'labels')}
     for row in rows:
-        ids, pos, seg, cls, lab = [], [], [], [], []
+        ids, pos, seg, tt, cls, lab = [], [], [], [], [], []
         for k, i in enumerate(row, 1):
             cls.append(len(ids)); lab.append(int(labels[i]))
             ids += input_ids[i]; pos += range(len(input_ids[i])); seg += [k] * len(input_ids[i])
+            if types: tt += token_type_ids[i]
         pad, free = row_length - len(ids), max_texts - len(row)
-        for c, v in zip(out.values(), (ids + [pad_id] * pad, pos + [0] * pad, seg + [0] * pad, cls + [0] * free, lab + [-100] * free)): c.append(v)
+        cols = [ids + [pad_id] * pad, pos + [0] * pad, seg + [0] * pad, *([tt + [0] * pad] if types else []), cls + [0] * free, lab + [-100] * free]
+        for c, v in zip(out.values(), cols): c.append(v)
     return out
 
 # %% ../nbs/03d_packing.ipynb #dfbc511a
-def pack_splits(ds, # validated splits (`text`, `label`), e.g. from `validate`
+def _check_single_label(ds):
+    "A one-line `UsageError` unless the splits' labels are classes, one a text: what a packed row's slots hold."
+    from datasets import ClassLabel, Value
+    ft = next(iter(ds.values())).features['label']
+    if not isinstance(ft, ClassLabel):
+        kind = 'numbers (regression)' if isinstance(ft, Value) else 'lists of classes (multi-label)'
+        raise UsageError(f"packed rows hold single-label texts, and these labels are {kind}: prepare without --pack (e.g. --buckets 2)")
+
+def pack_splits(ds, # validated splits (`text`, `label`, and `text_pair` for sentence pairs), e.g. from `validate`
                 tokenizer, # the tokenizer of the model to fine-tune
-                max_length:int, # texts are cut to this many tokens
+                max_length:int, # texts (a pair: both together, longest first) are cut to this many tokens
                 row_length:int, # tokens a row holds
-                max_texts:int, # texts a row holds at most
+                max_texts:int, # texts (or pairs) a row holds at most
                 order_seed:int|None=ORDER_SEED # the training rows are filled in the order `shuffled` gives for this seed; `None`: longest first
                ):
     "Every split packed (train in a shuffled order, the rest longest first): a `DatasetDict` of rows with the columns of `pack_texts`, and each split's texts, rows and padding share."
     from datasets import Dataset, DatasetDict, Features, Sequence, Value
-    feats = Features({**{k: Sequence(Value('int32'), length=row_length) for k in ('input_ids', 'position_ids', 'segment_ids')},
+    _check_single_label(ds)
+    pairs = 'text_pair' in next(iter(ds.values())).column_names
+    types = pairs and 'token_type_ids' in tokenizer.model_input_names   # a pair's segment ids, where the model has them
+    row = Sequence(Value('int32'), length=row_length)
+    feats = Features({'input_ids': row, 'position_ids': row, 'segment_ids': row, **({'token_type_ids': row} if types else {}),
                       'cls_index': Sequence(Value('int32'), length=max_texts), 'labels': Sequence(Value('int32'), length=max_texts)})
     out, stats = {}, {}
     for s, d in ds.items():
-        ids = tokenizer(list(d['text']), truncation=True, max_length=max_length, verbose=False)['input_ids']
+        enc = tokenizer(list(d['text']), list(d['text_pair']) if pairs else None, truncation='longest_first', max_length=max_length, verbose=False)
+        ids = enc['input_ids']
         n = [len(i) for i in ids]
         rows = _rows(n, row_length, max_texts, order_seed if s == 'train' else None)
-        out[s] = Dataset.from_dict(pack_texts(ids, d['label'], rows, row_length, max_texts, tokenizer.pad_token_id or 0), features=feats)
+        out[s] = Dataset.from_dict(pack_texts(ids, d['label'], rows, row_length, max_texts, tokenizer.pad_token_id or 0,
+                                              enc['token_type_ids'] if types else None), features=feats)
         stats[s] = {'texts': len(n), 'rows': len(rows), 'padding_share': round(packing_share(n, rows, row_length), 4)}
     return DatasetDict(out), stats
 
@@ -162,43 +180,85 @@ def packed_mask(segment_ids, # [batch, row_length] from `pack_texts`
     return torch.where(same, 0.0, torch.finfo(dtype).min).to(dtype)[:, None]
 
 # %% ../nbs/03d_packing.ipynb #f0ddedc8
-PACKABLE = ('bert',)   # model types whose head `packed_forward` reproduces: [CLS] -> pooler -> dropout -> classifier
+PACKABLE = ('bert', 'roberta', 'xlm-roberta', 'electra', 'distilbert', 'deberta-v2')   # model types whose embeddings, encoder and head `packed_forward` runs: each checked text by text
 
 def check_packable(config # the model's config
                   ):
     "A one-line `UsageError` if packing does not support the model's family."
     if config.model_type not in PACKABLE:
         raise UsageError(f"packing supports {', '.join(PACKABLE)} models, not {config.model_type}: "
-                         "prepare without --pack (e.g. --buckets 2), or use a BERT model")
+                         "prepare without --pack (e.g. --buckets 2), or use a model of one of those families")
+    if getattr(config, 'conv_kernel_size', 0):   # DeBERTa-v2 xlarge and xxlarge: a convolution over neighbouring tokens, across texts in a row
+        raise UsageError(f"packing cannot run {config.model_type} models with a convolution over the tokens (conv_kernel_size {config.conv_kernel_size}), "
+                         "which would mix the texts of a row: prepare without --pack (e.g. --buckets 2)")
 
 # %% ../nbs/03d_packing.ipynb #106d5c53
-def packed_forward(model, # a `BertForSequenceClassification`
+def _blocks(transformer, h, mask):
+    "DistilBERT's layers with the additive 4-D `mask`, where its attention takes only a 2-D one (transformers 4.x): the modules of each layer, its eager attention's arithmetic."
+    import torch
+    if 'attention_mask' in inspect.signature(transformer.forward).parameters: return transformer(h, attention_mask=mask)[0]   # transformers 5
+    for layer in transformer.layer:
+        a, (b, L, _) = layer.attention, h.shape
+        heads = lambda x: x.view(b, L, a.n_heads, -1).transpose(1, 2)
+        q, k, v = heads(a.q_lin(h)), heads(a.k_lin(h)), heads(a.v_lin(h))
+        w = a.dropout(torch.softmax(q / math.sqrt(q.shape[-1]) @ k.transpose(2, 3) + mask, dim=-1))
+        x = layer.sa_layer_norm(a.out_lin((w @ v).transpose(1, 2).reshape(b, L, -1)) + h)
+        h = layer.output_layer_norm(layer.ffn(x) + x)
+    return h
+
+def _encode(model, input_ids, position_ids, segment_ids, token_type_ids):
+    "The encoder's last hidden states of packed rows: each family's embeddings with its own position ids, then its layers under the block mask."
+    import torch
+    t, base = model.config.model_type, model.base_model
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    mask = packed_mask(segment_ids, base.get_input_embeddings().weight.dtype)
+    if t == 'distilbert':   # no segment ids; its embeddings take no position ids in transformers 4.x: the same sum from its modules
+        e = base.embeddings
+        return _blocks(base.transformer, e.dropout(e.LayerNorm(e.word_embeddings(input_ids) + e.position_embeddings(position_ids))), mask)
+    if t in ('roberta', 'xlm-roberta'): position_ids = position_ids + base.embeddings.padding_idx + 1   # their positions count from padding_idx + 1
+    if t == 'deberta-v2':   # relative attention; it takes a 0/1 mask [batch, row, row]
+        h = base.embeddings(input_ids=input_ids, token_type_ids=types, position_ids=position_ids, mask=(segment_ids > 0).long())
+        return base.encoder(h, ((segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, None, :] > 0)).long())[0]
+    h = base.embeddings(input_ids=input_ids, position_ids=position_ids, token_type_ids=types)
+    if hasattr(base, 'embeddings_project'): h = base.embeddings_project(h)   # ELECTRA with embeddings narrower than its layers
+    return base.encoder(h, attention_mask=mask)[0]
+
+def _classify(model, cls):
+    "Logits from `[CLS]` states `[texts, 1, hidden]`, as the family's head makes them from position 0."
+    import torch
+    t = model.config.model_type
+    if t == 'bert': return model.classifier(model.dropout(model.base_model.pooler(cls)))   # pooler -> dropout -> classifier
+    if t == 'distilbert': return model.classifier(model.dropout(torch.relu(model.pre_classifier(cls[:, 0]))))
+    if t == 'deberta-v2': return model.classifier(model.dropout(model.pooler(cls)))   # ContextPooler -> dropout -> classifier
+    return model.classifier(cls)   # RoBERTa, XLM-R, ELECTRA: a classification head of their own, reading position 0
+
+def packed_forward(model, # a `...ForSequenceClassification` of a family in `PACKABLE`
                    input_ids, position_ids, segment_ids, # [batch, row_length] each, from `pack_texts`
                    cls_index, # [batch, max_texts]: each text's `[CLS]` position
-                   labels=None # [batch, max_texts]; -100 in a slot without a text
+                   labels=None, # [batch, max_texts]; -100 in a slot without a text
+                   token_type_ids=None # [batch, row_length]: a pair's segment ids (0, then 1); `None`: zeros
                   ):
     "Logits `[batch, max_texts, labels]`, each text's as if it ran alone, and the mean loss over the texts."
-    import torch, torch.nn.functional as F
+    import torch.nn.functional as F
     from transformers.modeling_outputs import SequenceClassifierOutput
-    base = model.base_model
-    h = base.embeddings(input_ids=input_ids, position_ids=position_ids, token_type_ids=torch.zeros_like(input_ids))
-    h = base.encoder(h, attention_mask=packed_mask(segment_ids, h.dtype))[0]
+    check_packable(model.config)
+    h = _encode(model, input_ids, position_ids, segment_ids, token_type_ids)
     cls = F.one_hot(cls_index, input_ids.shape[1]).to(h.dtype) @ h   # [batch, max_texts, hidden]
-    pooled = base.pooler(cls.reshape(-1, 1, cls.shape[-1]))   # the pooler reads position 0 of each
-    logits = model.classifier(model.dropout(pooled)).reshape(*cls_index.shape, -1)
+    logits = _classify(model, cls.reshape(-1, 1, cls.shape[-1])).reshape(*cls_index.shape, -1)
     loss = None if labels is None else F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
     return SequenceClassifierOutput(loss=loss, logits=logits)
 
 # %% ../nbs/03d_packing.ipynb #92cc2fc9
-def pack_model(model # a `BertForSequenceClassification`
+def pack_model(model # a `...ForSequenceClassification` of a family in `PACKABLE`
               ):
     "`model`, whose `forward` runs `packed_forward` when a batch has `segment_ids`, and its own `forward` otherwise."
     check_packable(model.config)
     plain = type(model).forward
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 segment_ids=None, cls_index=None, labels=None):
-        if segment_ids is None: return plain(self, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                                             position_ids=position_ids, labels=labels)
-        return packed_forward(self, input_ids, position_ids, segment_ids, cls_index, labels)
+        if segment_ids is None:   # only what was given: DistilBERT takes no token_type_ids
+            given = dict(attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, labels=labels)
+            return plain(self, input_ids=input_ids, **{k: v for k, v in given.items() if v is not None})
+        return packed_forward(self, input_ids, position_ids, segment_ids, cls_index, labels, token_type_ids)
     model.forward = types.MethodType(forward, model)
     return model
