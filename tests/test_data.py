@@ -66,7 +66,7 @@ def test_manifest_is_json_with_the_interface_keys(tmp_path):
     assert set(m) == {'model_id', 'max_length', 'percentile', 'label_names', 'rows', 'truncated', 'length_stats', 'data',
                       'text_column', 'label_column', 'trn_tutorials_version', 'bucket_lengths', 'bucket_rows', 'padding_share',
                       'tokenizer', 'label_rows', 'left_out', 'kind', 'options', 'content_sha256',
-                      'text_from', 'files_left_out'}
+                      'text_from', 'files_left_out', 'problem_type', 'text_pair'}
     assert m['tokenizer'] == tokenizer_fingerprint(AutoTokenizer.from_pretrained(local_model()))
     assert m['label_rows'] == {n: 60 for n in EMOTION_LABELS} and m['left_out'] == {}
     assert m['bucket_lengths'] == [m['max_length']] and m['bucket_rows']['train'] == [m['rows']['train']]

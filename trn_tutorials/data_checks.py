@@ -6,16 +6,17 @@
 from __future__ import annotations
 import collections, functools, math, re
 
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, concatenate_datasets
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value, concatenate_datasets
+from datasets.features import LargeList, List
 
 from pathlib import Path
 
 from .core import Limit, UsageError, check_number, hub_reachable, local_model
-from .data_files import EMOTION_LABELS, _HUB_ID, _MANIFEST, _NUMBER, _SPLITS, _kind, _numbers, _root_cause, _where_rows
+from .data_files import EMOTION_LABELS, PROBLEM_TYPES, _HUB_ID, _MANIFEST, _NUMBER, _SPLITS, _kind, _numbers, _root_cause, _where_rows
 
 # %% auto #0
-__all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'edit_distance', 'similar_labels', 'validate', 'repeated_rows', 'repeat_warning',
-           'label_maps', 'tokenizer_fingerprint']
+__all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'problem_type_of', 'edit_distance', 'similar_labels', 'validate', 'repeated_rows',
+           'repeat_warning', 'label_maps', 'tokenizer_fingerprint']
 
 # %% ../nbs/03c_data_checks.ipynb #b261368b
 def _col(d:Dataset, col:str) -> list:
@@ -80,8 +81,10 @@ def _label_values(d:Dataset, split:str, label_column:str, where:list|None=None) 
     elif isinstance(ft, Value) and 'float' in ft.dtype and all(v is None or v != v or float(v).is_integer() for v in vals):
         vals = [None if v is None or v != v else int(v) for v in vals]   # integer ids read as floats: pandas does so when a label is missing
     elif not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string', 'null') or 'int' in ft.dtype)):
+        other = (", or leave --problem_type out to predict the number (regression)" if isinstance(ft, Value) and 'float' in ft.dtype else
+                 ", or leave --problem_type out for several labels a row (multi-label)" if _is_list(ft) else '')
         raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {_kind(ft, vals)}: give each row a label name "
-                         f"(text, e.g. positive) or an integer class id (0, 1, ...), or pass --label_column naming the column that holds them")
+                         f"(text, e.g. positive) or an integer class id (0, 1, ...), or pass --label_column naming the column that holds them{other}")
     if (bad := [i for i, v in enumerate(vals) if v is None]): raise UsageError(_bad_rows(split, bad, ('has no label', 'have no label'), 'give every row one', where))
     return vals
 
@@ -113,6 +116,103 @@ def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None, w
         raise UsageError(f"integer labels of split 'train' must be ids 0..k-1 with each present (found {sorted(found)[:8]}): use label names instead")
     return list(label_names or [str(i) for i in range(max(found) + 1)])
 
+# %% ../nbs/03c_data_checks.ipynb #9c1d2e01
+def _is_list(ft) -> bool:
+    "Whether the feature `ft` is a list of values (datasets' `List`, `LargeList` or `Sequence`)."
+    return isinstance(ft, (List, LargeList, list)) or type(ft).__name__ in ('Sequence', 'List', 'LargeList')
+
+def problem_type_of(feature # the `label` feature of validated data, or the `labels` feature of prepared data
+                   ) -> str:
+    "The problem type a label feature stands for: a `ClassLabel` single_label_classification, floats regression, a list multi_label_classification."
+    if isinstance(feature, ClassLabel) or (isinstance(feature, Value) and 'int' in feature.dtype): return 'single_label_classification'
+    if isinstance(feature, Value) and 'float' in feature.dtype: return 'regression'
+    if _is_list(feature): return 'multi_label_classification'
+    raise UsageError(f"a label column of {_kind(feature)} is none of {', '.join(PROBLEM_TYPES)}: pass data validated by `validate`")
+
+def _check_problem(problem_type:str|None, label_separator:str|None):
+    "Refuse a --problem_type that is not one of `PROBLEM_TYPES`, and a --label_separator that cannot be used."
+    if problem_type is not None and problem_type not in PROBLEM_TYPES:
+        raise UsageError(f"unknown --problem_type {problem_type!r}: use one of {', '.join(PROBLEM_TYPES)}, or leave it out (it is read from the label column)")
+    if label_separator is not None:
+        if not label_separator.strip(): raise UsageError("--label_separator is empty: pass the character between label names, e.g. --label_separator ','")
+        if problem_type not in (None, 'multi_label_classification'):
+            raise UsageError(f"--label_separator splits several labels a row, but --problem_type is {problem_type}: "
+                             f"leave --label_separator out, or pass --problem_type multi_label_classification")
+
+def _decimal(v) -> bool:
+    "Whether `v` is a number with a fractional part (or written with a decimal point, as a string): a score, not a class id."
+    if isinstance(v, str): return bool(_NUMBER.fullmatch(v.strip())) and any(c in v for c in '.eE')
+    return isinstance(v, float) and not (v != v) and not float(v).is_integer()
+
+def _problem(d:Dataset, label_column:str, problem_type:str|None, label_separator:str|None) -> str:
+    "The problem type of the train split `d`: `problem_type` as given, else read from its label column (lists or --label_separator: multi-label; decimal numbers: regression)."
+    _check_problem(problem_type, label_separator)
+    if problem_type is not None: return problem_type
+    ft = d.features[label_column]
+    if label_separator is not None or _is_list(ft): return 'multi_label_classification'
+    if isinstance(ft, Value) and ('float' in ft.dtype or 'string' in ft.dtype):
+        vals = [v for v in _col(d, label_column) if v is not None]
+        nums = [v for v in vals if not isinstance(v, str) or _NUMBER.fullmatch(v.strip())]
+        if any(map(_decimal, nums)) and (ft.dtype != 'string' or len(nums) * 2 > len(vals)): return 'regression'   # text scores: most are numbers
+    return 'single_label_classification'
+
+
+# %% ../nbs/03c_data_checks.ipynb #9c1d2e02
+def _regression_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list[float]:
+    "The labels of split `split` as finite numbers (text that is a number read as one); a missing or non-number label refused, naming its rows."
+    ft, vals = d.features[label_column], _col(d, label_column)
+    if not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string', 'null') or 'int' in ft.dtype or 'float' in ft.dtype)):
+        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {_kind(ft, vals)}: regression needs a number in each row "
+                         f"(e.g. 3.8), or pass --label_column naming the column that holds them")
+    out, missing, bad = [], [], []
+    for i, v in enumerate(vals):
+        if isinstance(v, str): v = float(v) if _NUMBER.fullmatch(v.strip()) else (None if not v.strip() else v)
+        if v is None or (isinstance(v, float) and v != v): missing.append(i)
+        elif isinstance(v, str) or not math.isfinite(v): bad.append(i)
+        out.append(v)
+    if missing: raise UsageError(_bad_rows(split, missing, (f'has no {label_column!r}', f'have no {label_column!r}'), 'give every row a number', where))
+    if bad:
+        eg = ', '.join(dict.fromkeys(repr(str(vals[i])[:20]) for i in bad[:20]))
+        raise UsageError(_bad_rows(split, bad, (f'holds no number in {label_column!r} ({eg})', f'hold no number in {label_column!r} ({eg})'),
+                                   'give every row a finite number (e.g. 3.8), or pass --problem_type single_label_classification if the values are class names', where))
+    return [float(v) for v in out]
+
+
+# %% ../nbs/03c_data_checks.ipynb #9c1d2e03
+def _label_sets(d:Dataset, split:str, label_column:str, label_separator:str|None, where:list|None=None) -> list[list]:
+    "Each row's labels in split `split` (names, or integer ids), each once: a list column's lists, or text split at `label_separator`; a row may have none."
+    ft, vals = d.features[label_column], _col(d, label_column)
+    if label_separator is not None:
+        if isinstance(ft, ClassLabel): vals = [None if v is None else ft.names[v] for v in vals]
+        elif not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string', 'null')):
+            raise UsageError(f"--label_separator {label_separator!r} splits label names joined in text, but the label column {label_column!r} of "
+                             f"{_of(split, where)} holds {_kind(ft, vals)}: leave --label_separator out")
+        sets = [[] if v is None else [p.strip() for p in v.split(label_separator) if p.strip()] for v in vals]   # an empty field: no labels
+    elif _is_list(ft):
+        inner = getattr(ft, 'feature', None)
+        if isinstance(inner, ClassLabel): vals = [v if v is None else [x if x is None else inner.names[x] for x in v] for v in vals]
+        elif not (isinstance(inner, Value) and (inner.dtype in ('string', 'large_string', 'null') or 'int' in inner.dtype)):
+            raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {_kind(ft, vals)}: give each row a list of label names "
+                             f"(e.g. [\"sports\", \"politics\"]) or of integer ids")
+        if (bad := [i for i, v in enumerate(vals) if v is None or None in v]):
+            raise UsageError(_bad_rows(split, bad, ('has no labels', 'have no labels'), 'give every row a list of its labels ([] for none)', where))
+        sets = vals
+    else:
+        eg = next((v for v in vals if isinstance(v, str) and re.search(r'[,;|]', v)), None)
+        sep = re.search(r'[,;|]', eg)[0] if eg else ','
+        raise UsageError(f"--problem_type multi_label_classification needs several labels a row, but the label column {label_column!r} of {_of(split, where)} "
+                         f"holds {_kind(ft, vals)}: pass --label_separator {sep!r} if each row's names are joined in one text, or give each row a list")
+    return [list(dict.fromkeys(s)) for s in sets]
+
+def _multi_names(sets:list[list], label_column:str, label_names:list[str]|None) -> list[str]:
+    "The label names of multi-label train rows `sets`, in id order: the rules of single labels (`_label_names`) applied to every label of every row."
+    flat = [l for s in sets for l in s]
+    if not flat: raise UsageError("no row of split 'train' has a label: give the train rows their labels")
+    if len({type(l) for l in flat}) > 1:
+        raise UsageError(f"the labels of split 'train' mix integer ids with names ({_listed(dict.fromkeys(map(str, flat)))}): give every label a name, or every label an id")
+    return _label_names(Dataset.from_dict({label_column: flat}), label_column, label_names)
+
+
 # %% ../nbs/03c_data_checks.ipynb #db41ab15
 def _sentences(parts) -> str|None:
     "Text fields joined as sentences: a `.` after a field that does not end in `.`, `!` or `?`; empty fields left out."
@@ -121,17 +221,42 @@ def _sentences(parts) -> str|None:
         if p: out = f"{out}{'' if out[-1:] in ('', '.', '!', '?') else '.'}{' ' if out else ''}{p}"
     return out or None
 
-def _encode(d:Dataset, split:str, text_columns:list[str], labels:list[str], names:list[str], where:list|None=None) -> Dataset:
-    "Split `split` (read from `where`) with columns exactly `text` (str) and `label` (a `ClassLabel` of `names`); rows whose label is not in `names` are left out."
-    texts = _col(d, text_columns[0]) if len(text_columns) == 1 else [_sentences(r) for r in zip(*(_col(d, c) for c in text_columns))]
-    if (bad := [i for i, t in enumerate(texts) if t is None]): raise UsageError(_bad_rows(split, bad, ('has no text', 'have no text'), 'give every row some', where))
+def _texts(d:Dataset, split:str, text_columns:list[str], pair:bool, where:list|None=None) -> tuple[list[str], list[str]|None]:
+    "The texts of split `split` (read from `where`), joined as sentences if several; with `pair`, the two columns as `(text, text_pair)`, neither empty."
+    if not pair:
+        texts = _col(d, text_columns[0]) if len(text_columns) == 1 else [_sentences(r) for r in zip(*(_col(d, c) for c in text_columns))]
+        if (bad := [i for i, t in enumerate(texts) if t is None]): raise UsageError(_bad_rows(split, bad, ('has no text', 'have no text'), 'give every row some', where))
+        return texts, None
+    cols = [_col(d, c) for c in text_columns]
+    for c, col in zip(text_columns, cols):
+        if (bad := [i for i, t in enumerate(col) if t is None or not t.strip()]):
+            raise UsageError(_bad_rows(split, bad, (f"has no {c!r} text", f"have no {c!r} text"), f"fill {'it' if len(bad) == 1 else 'them'} (a sentence pair needs "
+                                       f"both texts), or pass --join_texts to join {' and '.join(text_columns)} as sentences", where))
+    return cols[0], cols[1]
+
+def _label_feature(problem:str, names:list[str]):
+    "The `label` feature of validated data: a `ClassLabel`, a float (regression), or a list of `ClassLabel` ids (multi-label)."
+    if problem == 'regression': return Value('float32')
+    return Sequence(ClassLabel(names=names)) if problem == 'multi_label_classification' else ClassLabel(names=names)
+
+def _encode(d:Dataset, split:str, text_columns:list[str], labels:list, names:list[str], where:list|None=None,
+            problem:str='single_label_classification', pair:bool=False) -> Dataset:
+    "Split `split` (read from `where`) with columns exactly `text` (str), `text_pair` (with `pair`) and `label`, a `ClassLabel` of `names`: rows whose label is not in `names` are left out (multi-label: that label is left out of the row; regression: the numbers, as floats)."
+    texts, pairs = _texts(d, split, text_columns, pair, where)
     ids = {n: i for i, n in enumerate(names)}
-    keep = [i for i, v in enumerate(labels) if v in ids]
-    if not keep: raise UsageError(f"every row of split {split!r} has a label that train lacks (--accept_labels leaves them out): "
-                                  f"add rows of the train labels to it, or remove it")
-    if len(keep) < len(labels): texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
-    return Dataset.from_dict({'text': texts, 'label': [ids[v] for v in labels]},
-                             features=Features({'text': Value('string'), 'label': ClassLabel(names=names)}))
+    if problem == 'multi_label_classification': labels = [[ids[l] for l in s if l in ids] for s in labels]
+    elif problem == 'single_label_classification':
+        keep = [i for i, v in enumerate(labels) if v in ids]
+        if not keep: raise UsageError(f"every row of split {split!r} has a label that train lacks (--accept_labels leaves them out): "
+                                      f"add rows of the train labels to it, or remove it")
+        if len(keep) < len(labels):   # the texts, their pairs and labels keep one order: the same rows are taken of each
+            texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
+            if pairs is not None: pairs = [pairs[i] for i in keep]
+        labels = [ids[v] for v in labels]
+    cols = {'text': texts, **({'text_pair': pairs} if pairs is not None else {}), 'label': labels}
+    return Dataset.from_dict(cols, features=Features({'text': Value('string'), **({'text_pair': Value('string')} if pairs is not None else {}),
+                                                       'label': _label_feature(problem, names)}))
+
 
 # %% ../nbs/03c_data_checks.ipynb #05cbf615
 def edit_distance(a:str, # one string
@@ -231,13 +356,14 @@ def _split_fix(train:collections.Counter, split_off:bool, eval_fraction:float) -
     return (f" --eval_fraction {need}" if need is not None and not hopeless else ''), hopeless
 
 # %% ../nbs/03c_data_checks.ipynb #c4ec000c
-def _refuse_unknown(bad:dict, out:dict, counts:dict, names:list, need:list, fix):
+def _refuse_unknown(bad:dict, out:dict, counts:dict, names:list, need:list, fix, multi:bool=False):
     "Refuse the labels of a split that train lacks (`bad`: split -> those not accepted), with their rows, look-alikes and the fix."
     for s, ls in bad.items():
         if not ls: continue
         like = [f"{l!r} looks like {n!r}" for l in ls[:6] for n in names[:1000] if _alike(l, n)][:3]
         every = sum(out[s].values()) == sum(counts[s].values())
-        tail = (f" to leave those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
+        tail = (f" to leave {'it' if len(ls) == 1 else 'them'} out of the label lists of split {s!r}" if multi and need == ls and sum(map(bool, bad.values())) == 1 else
+                f" to leave those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
                 f" to leave the rows of labels train lacks out of their split{_others(need, ls)}")
         raise UsageError(f"unknown label{'s' * (len(ls) > 1)} {_listed(ls)} in split {s!r} ({', '.join(_rows(out[s][l]) for l in ls[:6])}"
                          f"{'; ' + ', '.join(like) if like else ''}): the train split has only {_listed(names, 10)}; fix those rows, "
@@ -268,7 +394,8 @@ def _check_labels(labels:dict, # split -> its labels, as names
                   min_label_rows:int, # fewest train rows a label may have
                   accept:list[str], # labels accepted although they look suspect
                   split_off:bool, # whether validation will be split off train (stratified)
-                  eval_fraction:float=0.1 # the share split off, when `split_off`
+                  eval_fraction:float=0.1, # the share split off, when `split_off`
+                  multi:bool=False # multi-label: `labels` lists each row's labels; an accepted label train lacks leaves the row's list, not the row
                  ) -> dict:
     "Refuse suspect labels in one line; return what to leave out: split -> {label: rows} of accepted labels that train lacks."
     counts = {s: collections.Counter(v) for s, v in labels.items()}
@@ -283,7 +410,7 @@ def _check_labels(labels:dict, # split -> its labels, as names
     need = list(dict.fromkeys([*(l for ls in bad.values() for l in ls), *typos, *few]))   # every label the one fix must name
     ef, hopeless = _split_fix(train, split_off, eval_fraction)
     fix = functools.partial(_accept_fix, need, ef, hopeless)
-    _refuse_unknown(bad, out, counts, names, need, fix)
+    _refuse_unknown(bad, out, counts, names, need, fix, multi)
     _refuse_alike(pairs, typos, train, need, fix)
     _refuse_few(few, train, need, min_label_rows, split_off, ef, fix)
     return {s: new for s, new in out.items() if new}
@@ -301,7 +428,13 @@ def _eval_need(per:dict, eval_fraction:float) -> float|None:
     return math.ceil(k / n * 100) / 100
 
 def _split_off(train:Dataset, eval_fraction:float, seed:int) -> tuple[Dataset, Dataset]:
-    "A stratified, seeded validation split taken off `train`; the rows of a label with one row (accepted) stay in train."
+    "A stratified, seeded validation split taken off `train`; the rows of a label with one row (accepted) stay in train. Regression and multi-label rows are split at random (seeded): a score or a set of labels has no strata."
+    if problem_type_of(train.features['label']) != 'single_label_classification':
+        if math.ceil(len(train) * eval_fraction) >= len(train) or len(train) < 2:
+            raise UsageError(f"--eval_fraction {eval_fraction:g} of {_rows(len(train))} leaves no train or no validation rows: "
+                             f"add rows to train, or add a validation file (validation.* beside train.*)")
+        tv = train.train_test_split(test_size=eval_fraction, seed=seed)
+        return tv['train'], tv['test']
     per = collections.Counter(_col(train, 'label'))
     one = [i for i, l in enumerate(_col(train, 'label')) if per[l] < 2]
     rest = train.select([i for i, l in enumerate(_col(train, 'label')) if per[l] >= 2]) if one else train
@@ -314,23 +447,20 @@ def _split_off(train:Dataset, eval_fraction:float, seed:int) -> tuple[Dataset, D
     return (concatenate_datasets([tv['train'], train.select(one)]) if one else tv['train']), tv['test']
 
 # %% ../nbs/03c_data_checks.ipynb #fd94a3bf
-def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str='label', eval_fraction:float=0.1, seed:int=42,
-              label_names:list[str]|None=None, min_label_rows:int=2, accept_labels:list[str]|None=None) -> tuple[DatasetDict, dict]:
-    "`validate`, and the rows it left out: split -> {label: rows}."
-    texts = [text_column] if isinstance(text_column, str) else list(text_column)
-    check_number('eval_fraction', eval_fraction, float, SPLIT_LIMITS['eval_fraction'])
-    check_number('split_seed', seed, int, SPLIT_LIMITS['split_seed'])
-    check_number('min_label_rows', min_label_rows, int, SPLIT_LIMITS['min_label_rows'])
-    _check_text_not_label(texts, label_column)
-    splits, where = {}, {}
-    for name, d in ds.items():
-        s = _SPLITS.get(name.lower())
-        if s and s not in splits: splits[s], where[s] = d, _where(ds, name)   # a file's rows are named by their lines
-    if 'train' not in splits: raise UsageError(f"no train split (splits: {', '.join(ds)}): name the training file train.* or the split 'train'")
-    if 'test' in splits and _unlabelled(splits['test'], label_column): del splits['test']   # e.g. GLUE's test set: nothing to score
-    for s, d in splits.items(): _check_columns(d, s, texts, label_column, where[s])
+def _labels_of(splits:dict, where:dict, label_column:str, label_names:list[str]|None, problem:str, label_separator:str|None) -> tuple[list[str], dict]:
+    "The label names (regression: `[label_column]`) and each split's labels: names (single), lists of names (multi-label) or numbers (regression)."
+    if problem == 'regression':
+        if label_names: raise UsageError(f"--label_names names classes, but {label_column!r} is a number to predict (regression): leave --label_names out")
+        labels = {s: _regression_values(d, s, label_column, where[s]) for s, d in splits.items()}
+        if len(set(labels['train'])) < 2:
+            raise UsageError(f"every row of split 'train' has {label_column!r} {labels['train'][0]:g}: a regression needs values that vary; add rows of other values")
+        return [label_column], labels
+    if problem == 'multi_label_classification':
+        sets = {s: _label_sets(d, s, label_column, label_separator, where[s]) for s, d in splits.items()}
+        names = _multi_names(sets['train'], label_column, label_names)
+        ids = lambda s: [[names[v] if 0 <= v < len(names) else str(v) for v in r] if r and not isinstance(r[0], str) else r for r in s]
+        return names, {s: ids(v) for s, v in sets.items()}
     names = _label_names(splits['train'], label_column, label_names, where['train'])
-    if len(names) < 2: raise UsageError(f"only one label ({names[0]!r}) in split 'train': a classifier needs at least two; add rows of another label")
     ft = splits['train'].features[label_column]
     rename = dict(zip(ft.names, names)) if isinstance(ft, ClassLabel) and label_names else {}
     labels = {}
@@ -338,23 +468,58 @@ def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str
         vals = _label_values(d, s, label_column, where[s])
         labels[s] = [names[v] if 0 <= v < len(names) else str(v) for v in vals] if vals and not isinstance(vals[0], str) else \
                     [rename.get(v, v) for v in vals]
-    left_out = _check_labels(labels, names, min_label_rows, list(accept_labels or []), 'validation' not in splits, eval_fraction)
-    out = {s: _encode(d, s, texts, labels[s], names, where[s]) for s, d in splits.items()}
+    return names, labels
+
+def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str='label', eval_fraction:float=0.1, seed:int=42,
+              label_names:list[str]|None=None, min_label_rows:int=2, accept_labels:list[str]|None=None, join_texts:bool=False,
+              problem_type:str|None=None, label_separator:str|None=None) -> tuple[DatasetDict, dict]:
+    "`validate`, and the rows it left out: split -> {label: rows}."
+    texts = [text_column] if isinstance(text_column, str) else list(text_column)
+    check_number('eval_fraction', eval_fraction, float, SPLIT_LIMITS['eval_fraction'])
+    check_number('split_seed', seed, int, SPLIT_LIMITS['split_seed'])
+    check_number('min_label_rows', min_label_rows, int, SPLIT_LIMITS['min_label_rows'])
+    _check_text_not_label(texts, label_column)
+    _check_problem(problem_type, label_separator)
+    splits, where = {}, {}
+    for name, d in ds.items():
+        s = _SPLITS.get(name.lower())
+        if s and s not in splits: splits[s], where[s] = d, _where(ds, name)   # a file's rows are named by their lines
+    if 'train' not in splits: raise UsageError(f"no train split (splits: {', '.join(ds)}): name the training file train.* or the split 'train'")
+    if 'test' in splits and _unlabelled(splits['test'], label_column): del splits['test']   # e.g. GLUE's test set: nothing to score
+    for s, d in splits.items(): _check_columns(d, s, texts, label_column, where[s])
+    problem = _problem(splits['train'], label_column, problem_type, label_separator)
+    names, labels = _labels_of(splits, where, label_column, label_names, problem, label_separator)
+    if problem != 'regression' and len(names) < 2:
+        raise UsageError(f"only one label ({names[0]!r}) in split 'train': a classifier needs at least two; add rows of another label")
+    if problem == 'regression':
+        if accept_labels: raise UsageError(f"--accept_labels names classes, but {label_column!r} is a number to predict (regression): leave --accept_labels out")
+        left_out = {}
+    else:
+        multi = problem == 'multi_label_classification'   # each label counted once in each row that has it
+        left_out = _check_labels({s: [l for r in v for l in r] if multi else v for s, v in labels.items()}, names, min_label_rows,
+                                 list(accept_labels or []), 'validation' not in splits and not multi, eval_fraction, multi)
+    pair = len(texts) == 2 and not join_texts
+    out = {s: _encode(d, s, texts, labels[s], names, where[s], problem, pair) for s, d in splits.items()}
     if 'validation' not in out: out['train'], out['validation'] = _split_off(out['train'], eval_fraction, seed)
     return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out}), left_out
 
+
 # %% ../nbs/03c_data_checks.ipynb #be41cc0e
 def validate(ds:DatasetDict, # data as loaded by `load_raw`
-             text_column:str|list[str]='text', # column(s) holding the text; several are joined as sentences
-             label_column:str='label', # column holding the label: names or integer ids
+             text_column:str|list[str]='text', # column(s) holding the text; two are a sentence pair (`text`, `text_pair`), three or more joined as sentences
+             label_column:str='label', # column holding the label: names or integer ids; numbers (regression); lists of labels (multi-label)
              eval_fraction:float=0.1, # share of train split off when there is no validation split
              seed:int=42, # seed for that split
              label_names:list[str]|None=None, # label names in id order; `None`: the data's own, else sorted
              min_label_rows:int=2, # refuse a label with fewer train rows than this
-             accept_labels:list[str]|None=None # labels accepted although they look suspect (rows of one that train lacks are left out)
+             accept_labels:list[str]|None=None, # labels accepted although they look suspect (rows of one that train lacks are left out)
+             join_texts:bool=False, # join two text columns as sentences into `text`, instead of the pair `text`, `text_pair`
+             problem_type:str|None=None, # one of `PROBLEM_TYPES`; `None`: read from the label column
+             label_separator:str|None=None # multi-label: the separator of label names joined in one text
             ) -> DatasetDict:
-    "Check `ds` and return splits train, validation (and test) with columns `text` (str) and `label` (`ClassLabel`)."
-    return _validate(ds, text_column, label_column, eval_fraction, seed, label_names, min_label_rows, accept_labels)[0]
+    "Check `ds` and return splits train, validation (and test) with columns `text` (str), `text_pair` (str, for a sentence pair) and `label` (`ClassLabel`; float32 for regression; a list of `ClassLabel` ids for multi-label)."
+    return _validate(ds, text_column, label_column, eval_fraction, seed, label_names, min_label_rows, accept_labels, join_texts, problem_type, label_separator)[0]
+
 
 # %% ../nbs/03c_data_checks.ipynb #c42a0022
 REPEAT_WARN = 0.05   # the share of a split's rows repeating train texts that `prepare` warns about
@@ -362,8 +527,9 @@ REPEAT_WARN = 0.05   # the share of a split's rows repeating train texts that `p
 def repeated_rows(ds:DatasetDict # validated data (`validate`): splits with a `text` column
                  ) -> dict[str, int]:
     "For each split but train, how many of its rows have a text that train also has."
-    train = set(ds['train']['text'])
-    return {s: sum(t in train for t in d['text']) for s, d in ds.items() if s != 'train'}
+    key = lambda d: list(zip(d['text'], d['text_pair'])) if 'text_pair' in d.column_names else d['text']   # a pair repeats when both texts do
+    train = set(key(ds['train']))
+    return {s: sum(t in train for t in key(d)) for s, d in ds.items() if s != 'train'}
 
 def repeat_warning(ds:DatasetDict # validated data: the splits the data brought (not one split off from train)
                   ) -> str|None:
@@ -379,7 +545,9 @@ def label_maps(ds:Dataset|DatasetDict # validated (`label`) or tokenized (`label
               ) -> tuple[dict[int, str], dict[str, int]]:
     "`(id2label, label2id)` from the data's `ClassLabel`."
     d = ds['train'] if isinstance(ds, DatasetDict) else ds
-    names = d.features['label' if 'label' in d.features else 'labels'].names
+    ft = d.features['label' if 'label' in d.features else 'labels']
+    names = getattr(ft, 'names', None) or getattr(getattr(ft, 'feature', None), 'names', None)   # single or multi-label: class names
+    if names is None: raise UsageError(f"the labels are {_kind(ft)}, not classes with names: take the label names from the prepared folder's manifest (label_names)")
     return dict(enumerate(names)), {n: i for i, n in enumerate(names)}
 
 # %% ../nbs/03c_data_checks.ipynb #c4ec0010

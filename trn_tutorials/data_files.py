@@ -17,8 +17,8 @@ import trn_tutorials
 from .core import UsageError, documented, hub_reachable
 
 # %% auto #0
-__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'KNOWN_DATA', 'sample_data', 'default_data', 'KnownData', 'known_defaults', 'data_files',
-           'load_raw', 'datasets3_form', 'row_lengths']
+__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'sample_data', 'default_data', 'KnownData',
+           'known_defaults', 'data_files', 'load_raw', 'datasets3_form', 'row_lengths']
 
 # %% ../nbs/03b_data_files.ipynb #20b43897
 HUB_DATA = 'dair-ai/emotion'
@@ -41,15 +41,22 @@ class KnownData:
     "Where a dataset of the tutorials lives on the Hub, and how to read it."
     hub_id: str # Hub dataset id
     config: str|None # Hub configuration (GLUE holds one per task)
-    text_column: tuple # column(s) holding the text, joined as sentences
-    label_names: tuple # label names in id order
+    text_column: tuple # column(s) holding the text: two are a sentence pair, unless `join_texts`
+    label_names: tuple # label names in id order (none for regression)
     column_names: tuple|None = None # columns of its files that have no header line
+    problem_type: str|None = None # regression or multi_label_classification; `None`: single labels
+    join_texts: bool = False # join its two text columns as sentences (a title and a review are no sentence pair)
+
+PROBLEM_TYPES = ('single_label_classification', 'regression', 'multi_label_classification')   # transformers' names
 
 KNOWN_DATA = {
     'emotion': KnownData(HUB_DATA, None, ('text',), tuple(EMOTION_LABELS)),
-    'amazon_polarity': KnownData('fancyzhx/amazon_polarity', None, ('title', 'content'), ('negative', 'positive')),
+    'amazon_polarity': KnownData('fancyzhx/amazon_polarity', None, ('title', 'content'), ('negative', 'positive'), join_texts=True),
     'cola': KnownData('nyu-mll/glue', 'cola', ('sentence',), ('unacceptable', 'acceptable'),
                       ('sentence_source', 'label', 'label_notes', 'sentence')),   # the raw CoLA .tsv files: no header
+    'mrpc': KnownData('nyu-mll/glue', 'mrpc', ('sentence1', 'sentence2'), ('not_equivalent', 'equivalent')),   # paraphrase pairs
+    'rte': KnownData('nyu-mll/glue', 'rte', ('sentence1', 'sentence2'), ('entailment', 'not_entailment')),   # entailment pairs
+    'stsb': KnownData('nyu-mll/glue', 'stsb', ('sentence1', 'sentence2'), (), problem_type='regression'),   # similarity 0-5
 }
 
 def _known_name(data:str|None) -> str|None:
@@ -67,8 +74,9 @@ def known_defaults(args # the settings as given: a `DataArguments` (trn_tutorial
     name = args.preset or _known_name(data)
     k = KNOWN_DATA.get(name)
     if k is None: return replace(args, data=data, text_column=args.text_column or ['text'])
-    return replace(args, data=data, preset=name, text_column=args.text_column or list(k.text_column),
-                   label_names=args.label_names or list(k.label_names),
+    texts = args.text_column or list(k.text_column)
+    return replace(args, data=data, preset=name, text_column=texts, join_texts=args.join_texts or (k.join_texts and len(texts) > 1),
+                   label_names=args.label_names or list(k.label_names) or None, problem_type=args.problem_type or k.problem_type,
                    column_names=args.column_names or (list(k.column_names) if k.column_names else None))
 
 # %% ../nbs/03b_data_files.ipynb #a213165d
@@ -552,7 +560,9 @@ def _read_manifest(p:Path, again:str) -> dict:
     if missing: raise UsageError(f"{f} lacks {', '.join(missing)}, which training needs (an old or damaged manifest): {again}")
     wrong = [k for k, t in _NEEDED.items() if not isinstance(m[k], t) or isinstance(m[k], bool)]
     names, bl = m['label_names'], m.get('bucket_lengths') or [m['max_length']]
-    if not wrong and not (len(names) >= 2 and all(isinstance(n, str) for n in names)): wrong = ['label_names']
+    kind = m.get('problem_type', 'single_label_classification')   # older manifests: single labels
+    if not wrong and kind not in PROBLEM_TYPES: wrong = ['problem_type']
+    if not wrong and not (len(names) >= 2 - (kind == 'regression') and all(isinstance(n, str) for n in names)): wrong = ['label_names']
     if not wrong and not (isinstance(bl, list) and bl == sorted(set(bl)) and bl[-1] == m['max_length'] and m['max_length'] > 0): wrong = ['bucket_lengths']
     if wrong: raise UsageError(f"{f} holds a bad {wrong[0]} ({str(m.get(wrong[0]))[:40]}): {again}")
     return m
