@@ -206,3 +206,46 @@ def test_sdpa_attention_packs_the_same(family):
         want = torch.cat([model(input_ids=torch.tensor([ids[i]]), **({'token_type_ids': torch.tensor([types[i]])} if types else {})).logits
                           for r in rows for i in r])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_prepare_pack_pairs_and_train(tmp_path):
+    "`prep --text_column s1 s2 --pack`, then a packed run: the pairs' segment ids in the rows and handed to the model, every pair scored once."
+    from test_pairs_data import FIRST, SECOND, pairs_csv
+    from trn_tutorials.data import DataArguments, load_prepared, prepare
+    from trn_tutorials.launch import launch
+    from trn_tutorials.train import TrainArguments
+    words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(48)})
+    model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
+    prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=48), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],
+                          pack=True, eval_fraction=0.25))
+    ds, rec = load_prepared(str(tmp_path/'data'))
+    assert rec['text_pair'] is True and ds['train'].column_names == ['input_ids', 'position_ids', 'segment_ids', 'token_type_ids', 'cls_index', 'labels']
+    tt, seg = np.asarray(ds['train']['token_type_ids']), np.asarray(ds['train']['segment_ids'])
+    assert (tt == 1).any() and not (tt[seg == 0]).any()   # second texts marked, padding 0
+    assert 'token_type_ids' in inspect.signature(pack_model(AutoModelForSequenceClassification.from_pretrained(model)).forward).parameters   # the Trainer keeps the column
+    r = launch(TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'), num_train_epochs=1, learning_rate=1e-3,
+                              per_device_train_batch_size=4, per_device_eval_batch_size=4, logging_steps=5, backend='cpu'), 1, echo=False)
+    assert r.metrics['validation']['rows'] == 12 and sum(map(sum, r.metrics['validation']['confusion'])) == 12   # texts, each once
+
+
+def test_packed_pairs_rehearsal_one_shape(tmp_path):
+    "Packed pairs through torchrun on the XLA device (the Trn1 stand-in, .venv-trn1): one training shape; the second epoch and later evaluations compile nothing."
+    pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1)")
+    import subprocess
+    from test_pairs_data import FIRST, SECOND, pairs_csv
+    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.launch import launch_env, torchrun_command
+    from trn_tutorials.train import TrainArguments
+    words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(96)})
+    model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
+    m = prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=96), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],
+                              pack=True, eval_fraction=0.25))
+    args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'), num_train_epochs=2, learning_rate=1e-4,
+                          per_device_train_batch_size=4, per_device_eval_batch_size=4, logging_steps=5, backend='xla')
+    r = subprocess.run(torchrun_command(args, 1), env=launch_env('xla', 1), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    met = json.loads((tmp_path/'model'/'metrics.json').read_text())
+    g, L = met['compiled_graphs'], m['packing']['row_length']
+    print('packed pairs on XLA:', met['train']['input_shapes'], g)
+    assert met['train']['input_shapes'] == [[4, L]] and g['per_epoch'][1] == 0 and all(n == 0 for n in g['per_evaluation'][1:]), g
+    assert met['validation']['rows'] == 24
