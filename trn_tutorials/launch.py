@@ -16,8 +16,8 @@ from .core import (Accelerator, Limit, UsageError, check_backend, check_number, 
 from .data import load_prepared
 from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
-from .train import (ERROR_PREFIX, LOCK_ENV, PROGRESS_ENV, XLA_BACKENDS, check_batch, check_model, check_output_dir,
-                                 claim_output_dir, check_workers, newest_complete, resume_from)
+from .train import (ERROR_PREFIX, LOCK_ENV, MULTI_LABEL, PROGRESS_ENV, REGRESSION, SINGLE, XLA_BACKENDS, check_batch, check_model,
+                                 check_output_dir, check_problem_type, claim_output_dir, check_workers, newest_complete, problem_of, resume_from)
 
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'workers', 'free_port', 'launch_env', 'train_argv',
@@ -224,8 +224,8 @@ def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchEr
 @dataclass
 class Results:
     "The outcome of a launched training run."
-    f1: float              # weighted F1 on the final split (test if present, else validation)
-    accuracy: float   # accuracy on the same split
+    f1: float|None         # weighted F1 on the final split (test if present, else validation); single-label classification, else `None`
+    accuracy: float|None   # accuracy on the same split; single-label classification, else `None`
     split: str             # which split those are from
     samples_per_second: float  # training throughput without evaluation, all workers together
     train_runtime_s: float     # training time without evaluation
@@ -239,6 +239,13 @@ class Results:
     from_cache: int|None = None        # on Neuron: how many of those graphs were loaded from the compile cache, not compiled
     warnings: list = field(default_factory=list)  # what the run warned about, e.g. too few optimizer steps, no better than the majority
     mcc: float|None = None  # Matthews correlation on the final split: 0 for a model that always says the same label
+    problem_type: str = SINGLE  # the data's: `single_label_classification`, `regression` or `multi_label_classification`
+    pearson: float|None = None  # regression: Pearson correlation on the final split
+    spearmanr: float|None = None  # regression: Spearman correlation on the final split
+    mse: float|None = None  # regression: mean squared error on the final split
+    micro_f1: float|None = None  # multi-label: micro F1 on the final split
+    macro_f1: float|None = None  # multi-label: macro F1 on the final split
+    threshold: float|None = None  # multi-label: the sigmoid threshold chosen on validation, saved with the model
     metrics: dict = field(default_factory=dict, repr=False)   # the whole metrics.json
 
     @classmethod
@@ -249,14 +256,15 @@ class Results:
                     ):
         "The results of a run from its `metrics.json`."
         s, g = metrics[metrics['final_split']], metrics.get('compiled_graphs')
-        return cls(f1=s['f1'], accuracy=s['accuracy'], split=metrics['final_split'],
+        return cls(f1=s.get('f1'), accuracy=s.get('accuracy'), split=metrics['final_split'],
                    samples_per_second=metrics['train']['samples_per_second'], train_runtime_s=metrics['train']['runtime_s'],
                    wall_s=wall_s, workers=metrics['world_size'], backend=metrics['backend'],
                    output_dir=metrics['args']['output_dir'],
                    cost_usd=run_cost(instance_type, wall_s) if instance_type else None,
                    compiled_graphs={'train': g['train'], 'eval': g['eval']} if g else None,
                    compile_s=round(sum(metrics['compile_s'].values()), 1) if g else None, from_cache=from_cache,
-                   warnings=[w.removeprefix('warning: ') for w in metrics.get('warnings', [])], mcc=s.get('mcc'), metrics=metrics)
+                   warnings=[w.removeprefix('warning: ') for w in metrics.get('warnings', [])], mcc=s.get('mcc'), problem_type=problem_of(metrics),
+                   **{k: s.get(k) for k in ('pearson', 'spearmanr', 'mse', 'micro_f1', 'macro_f1', 'threshold')}, metrics=metrics)
 
     def __repr__(self): return 'Results(' + ', '.join(f'{k}: {v}' for k, v in self.rows()) + ')'
     def _repr_markdown_(self): return '| Results | |\n|---|---|\n' + '\n'.join(f'| {k} | {v} |' for k, v in self.rows())
@@ -273,17 +281,41 @@ def _graphs_row(self:Results) -> tuple[str, str]:
                       f"compiled, {self.from_cache} loaded from the Neuron cache ({self.compile_s:.1f} s)")
 
 @patch
-def rows(self:Results) -> list[tuple[str, str]]:
-    "What a reader wants to see, rounded for reading."
+def _score_rows(self:Results) -> list[tuple[str, str]]:
+    "The final split's scores, those of the run's problem type."
+    if self.problem_type == REGRESSION:
+        return [(f'Pearson correlation ({self.split})', f'{self.pearson:.3f}'), (f'Spearman correlation ({self.split})', f'{self.spearmanr:.3f}'),
+                (f'MSE ({self.split})', f'{self.mse:.4g}')]
+    if self.problem_type == MULTI_LABEL:
+        return [(f'micro F1 ({self.split})', f'{self.micro_f1:.3f}'), (f'macro F1 ({self.split})', f'{self.macro_f1:.3f}'),
+                ('threshold', f'{self.threshold:g} (chosen on validation)')]
     rows = [(f'F1 ({self.split})', f'{self.f1:.3f}'), (f'accuracy ({self.split})', f'{self.accuracy:.3f}')]
     if self.mcc is not None: rows.append((f'Matthews correlation ({self.split})', f'{self.mcc:.3f}'))
+    return rows
+
+@patch
+def scores_text(self:Results) -> str:
+    "The final split's scores in one line, e.g. `test weighted F1 0.8123, accuracy 0.8200, Matthews correlation 0.7788`."
+    if self.problem_type == REGRESSION: return f"{self.split} Pearson {self.pearson:.4f}, Spearman {self.spearmanr:.4f}, MSE {self.mse:.4g}"
+    if self.problem_type == MULTI_LABEL:
+        return f"{self.split} micro F1 {self.micro_f1:.4f}, macro F1 {self.macro_f1:.4f} at threshold {self.threshold:g}"
+    mcc = f", Matthews correlation {self.mcc:.4f}" if self.mcc is not None else ''
+    return f"{self.split} weighted F1 {self.f1:.4f}, accuracy {self.accuracy:.4f}{mcc}"
+
+_BASELINE = {SINGLE: 'always predicting the majority label', REGRESSION: 'always predicting the training mean',
+             MULTI_LABEL: "predicting each label's majority"}  # what a run that does not beat its baseline is no better than
+
+@patch
+def rows(self:Results) -> list[tuple[str, str]]:
+    "What a reader wants to see, rounded for reading."
+    rows = self._score_rows()
     rows += [('training', f'{self.samples_per_second:.1f} samples/s, {self.train_runtime_s:.1f} s without evaluation'),
              ('wall time', f'{self.wall_s:.1f} s'), ('workers', f'{self.workers} ({self.backend})')]
     if self.cost_usd is not None: rows.append(('cost', f'${self.cost_usd:.4f}' if self.cost_usd < 1 else f'${self.cost_usd:.2f}'))
     if self.compiled_graphs: rows.append(self._graphs_row())
     rows.append(('output_dir', self.output_dir))
-    if self.metrics and not self.metrics.get('beats_baseline', True) and not any('majority' in w for w in self.warnings):
-        rows.append(('warning', 'no better than always predicting the majority label: see the summary in train.log'))
+    if self.metrics and not self.metrics.get('beats_baseline', True) and not any('no better than' in w for w in self.warnings):
+        rows.append(('warning', f'no better than {_BASELINE.get(self.problem_type, _BASELINE[SINGLE])}: see the summary in train.log'))
     rows += [('warning', w) for w in self.warnings]
     return rows
 
@@ -350,6 +382,7 @@ def _checked(args:TrainArguments, # the run's arguments
     n = workers(nproc_per_node, acc, args.backend)
     out = check_output_dir(args)
     manifest = load_prepared(args.dataset_path)[1]
+    check_problem_type(args, manifest)
     check_model(args, manifest)
     check_batch(args, manifest, n)   # its note on evaluation batches comes from the first worker
     return args, n, out, manifest

@@ -7,10 +7,10 @@ from __future__ import annotations
 import sys
 
 from fastcore.basics import patch
-from .progress import read_progress
+from .progress import MULTI_LABEL, REGRESSION, SINGLE, read_progress
 
 # %% auto #0
-__all__ = ['in_notebook', 'Progress']
+__all__ = ['METRIC_COLUMNS', 'in_notebook', 'Progress']
 
 # %% ../nbs/04e_live_progress.ipynb #db1b7d3a
 def in_notebook() -> bool:
@@ -19,13 +19,16 @@ def in_notebook() -> bool:
     return ip is not None and type(ip).__name__ != 'TerminalInteractiveShell'
 
 # %% ../nbs/04e_live_progress.ipynb #5a867def
+METRIC_COLUMNS = {SINGLE: (('F1', 'f1'), ('Accuracy', 'accuracy')), REGRESSION: (('Pearson', 'pearson'), ('Spearman', 'spearmanr')),
+                  MULTI_LABEL: (('Micro F1', 'micro_f1'), ('Macro F1', 'macro_f1'))}  # the table's metric columns, and their keys in an `eval` line
+
 class Progress:
     "Shows progress lines live: transformers' notebook tracker in Jupyter, a `tqdm` bar in a terminal."
-    columns = ('Epoch', 'Training Loss', 'Validation Loss', 'F1', 'Accuracy')
+    columns = ('Epoch', 'Training Loss', 'Validation Loss', 'F1', 'Accuracy')   # single-label; `begin` sets those of the run's problem type
     def __init__(self, notebook:bool|None=None # HTML or text; default: `in_notebook()`
                 ):
         self.notebook = in_notebook() if notebook is None else notebook
-        self.bar, self.loss, self.rows, self.epochs = None, None, [], None
+        self.bar, self.loss, self.rows, self.epochs, self.problem = None, None, [], None, None
 
     def __call__(self, line:str # a line of the workers' output
                 ) -> bool:
@@ -40,13 +43,19 @@ class Progress:
         if self.bar is not None and not self.notebook: self.bar.close()
         self.bar = None
 
+    def _kind(self, problem:str):
+        "Show the metrics of `problem` (a `problem_type`) in the table."
+        self.problem = problem if problem in METRIC_COLUMNS else SINGLE
+        self.columns = ('Epoch', 'Training Loss', 'Validation Loss', *(c for c, _ in METRIC_COLUMNS[self.problem]))
+
 # %% ../nbs/04e_live_progress.ipynb #8dfcf6f6
 @patch
-def _begin(self:Progress, r:dict # the `begin` event: `step`, `max_steps`, `epochs`
+def _begin(self:Progress, r:dict # the `begin` event: `step`, `max_steps`, `epochs`, and `problem_type` unless single-label
           ):
     "Start the bar at `step` of `max_steps` (a resumed run starts part-way)."
     self.close()
     self.epochs = r.get('epochs')
+    self._kind(r.get('problem_type', SINGLE))
     if self.notebook:
         from transformers.utils.notebook import NotebookTrainingTracker
         self.bar = NotebookTrainingTracker(r['max_steps'], list(self.columns))
@@ -85,11 +94,13 @@ def _log(self:Progress, r:dict # the `log` event: `loss`
     self.loss = r.get('loss')
 
 @patch
-def _eval(self:Progress, r:dict # the `eval` event: `epoch`, `loss`, `f1`, `accuracy`
+def _eval(self:Progress, r:dict # the `eval` event: `epoch`, `loss`, and the metrics (`f1`, `accuracy`; `pearson`, `spearmanr`; `micro_f1`, `macro_f1`)
          ):
     "Add a row to the table (under the bar in a terminal, printed alone without one)."
+    if self.problem is None: self._kind(REGRESSION if 'pearson' in r else MULTI_LABEL if 'micro_f1' in r else SINGLE)   # no `begin` seen
     f = lambda v: 'No log' if v is None else f'{v:.4f}'
-    row = dict(zip(self.columns, (f"{r['epoch']:g}", f(self.loss), f(r.get('loss')), f(r.get('f1')), f(r.get('accuracy')))))
+    values = (f"{r['epoch']:g}", f(self.loss), f(r.get('loss')), *(f(r.get(k)) for _, k in METRIC_COLUMNS[self.problem]))
+    row = dict(zip(self.columns, values))
     self.rows.append(row)
     if self.bar is None: print('  '.join(f'{k} {v}' for k, v in row.items()))
     elif self.notebook: self.bar.write_line(row); self.bar.display()

@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['PROGRESS_PREFIX', 'PROGRESS_ENV', 'PLOTS', 'USUAL_LR', 'classification_metrics', 'majority_baseline', 'progress_line',
-           'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'save_plots', 'metrics_text',
-           'summary', 'collapse_warning']
+__all__ = ['SINGLE', 'REGRESSION', 'MULTI_LABEL', 'EVAL_METRICS', 'MAIN_METRIC', 'THRESHOLDS', 'PROGRESS_PREFIX', 'PROGRESS_ENV',
+           'PLOTS', 'PLOTS_OF', 'USUAL_LR', 'classification_metrics', 'problem_of', 'regression_metrics',
+           'best_threshold', 'multi_label_metrics', 'majority_baseline', 'beats_baseline', 'progress_line',
+           'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'plot_scatter', 'save_plots',
+           'metrics_text', 'summary', 'collapse_warning']
 
 # %% ../nbs/04c_progress.ipynb #fd3c7a82
 def classification_metrics(labels, # true label ids
@@ -31,17 +33,92 @@ def classification_metrics(labels, # true label ids
             'per_class': {n: {k: round(float(report[n][k]), 4) for k in ('precision', 'recall', 'f1-score', 'support')} for n in label_names},
             'confusion': confusion_matrix(labels, preds, labels=ids).tolist()}
 
+# %% ../nbs/04c_progress.ipynb #e6b5d3fd
+SINGLE, REGRESSION, MULTI_LABEL = 'single_label_classification', 'regression', 'multi_label_classification'  # transformers' `problem_type`s
+
+def problem_of(record:dict # a prepared folder's manifest, or a run's `metrics.json`
+              ) -> str:
+    "The record's `problem_type`; one written before there were others is single-label classification."
+    return record.get('problem_type') or SINGLE
+
+EVAL_METRICS = {SINGLE: ('accuracy', 'f1', 'mcc'), REGRESSION: ('pearson', 'spearmanr', 'combined_score', 'mse'),
+                MULTI_LABEL: ('micro_f1', 'macro_f1', 'threshold')}  # what each evaluation reports (and the history keeps)
+MAIN_METRIC = {SINGLE: 'f1', REGRESSION: 'pearson', MULTI_LABEL: 'micro_f1'}  # the one the curves plot
+
+def _corr(a:np.ndarray, b:np.ndarray, rank:bool=False) -> float:
+    "Pearson (or Spearman) correlation of `a` and `b`; 0 where either is constant (the correlation is undefined)."
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0: return 0.0
+    from scipy.stats import pearsonr, spearmanr
+    return float((spearmanr if rank else pearsonr)(a, b)[0])
+
+def regression_metrics(labels, # true values
+                       preds # predicted values
+                      ) -> dict:
+    "Pearson and Spearman correlation, their mean `combined_score` (as `run_glue.py` reports STS-B), and the mean squared error."
+    labels, preds = (np.asarray(x, dtype=np.float64).ravel() for x in (labels, preds))
+    p, s = _corr(labels, preds), _corr(labels, preds, rank=True)
+    return {'pearson': round(p, 4), 'spearmanr': round(s, 4), 'combined_score': round((p + s) / 2, 4),
+            'mse': round(float(np.mean((preds - labels) ** 2)), 6) if len(labels) else float('nan')}
+
+# %% ../nbs/04c_progress.ipynb #8b34d6cf
+THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))  # the sigmoid thresholds tried on validation: 0.05 ... 0.95
+
+def best_threshold(labels, # multi-hot true labels, [rows, labels]
+                   probs # the sigmoid of the logits, [rows, labels]
+                  ) -> float:
+    "The threshold of `THRESHOLDS` with the best micro F1 (of equals, the one nearest 0.5)."
+    from sklearn.metrics import f1_score
+    y, p = np.asarray(labels) > 0.5, np.asarray(probs)
+    f1 = [f1_score(y, p >= t, average='micro', zero_division=0) for t in THRESHOLDS]
+    return max(zip(f1, (-abs(t - 0.5) for t in THRESHOLDS), THRESHOLDS))[2]
+
+def multi_label_metrics(labels, # multi-hot true labels, [rows, labels]
+                        probs, # the sigmoid of the logits, [rows, labels]
+                        label_names:list[str], # name of each label
+                        threshold:float|None=None # a label is predicted at `probs >= threshold`; `None`: `best_threshold` on these rows
+                       ) -> dict:
+    "Micro and macro F1, a report per label, and the threshold they were scored at."
+    from sklearn.metrics import classification_report, f1_score
+    y, p = np.asarray(labels) > 0.5, np.asarray(probs)
+    threshold = best_threshold(y, p) if threshold is None else float(threshold)
+    pred, ids = p >= threshold, list(range(len(label_names)))
+    report = classification_report(y, pred, labels=ids, target_names=label_names, output_dict=True, zero_division=0)
+    return {'micro_f1': round(float(f1_score(y, pred, average='micro', zero_division=0)), 4),
+            'macro_f1': round(float(f1_score(y, pred, labels=ids, average='macro', zero_division=0)), 4),
+            'per_class': {n: {k: round(float(report[n][k]), 4) for k in ('precision', 'recall', 'f1-score', 'support')} for n in label_names},
+            'threshold': threshold}
+
 # %% ../nbs/04c_progress.ipynb #c4666d63
-def majority_baseline(train_labels, # label ids of the training split
-                      eval_labels, # label ids of the split to score
-                      label_names:list[str] # name of each label id
+def majority_baseline(train_labels, # labels of the training split: ids, values (regression) or multi-hot rows
+                      eval_labels, # labels of the split to score, of the same kind
+                      label_names:list[str], # name of each label id (regression: the one output's)
+                      problem_type:str=SINGLE # `SINGLE`, `REGRESSION` or `MULTI_LABEL`
                      ) -> dict:
-    "Accuracy, weighted F1 and Matthews correlation (0) of always predicting the most frequent training label."
+    "What the simplest answer from the training labels scores: the most frequent label (accuracy, weighted F1, Matthews correlation 0); the training mean (MSE, correlation 0); each label's majority (micro and macro F1)."
+    if problem_type == REGRESSION:
+        mean = float(np.asarray(train_labels, dtype=np.float64).mean())
+        e = np.asarray(eval_labels, dtype=np.float64).ravel()
+        return {'label': 'the training mean', 'mean': round(mean, 4)} | regression_metrics(e, np.full(len(e), mean))
+    if problem_type == MULTI_LABEL:
+        on = (np.asarray(train_labels) > 0.5).mean(0) > 0.5   # the labels more than half the training rows carry
+        e = np.asarray(eval_labels) > 0.5
+        m = multi_label_metrics(e, np.broadcast_to(on.astype(float), e.shape), label_names, threshold=0.5)
+        return {'label': "each label's majority", 'labels': [n for n, o in zip(label_names, on) if o],
+                'micro_f1': m['micro_f1'], 'macro_f1': m['macro_f1']}
     train_labels, eval_labels = (np.asarray(l).ravel() for l in (train_labels, eval_labels))   # packed rows: a label per text,
     train_labels, eval_labels = train_labels[train_labels >= 0], eval_labels[eval_labels >= 0]   # -100 in the empty slots
     majority = int(np.bincount(train_labels, minlength=len(label_names)).argmax())
     m = classification_metrics(eval_labels, np.full(len(eval_labels), majority), label_names)
     return {'label': label_names[majority], 'accuracy': m['accuracy'], 'f1': m['f1'], 'mcc': m['mcc']}
+
+def beats_baseline(scores:dict, # the final split's scores
+                   baseline:dict, # `majority_baseline` on that split
+                   problem_type:str=SINGLE # `SINGLE`, `REGRESSION` or `MULTI_LABEL`
+                  ) -> bool:
+    "Whether the model beats the baseline: a higher accuracy (single label), a lower MSE (regression), a higher micro F1 (multi-label)."
+    if problem_type == REGRESSION: return scores['mse'] < baseline['mse']
+    if problem_type == MULTI_LABEL: return scores['micro_f1'] > baseline['micro_f1']
+    return scores['accuracy'] > baseline['accuracy']
 
 # %% ../nbs/04c_progress.ipynb #d6ce2c7e
 def _flat(x) -> np.ndarray:
@@ -50,11 +127,27 @@ def _flat(x) -> np.ndarray:
     if isinstance(x, list): x = np.concatenate([np.asarray(b[0] if isinstance(b, tuple) else b) for b in x])
     return np.asarray(x)
 
-def _scores(p, names:list[str]) -> dict:
-    "Metrics of a `Trainer` prediction output (`EvalPrediction` or `PredictionOutput`)."
-    preds, labels = _flat(p.predictions).argmax(-1), _flat(p.label_ids)
-    keep = labels >= 0   # filler rows (label -100) fill a batch up; they are never scored
-    return classification_metrics(labels[keep], preds[keep], names) | {'rows': int(keep.sum())}
+def _labelled(p, problem_type:str=SINGLE) -> tuple:
+    "The logits and labels of a prediction output's labelled rows (a filler's label is -100: all -100 for a multi-label row)."
+    x, labels = _flat(p.predictions), _flat(p.label_ids)
+    if problem_type == REGRESSION: keep = labels != -100; return x.reshape(len(labels), -1)[keep, 0], labels[keep]
+    if problem_type == MULTI_LABEL: keep = (labels >= 0).all(-1); return x[keep], labels[keep]
+    keep = labels >= 0
+    return x[keep], labels[keep]
+
+def _scores(p, # a `Trainer`'s `EvalPrediction` or `PredictionOutput`
+            names:list[str], # the label names
+            problem_type:str=SINGLE, # `SINGLE`, `REGRESSION` or `MULTI_LABEL`
+            threshold:float|None=None # multi-label: the sigmoid threshold; `None`: the best on these rows
+           ) -> dict:
+    "Metrics of a prediction output's labelled rows: filler rows (label -100) fill a batch up; they are never scored."
+    x, labels = _labelled(p, problem_type)
+    if problem_type == REGRESSION: m = regression_metrics(labels, x)
+    elif problem_type == MULTI_LABEL:
+        from scipy.special import expit
+        m = multi_label_metrics(labels, expit(x.astype(np.float64)), names, threshold)
+    else: m = classification_metrics(labels, x.argmax(-1), names)
+    return m | {'rows': len(labels)}
 
 # %% ../nbs/04c_progress.ipynb #ffaf5b74
 def _versions() -> dict:
@@ -82,7 +175,10 @@ def read_progress(line:str # a line of a worker's output
     except ValueError: return None
 
 # %% ../nbs/04c_progress.ipynb #01277675
-def progress_callback(every:float=0.5 # seconds between two step lines, at least
+_EVAL_KEYS = ('eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc', *(f'eval_{k}' for p in (REGRESSION, MULTI_LABEL) for k in EVAL_METRICS[p]))   # every kind's
+
+def progress_callback(every:float=0.5, # seconds between two step lines, at least
+                      problem_type:str=SINGLE # the data's: which metrics the table shows
                      ):
     "A `TrainerCallback` with which the first worker prints progress lines: start, steps, logged losses, evaluations, end."
     from transformers import TrainerCallback
@@ -94,7 +190,8 @@ def progress_callback(every:float=0.5 # seconds between two step lines, at least
         def on_train_begin(self, args, state, control, **kw):
             per = len(kw['train_dataloader']) // args.gradient_accumulation_steps if kw.get('train_dataloader') else 0
             epochs = min(args.num_train_epochs, state.max_steps / per) if per else args.num_train_epochs   # --max_steps may end it sooner
-            self.emit(state, 'begin', step=state.global_step, max_steps=state.max_steps, epochs=round(epochs, 2))
+            kind = {} if problem_type == SINGLE else {'problem_type': problem_type}
+            self.emit(state, 'begin', step=state.global_step, max_steps=state.max_steps, epochs=round(epochs, 2), **kind)
         def on_step_end(self, args, state, control, **kw):
             if time.monotonic() - self.last >= every or state.global_step >= state.max_steps:
                 self.last = time.monotonic()
@@ -103,28 +200,32 @@ def progress_callback(every:float=0.5 # seconds between two step lines, at least
             if logs and 'loss' in logs: self.emit(state, 'log', step=state.global_step, loss=logs['loss'])
         def on_evaluate(self, args, state, control, metrics=None, **kw):
             m = metrics or {}
-            self.emit(state, 'eval', step=state.global_step, epoch=round(state.epoch or 0, 3),
-                      **{k[5:]: m[k] for k in ('eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc') if k in m})
+            self.emit(state, 'eval', step=state.global_step, epoch=round(state.epoch or 0, 3), **{k[5:]: m[k] for k in _EVAL_KEYS if k in m})
         def on_train_end(self, args, state, control, **kw): self.emit(state, 'end', step=state.global_step)
     return ProgressLines()
 
 # %% ../nbs/04c_progress.ipynb #0d684c7d
-PLOTS = ('curves.png', 'confusion.png')  # what `save_plots` writes into `output_dir`
+PLOTS = ('curves.png', 'confusion.png')  # what `save_plots` writes into `output_dir` (single-label classification)
+PLOTS_OF = {SINGLE: PLOTS, REGRESSION: ('curves.png', 'scatter.png'), MULTI_LABEL: ('curves.png',)}  # per problem type
+_CURVE = {'f1': ('weighted F1', 'Validation F1', (0, 1)), 'pearson': ('Pearson correlation', 'Validation Pearson correlation', (-1, 1)),
+          'micro_f1': ('micro F1', 'Validation micro F1', (0, 1))}
 
 def plot_history(metrics:dict # what `train` returns: its `history` and `baseline`
                 ):
-    "Training and validation loss, and validation F1, over the optimizer steps (a matplotlib `Figure`)."
+    "Training and validation loss, and the validation F1 (regression: Pearson correlation; multi-label: micro F1), over the optimizer steps (a matplotlib `Figure`)."
     from matplotlib.figure import Figure
-    h, b = metrics['history'], metrics['baseline']
+    h, b, key = metrics['history'], metrics['baseline'], MAIN_METRIC[problem_of(metrics)]
     fig = Figure(figsize=(9, 3.4), layout='constrained')
     loss, f1 = fig.subplots(1, 2)
     tr, ev = [r for r in h if 'loss' in r], [r for r in h if 'eval_loss' in r]
     loss.plot([r['step'] for r in tr], [r['loss'] for r in tr], label='training')
     loss.plot([r['step'] for r in ev], [r['eval_loss'] for r in ev], 'o-', label='validation')
     loss.set(xlabel='step', ylabel='loss', title='Loss'); loss.legend()
-    f1.plot([r['step'] for r in ev], [r['eval_f1'] for r in ev], 'o-', color='C1', label='validation')
-    f1.axhline(b['f1'], ls='--', color='grey', label=f"always '{b['label']}'")
-    f1.set(xlabel='step', ylabel='weighted F1', title='Validation F1', ylim=(0, 1)); f1.legend()
+    ev = [r for r in ev if r.get(f'eval_{key}') is not None]
+    f1.plot([r['step'] for r in ev], [r[f'eval_{key}'] for r in ev], 'o-', color='C1', label='validation')
+    f1.axhline(b[key], ls='--', color='grey', label=b['label'] if problem_of(metrics) != SINGLE else f"always '{b['label']}'")
+    ylabel, title, ylim = _CURVE[key]
+    f1.set(xlabel='step', ylabel=ylabel, title=title, ylim=ylim); f1.legend()
     return fig
 
 # %% ../nbs/04c_progress.ipynb #ee33839a
@@ -142,13 +243,35 @@ def plot_confusion(metrics:dict, # what `train` returns
     ax.set_title(f"{split}: {cm.sum()} rows, accuracy {metrics[split]['accuracy']:.3f}")
     return fig
 
+# %% ../nbs/04c_progress.ipynb #3f403f11
+def plot_scatter(metrics:dict, # what `train` returns
+                 labels, # the true values of the final split's rows
+                 preds # the values the model predicted for them
+                ):
+    "Regression: predicted against true values on the final split, with the line where they are equal (a matplotlib `Figure`)."
+    from matplotlib.figure import Figure
+    split, labels, preds = metrics['final_split'], np.asarray(labels, dtype=float), np.asarray(preds, dtype=float)
+    fig = Figure(figsize=(5, 4.8), layout='constrained')
+    ax = fig.subplots()
+    ax.scatter(labels, preds, s=10, alpha=0.6)
+    lo, hi = float(min(labels.min(), preds.min())), float(max(labels.max(), preds.max()))
+    ax.plot([lo, hi], [lo, hi], '--', color='grey', label='predicted = true'); ax.legend()
+    s, name = metrics[split], metrics['label_names'][0]
+    ax.set(xlabel=f'true {name}', ylabel=f'predicted {name}',
+           title=f"{split}: {len(labels)} rows, Pearson {s['pearson']:.3f}, MSE {s['mse']:.3g}")
+    return fig
+
 # %% ../nbs/04c_progress.ipynb #7c5c962d
 def save_plots(metrics:dict, # what `train` returns
-               output_dir:str|Path # the run's folder
+               output_dir:str|Path, # the run's folder
+               points:tuple|None=None # regression: the final split's true and predicted values, for the scatter
               ) -> list[Path]:
-    "Write `PLOTS` (the curves and the confusion matrix) into `output_dir`; return their paths."
-    paths = [Path(output_dir)/n for n in PLOTS]
-    for p, fig in zip(paths, (plot_history(metrics), plot_confusion(metrics))): _atomic(p, lambda t: fig.savefig(t, dpi=96, format='png'))
+    "Write the plots of `PLOTS_OF` the run's problem type (the curves; the confusion matrix, or the scatter) into `output_dir`; return their paths."
+    problem = problem_of(metrics)
+    figs = [plot_history(metrics)] + ([plot_confusion(metrics)] if problem == SINGLE else
+                                      [plot_scatter(metrics, *points)] if problem == REGRESSION and points is not None else [])
+    paths = [Path(output_dir)/n for n in PLOTS_OF[problem][:len(figs)]]
+    for p, fig in zip(paths, figs): _atomic(p, lambda t: fig.savefig(t, dpi=96, format='png'))
     return paths
 
 def _atomic(p:Path, write):
@@ -171,13 +294,24 @@ def metrics_text(metrics:dict # what `train` returns
     return json.dumps(_finite_json(metrics), indent=2, allow_nan=False)
 
 # %% ../nbs/04c_progress.ipynb #fc7362b2
+def _headline(metrics:dict) -> str:
+    "The final split's scores beside the baseline's, in the words of the run's problem type."
+    split, b = metrics['final_split'], metrics['baseline']
+    s, problem = metrics[split], problem_of(metrics)
+    if problem == REGRESSION:
+        return (f"{split}: Pearson {s['pearson']:.4f}, Spearman {s['spearmanr']:.4f}, MSE {s['mse']:.4g} "
+                f"(always the training mean {b['mean']:.4g}: MSE {b['mse']:.4g})")
+    if problem == MULTI_LABEL:
+        return (f"{split}: micro F1 {s['micro_f1']:.4f}, macro F1 {s['macro_f1']:.4f} at threshold {s['threshold']:g} "
+                f"(each label's majority: micro F1 {b['micro_f1']:.4f})")
+    mcc = f", Matthews correlation {s['mcc']:.4f}" if 'mcc' in s else ''
+    return f"{split}: weighted F1 {s['f1']:.4f}, accuracy {s['accuracy']:.4f}{mcc} (always '{b['label']}': accuracy {b['accuracy']:.4f})"
+
 def summary(metrics:dict # what `train` returns
            ) -> str:
     "A few lines a person reads at the end of a run."
-    s, b, t = metrics[metrics['final_split']], metrics['baseline'], metrics['train']
-    mcc = f", Matthews correlation {s['mcc']:.4f}" if 'mcc' in s else ''
-    lines = [f"{metrics['final_split']}: weighted F1 {s['f1']:.4f}, accuracy {s['accuracy']:.4f}{mcc} "
-             f"(always '{b['label']}': accuracy {b['accuracy']:.4f})",
+    t = metrics['train']
+    lines = [_headline(metrics),
              f"train: {t['samples_per_second']:.1f} samples/s, {t['runtime_s']:.1f} s without evaluation, "
              f"{t['steps']} steps on {metrics['world_size']} {metrics['backend']} worker(s), "
              f"{len(t.get('input_shapes', []))} input shape(s) for {len(metrics['bucket_lengths'])} bucket(s)"]
@@ -194,13 +328,20 @@ USUAL_LR = (1e-6, 1e-3)  # peak learning rates fine-tuning uses (around 2e-5 to 
 
 def collapse_warning(metrics:dict # what `train` returns
                     ) -> str|None:
-    "One warning line when the final split's accuracy is no better than always predicting the majority label: the likely cause and fix."
+    "One warning line when the final split scores no better than the baseline (`beats_baseline`): the likely cause and fix."
     if metrics['beats_baseline']: return None
     a, split, b = metrics.get('args') or {}, metrics['final_split'], metrics['baseline']
+    s, problem = metrics[split], problem_of(metrics)
     lr = a.get('learning_rate', 5e-5)
     if lr > USUAL_LR[1]: why = f"--learning_rate {lr:g} is far above fine-tuning's usual range (1e-05 to 1e-04): lower it (e.g. --learning_rate 5e-05)"
     elif lr < USUAL_LR[0]: why = f"--learning_rate {lr:g} is far below fine-tuning's usual range (1e-05 to 1e-04): raise it (e.g. --learning_rate 5e-05)"
     elif a.get('bf16'): why = "bfloat16 may have lost the small updates: retry with --bf16 false (or NEURON_RT_STOCHASTIC_ROUNDING_EN=1)"
     else: why = "the run may be too short for this data: train longer (more --num_train_epochs), or check that the labels fit the texts"
-    return (f"warning: {split} accuracy {metrics[split]['accuracy']:.4f} is no better than always predicting the majority label "
+    if problem == REGRESSION:
+        return (f"warning: {split} MSE {s['mse']:.4g} is no better than always predicting the training mean {b['mean']:.4g} "
+                f"(MSE {b['mse']:.4g}): {why}")
+    if problem == MULTI_LABEL:
+        return (f"warning: {split} micro F1 {s['micro_f1']:.4f} is no better than predicting each label's majority "
+                f"(micro F1 {b['micro_f1']:.4f}): {why}")
+    return (f"warning: {split} accuracy {s['accuracy']:.4f} is no better than always predicting the majority label "
             f"'{b['label']}' ({b['accuracy']:.4f}): {why}")

@@ -18,7 +18,8 @@ if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # importe
 # %% auto #0
 __all__ = ['XLA_BACKENDS', 'NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'check_output_dir', 'claim_output_dir', 'check_space',
            'check_model', 'check_batch', 'torchrun_worker', 'torchrun_command', 'check_torchrun', 'check_workers',
-           'import_torchneuron', 'check_device', 'attention_for', 'train', 'relaunch_command', 'main']
+           'import_torchneuron', 'check_device', 'check_problem_type', 'attention_for', 'train', 'relaunch_command',
+           'main']
 
 # %% ../nbs/04_train.ipynb #f8efe212
 # the pieces of the other train chapters: imported here as well, where `launch`, `xla_loop`, the CLI and the tests find them
@@ -27,8 +28,9 @@ from .samplers import (MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, BucketBatchS
 from .checkpoints import (COMPLETE, RUN_ARGS, SAME_RUN, SEAL_TIMEOUT_S, CheckpointGuard, _differs, _free, _host_store, _size,
                                        checkpoint_complete, checkpoint_problem, checkpoints, diverged, newest_complete, resume_from,
                                        seal_checkpoint, skipped_note)
-from .progress import (PLOTS, PROGRESS_ENV, PROGRESS_PREFIX, USUAL_LR, _atomic, _flat, _scores, _versions, classification_metrics,
-                                    collapse_warning, majority_baseline, metrics_text, plot_confusion, plot_history, progress_callback, progress_line,
+from .progress import (EVAL_METRICS, MULTI_LABEL, PLOTS, PLOTS_OF, PROGRESS_ENV, PROGRESS_PREFIX, REGRESSION, SINGLE, USUAL_LR, _atomic,
+                                    _flat, _labelled, _scores, _versions, beats_baseline, classification_metrics, collapse_warning, majority_baseline,
+                                    metrics_text, plot_confusion, plot_history, plot_scatter, problem_of, progress_callback, progress_line,
                                     read_progress, save_plots, summary)
 from .trainer import _finite, _gather_shapes, _lr_as_data, _xla_compiles, trainer_class
 
@@ -204,12 +206,26 @@ def check_device(targs, # the Trainer's arguments, `training_arguments(args, bac
 
 
 # %% ../nbs/04_train.ipynb #c86bf2ad
-_HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc')   # kept from the Trainer's log
+_HISTORY = ('step', 'epoch', 'loss', 'learning_rate', 'eval_loss', 'eval_f1', 'eval_accuracy', 'eval_mcc',
+            *(f'eval_{k}' for p in (REGRESSION, MULTI_LABEL) for k in EVAL_METRICS[p]))   # kept from the Trainer's log
 
 def _note(text:str):
     "A line for the reader: a progress line when a launcher reads them, else plain."
     print(progress_line('note', text=text) if os.environ.get(PROGRESS_ENV) == '1' else text, flush=True)
 
+
+def check_problem_type(args:TrainArguments, # the run's arguments
+                       manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
+                      ) -> str:
+    "The data's `problem_type` (`problem_of`); a one-line `UsageError` for one this version does not train, or packed rows of any but single labels."
+    problem = problem_of(manifest)
+    if problem not in EVAL_METRICS:
+        raise UsageError(f"{args.dataset_path} holds {problem!r} data, which this version does not train (it trains {', '.join(EVAL_METRICS)}): "
+                         f"prepare it again with this version, `{prep_command(manifest, dataset_path=os.path.abspath(args.dataset_path))}`")
+    if manifest.get('packing') and problem != SINGLE:
+        raise UsageError(f"{args.dataset_path} holds packed rows of {problem.replace('_', '-')} data, and packed rows hold single-label texts only: "
+                         f"prepare it again without --pack, `{prep_command(manifest, pack=None, dataset_path=os.path.abspath(args.dataset_path))}`")
+    return problem
 
 def _prepare(args:TrainArguments # the run's arguments
             ) -> tuple:
@@ -220,6 +236,7 @@ def _prepare(args:TrainArguments # the run's arguments
     check_torchrun(backend, args=args)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
     check_output_dir(args)
     ds, manifest = load_prepared(args.dataset_path)
+    check_problem_type(args, manifest)
     world = int(os.environ.get('WORLD_SIZE', 1))
     check_model(args, manifest)
     check_space(args, args.model_id or manifest['model_id'])
@@ -248,7 +265,7 @@ def attention_for(backend:str, # a resolved backend
 
 # %% ../nbs/04_train.ipynb #1b1e3f67
 def _model(args:TrainArguments, manifest:dict, backend:str) -> tuple:
-    "The model's id, its tokenizer, and the classifier with the data's label names."
+    "The model's id, its tokenizer, and the classifier with the data's label names and problem type (regression: one output)."
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
     model_id, names = args.model_id or manifest['model_id'], manifest['label_names']
     tokenizer = AutoTokenizer.from_pretrained(model_id)
@@ -256,7 +273,7 @@ def _model(args:TrainArguments, manifest:dict, backend:str) -> tuple:
     attention = attention_for(backend, bool(manifest.get('packing')))
     # a checkpoint with another head (2 labels, or none) gets a fresh one sized for our labels
     model = AutoModelForSequenceClassification.from_pretrained(
-        model_id, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
+        model_id, num_labels=len(names), problem_type=problem_of(manifest), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         ignore_mismatched_sizes=True, **({'attn_implementation': attention} if attention else {}))
     if manifest.get('packing'):   # several texts a row: each attends to itself, each classified from its own [CLS]
         from trn_tutorials.packing import pack_model
@@ -264,32 +281,44 @@ def _model(args:TrainArguments, manifest:dict, backend:str) -> tuple:
     return model_id, tokenizer, model
 
 # %% ../nbs/04_train.ipynb #0f634f3d
+def _final_scores(trainer, ds, names:list[str], problem:str) -> tuple[dict, dict]:
+    "The scores of the validation and test splits, and their predictions; multi-label: the test split at the threshold chosen on validation."
+    scores, preds, threshold = {}, {}, None
+    for split in ('validation', 'test'):
+        if split not in ds: continue
+        preds[split] = trainer.predict(ds[split])
+        scores[split] = _scores(preds[split], names, problem, threshold)
+        if problem == MULTI_LABEL: threshold = scores[split]['threshold']   # validation's: the test split is scored at it
+    if threshold is not None: trainer.model.config.multi_label_threshold = threshold   # saved with the model, in config.json
+    return scores, preds
+
 def train(args:TrainArguments # the run's arguments
          ) -> dict:
     "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
     backend, ds, manifest, start, few_steps, data = _prepare(args)
-    names = manifest['label_names']
+    names, problem = manifest['label_names'], problem_of(manifest)
     from trn_tutorials.arguments import training_arguments
     targs = training_arguments(args, backend)   # a flag the backend cannot run: refused before the model is loaded
     check_device(targs, backend)   # on torchneuron: the Trainer on `neuron`, with every worker; else refused, before the model is loaded
     model_id, tokenizer, model = _model(args, manifest, backend)
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=args.to_dict() | {'data': data},
                               processing_class=tokenizer,
-                              compute_metrics=lambda p: {k: v for k, v in _scores(p, names).items() if k in ('accuracy', 'f1', 'mcc')})
+                              compute_metrics=lambda p: {k: v for k, v in _scores(p, names, problem).items() if k in EVAL_METRICS[problem]})
     if os.environ.get(PROGRESS_ENV) == '1':
         from transformers import PrinterCallback
-        trainer.remove_callback(PrinterCallback); trainer.add_callback(progress_callback())   # lines for the launcher, not dicts
+        trainer.remove_callback(PrinterCallback); trainer.add_callback(progress_callback(problem_type=problem))   # lines for the launcher, not dicts
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(start) if start else None)
     if not _finite(trainer.model):   # every worker: the same weights, the same answer; nothing of it is saved
         raise UsageError(diverged('the weights became nan or inf', result.global_step, args.learning_rate, args.bf16))
-    scores = {split: _scores(trainer.predict(ds[split]), names) for split in ('validation', 'test') if split in ds}
+    scores, preds = _final_scores(trainer, ds, names, problem)
     trainer.save_model(args.output_dir)   # on every worker: a collective on XLA; only the first one writes
     shapes = _gather_shapes(trainer)
     if not trainer.is_world_process_zero(): return {}
     metrics = _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, start, few_steps, t0)
     if (collapse := collapse_warning(metrics)): metrics['warnings'].insert(0, collapse)
-    save_plots(metrics, args.output_dir)
+    final = preds[metrics['final_split']]
+    save_plots(metrics, args.output_dir, points=_labelled(final, problem)[::-1] if problem == REGRESSION else None)   # true, predicted
     _atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(metrics_text(metrics)))   # last: the run is complete; strict JSON
     if collapse: print(collapse, file=sys.stderr, flush=True)   # where a person looks, not only in train.log
     print(summary(metrics))
@@ -298,15 +327,15 @@ def train(args:TrainArguments # the run's arguments
 # %% ../nbs/04_train.ipynb #fc040821
 def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, start, few_steps, t0) -> dict:
     "What `metrics.json` holds: the run, training and evaluation apart, the scores against the baseline, the graphs, the history."
-    final, names = 'test' if 'test' in scores else 'validation', manifest['label_names']
-    baseline = majority_baseline(ds['train']['labels'], ds[final]['labels'], names)
+    final, names, problem = 'test' if 'test' in scores else 'validation', manifest['label_names'], problem_of(manifest)
+    baseline = majority_baseline(ds['train']['labels'], ds[final]['labels'], names, problem)
     fed, scored = shapes.pop('train_rows_fed'), sum(s['rows'] for s in scores.values())
     train_only_s = max(1e-9, result.metrics['train_runtime'] - trainer.eval_s['in_train'])
     per_row = texts_per_row(manifest)
     return {
         'model_id': args.model_id or manifest['model_id'], 'dataset_path': str(args.dataset_path), 'max_length': manifest['max_length'],
         'bucket_lengths': manifest.get('bucket_lengths', [manifest['max_length']]),
-        'label_names': names, 'backend': backend, 'world_size': trainer.args.world_size, 'torchrun': torchrun_worker(),
+        'label_names': names, 'problem_type': problem, 'backend': backend, 'world_size': trainer.args.world_size, 'torchrun': torchrun_worker(),
         'train': {'samples_per_second': fed * per_row / train_only_s, 'texts_per_row': round(per_row, 3), 'runtime_s': train_only_s,
                   'runtime_with_eval_s': result.metrics.get('train_runtime'),
                   'trainer_samples_per_second': result.metrics.get('train_samples_per_second'), 'loss': result.metrics.get('train_loss'),
@@ -316,7 +345,7 @@ def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, s
                  'samples_per_second': scored / max(1e-9, trainer.eval_s['all'] - trainer.eval_s['in_train'])},
         'compiled_graphs': trainer.graphs, 'compile_s': trainer.compile_s,
         **scores, 'final_split': final, 'baseline': baseline,
-        'beats_baseline': scores[final]['accuracy'] > baseline['accuracy'], 'warnings': [few_steps] if few_steps else [],
+        'beats_baseline': beats_baseline(scores[final], baseline, problem), 'warnings': [few_steps] if few_steps else [],
         'wall_s': time.time() - t0, 'versions': _versions(), 'args': args.to_dict(),
         'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
 

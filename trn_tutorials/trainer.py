@@ -80,12 +80,22 @@ class BucketBatches:
 
 # %% ../nbs/04d_trainer.ipynb #6c0d2b91
 def labelled_loss(predictions, # every worker's logits: [rows, labels], or [rows, texts, labels] (packed rows); per-batch arrays, or a tuple (logits first)
-                  label_ids # their labels: [rows], or [rows, texts]; -100 for a filler row or an empty slot
+                  label_ids, # their labels: [rows] (regression: values), [rows, texts] or [rows, labels] (multi-label, multi-hot); -100 for a filler row or an empty slot
+                  problem_type:str|None=None # the model's `config.problem_type`; `None`: single-label classification
                  ) -> float|None:
-    "The mean cross-entropy over the labelled texts of every worker; `None` where no text is labelled or `predictions` are not logits."
+    "The model's loss over the labelled texts of every worker (cross-entropy; regression: squared error; multi-label: binary cross-entropy per label); `None` where no text is labelled or `predictions` are not logits."
     if predictions is None or label_ids is None: return None
     x, y = _flat(predictions), _flat(label_ids)
-    if x.ndim != y.ndim + 1 or x.shape[:-1] != y.shape or not np.issubdtype(x.dtype, np.floating): return None   # e.g. reduced by `preprocess_logits_for_metrics`
+    if not np.issubdtype(x.dtype, np.floating): return None
+    if problem_type in ('regression', 'multi_label_classification'):
+        if problem_type == 'regression': x, y = x.reshape(len(y), -1), y.reshape(len(y), -1)
+        if x.shape != y.shape: return None   # e.g. reduced by `preprocess_logits_for_metrics`
+        keep = (y != -100).all(-1) if problem_type == 'regression' else (y >= 0).all(-1)   # a filler's label is -100 (each, multi-label)
+        if not keep.any(): return None
+        x, y = x[keep].astype(np.float64), y[keep].astype(np.float64)
+        if problem_type == 'regression': return float(((x - y) ** 2).mean())   # `MSELoss`, as the model computes it
+        return float((np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))).mean())   # `BCEWithLogitsLoss`, without overflow
+    if x.ndim != y.ndim + 1 or x.shape[:-1] != y.shape: return None   # e.g. reduced by `preprocess_logits_for_metrics`
     x, y = x.reshape(-1, x.shape[-1]).astype(np.float64), y.reshape(-1)
     keep = y >= 0   # the texts `compute_metrics` scores
     if not keep.any(): return None
@@ -99,7 +109,8 @@ class LabelledLoss:
     "Trainer hook: the loss of `evaluate` and `predict` is `labelled_loss` of the logits and labels gathered from every worker."
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix='eval'):
         out = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
-        loss = labelled_loss(out.predictions, out.label_ids)   # `None` without logits (no `compute_metrics`): the Trainer's stays
+        problem = getattr(getattr(getattr(self, 'model', None), 'config', None), 'problem_type', None)   # the model's loss, the same
+        loss = labelled_loss(out.predictions, out.label_ids, problem)   # `None` without logits (no `compute_metrics`): the Trainer's stays
         if loss is not None: out.metrics[f'{metric_key_prefix}_loss'] = loss
         return out
 
