@@ -56,11 +56,25 @@ def prepared(tmp_path_factory):
 
 @pytest.fixture
 def distilbert_like(tmp_path):
-    "A function that saves a tiny DistilBERT (a family packing does not support) with the tokenizer of the model `like`; its folder."
+    "A function that saves a tiny DistilBERT (a family packing runs since issue 43) with the tokenizer of the model `like`; its folder."
     def make(like):
         from transformers import AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
         tok, path = AutoTokenizer.from_pretrained(like), tmp_path/'tiny-distilbert'
         DistilBertForSequenceClassification(DistilBertConfig(vocab_size=tok.vocab_size, dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(path)
+        tok.save_pretrained(path)
+        return str(path)
+    return make
+
+
+@pytest.fixture
+def modernbert_like(tmp_path):
+    "A function that saves a tiny ModernBERT (a family packing does not support) with the tokenizer of the model `like`; its folder."
+    def make(like):
+        from transformers import AutoTokenizer, ModernBertConfig, ModernBertForSequenceClassification
+        tok, path = AutoTokenizer.from_pretrained(like), tmp_path/'tiny-modernbert'
+        ids = dict(pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+        ModernBertForSequenceClassification(ModernBertConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                             num_attention_heads=2, **ids)).save_pretrained(path)
         tok.save_pretrained(path)
         return str(path)
     return make

@@ -258,7 +258,7 @@ def test_a_command_imports_only_what_it_runs(args, unloaded):
 
 # issue 25: quickstart packs where every shape is a compiled graph
 
-def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path, distilbert_like):
+def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path, distilbert_like, modernbert_like):
     from trn_tutorials.cli import packs_by_default
     from trn_tutorials.data import DataArguments
     bert = tiny_bert(tmp_path/'tiny-bert', ['happy', 'sad'], labels=EMOTION_LABELS)
@@ -267,7 +267,8 @@ def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path,
     for given in ({'buckets'}, {'max_length'}, {'pack'}): assert not packs_by_default(d(), 'neuron', given), given
     assert not packs_by_default(d(pack=True), 'neuron')   # asked for: not quickstart's default
     assert packs_by_default(d(), 'neuron', {'learning_rate', 'row_length'})   # --row_length is a packing option: it packs
-    assert not packs_by_default(d(distilbert_like(bert)), 'neuron')
+    assert packs_by_default(d(distilbert_like(bert)), 'neuron')   # a family packing runs (PACKABLE)
+    assert not packs_by_default(d(modernbert_like(bert)), 'neuron')   # one it does not
     assert not packs_by_default(d(str(tmp_path/'no-such-model')), 'neuron')   # prep refuses it in its own words
 
 

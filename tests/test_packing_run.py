@@ -77,11 +77,11 @@ def test_short_row_refused_and_the_fix_works(tiny):
     assert m['packing']['row_length'] == fix
 
 
-def test_a_family_packing_cannot_run_refused_before_tokenizing(tiny, tmp_path, distilbert_like):
+def test_a_family_packing_cannot_run_refused_before_tokenizing(tiny, tmp_path, modernbert_like):
     _, model = tiny
-    d = distilbert_like(model)
+    d = modernbert_like(model)
     with pytest.raises(UsageError) as e: prepare(DataArguments(data=sample_data(), model_id=d, dataset_path=str(tmp_path/'data'), pack=True))
-    assert 'not distilbert' in str(e.value) and '--buckets 2' in str(e.value) and not (tmp_path/'data').exists()
+    assert 'not modernbert' in str(e.value) and '--buckets 2' in str(e.value) and not (tmp_path/'data').exists()
 
 
 def test_packed_run_scores_each_text_once(tiny):
