@@ -185,3 +185,29 @@ def test_packed_runs_are_kept_only_for_the_rows_prepare_makes(monkeypatch):
     assert (longest['order_seed'], shuffled['order_seed']) == (None, 0) and not same_rows(longest, shuffled)
     assert same_rows(shuffled, shuffled | {'rows': shuffled['rows'] | {'validation': 1}})   # validation and test rows train nothing
     assert not same_rows(None, shuffled) and not same_rows(shuffled, shuffled | {'max_texts': 6})
+
+
+def test_bench_pairs_puts_the_run_glue_recipe_beside_both_encodings(tiny):
+    tmp, model = tiny
+    repo_results, before = ROOT/'benchmarks'/'results.json', digest(ROOT/'benchmarks'/'results.json')
+    out, results = tmp/'out-pairs', tmp/'results-pairs.json'
+    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_pairs.py'), '--task', 'emotion-pairs', '--data', str(sample_data()), '--pairs', '40',
+           '--model', str(model), '--epochs', '1', '--seeds', '42', '--out', str(out), '--results', str(results)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(results.read_text())
+    assert list(res) == ['pairs']   # only its own key
+    p = res['pairs']
+    assert [(x['setting'], x['seed']) for x in p['runs']] == [('run_glue recipe', 42), ('project, pair', 42), ('project, joined', 42)]
+    for x in p['runs']:
+        assert set(x['scores']) == {'accuracy', 'f1'} and 0 <= x['scores']['accuracy'] <= 1 and x['samples_per_s'] > 0, x
+    assert p['runs'][0]['padded_length'] == 128   # the recipe's
+    assert p['runs'][1]['padded_length'] < 128   # the project's, chosen from the pair lengths
+    # the pair task: half of the pairs the same emotion, every row two texts of the sample
+    rows = (out/'emotion-pairs'/'train.csv').read_text().splitlines()
+    assert rows[0] == 'sentence1,sentence2,label' and len(rows) == 41 and sum(l.endswith(',same') for l in rows) == 20
+    # the project's pair data really are pairs: two segments
+    ds, m = load_prepared(str(out/'data-pair'))
+    assert m['text_pair'] is True and 1 in ds['train'][0]['token_type_ids']
+    assert load_prepared(str(out/'data-joined'))[1]['text_pair'] is False
+    assert digest(repo_results) == before
