@@ -241,7 +241,7 @@ class DataArguments:
     max_length: int|None = None # pad to this fixed length instead of one chosen from the data
     # number of static padded lengths (1 = one length for every row; 2 cut the padding with no measured loss of F1, see the benchmark page; each is one compiled graph on Neuron)
     buckets: int = 1
-    pack: bool = False # pack several texts into each row instead of padding each (one shape, almost no padding; BERT models; see the packing chapter)
+    pack: bool = False # pack several texts into each row instead of padding each (one shape, almost no padding; BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT and DeBERTa-v2 models, class labels; see the packing chapter)
     row_length: int|None = None # with --pack: tokens a packed row holds; default: chosen from the data
     max_texts: int|None = None # with --pack: texts a packed row holds at most; default: chosen from the data
     eval_fraction: float = 0.1 # share of train split off (seeded; stratified by class) when the data has no validation split
