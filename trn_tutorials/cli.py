@@ -86,8 +86,7 @@ def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
     "Launch training with torchrun (see the launch chapter)."
     from trn_tutorials.launch import launch
     with interrupted(lambda: train_kept(train)): res = launch(train, how.nproc_per_node, how.instance_type)
-    mcc = f", Matthews correlation {res.mcc:.4f}" if res.mcc is not None else ''
-    print(f"\n{res.split} weighted F1 {res.f1:.4f}, accuracy {res.accuracy:.4f}{mcc}, {res.samples_per_second:.1f} samples/s, "
+    print(f"\n{res.scores_text()}, {res.samples_per_second:.1f} samples/s, "
           f"wall {res.wall_s:.0f} s" + (f", ${res.cost_usd:.2f} on {how.instance_type}" if res.cost_usd is not None else '')
           + (f", graphs compiled: {res.compiled_graphs['train']} training + {res.compiled_graphs['eval']} evaluation "
              f"({res.compile_s:.0f} s)" if res.compiled_graphs else '')

@@ -303,7 +303,7 @@ def scores_text(self:Results) -> str:
     return f"{self.split} weighted F1 {self.f1:.4f}, accuracy {self.accuracy:.4f}{mcc}"
 
 _BASELINE = {SINGLE: 'always predicting the majority label', REGRESSION: 'always predicting the training mean',
-             MULTI_LABEL: "predicting each label's majority"}  # what a run that does not beat its baseline is no better than
+             MULTI_LABEL: "predicting each label's majority, or every label"}  # what a run that does not beat its baseline is no better than
 
 @patch
 def rows(self:Results) -> list[tuple[str, str]]:
