@@ -271,3 +271,16 @@ def test_single_label_unchanged(folders):
     assert 'accuracy' in m['baseline'] and m['beats_baseline'] == (m['test']['accuracy'] > m['baseline']['accuracy'])
     assert sorted(p.name for p in out.glob('*.png')) == sorted(PLOTS_OF[SINGLE])
     assert 'multi_label_threshold' not in json.loads((out/'config.json').read_text())
+
+
+def test_glue_scores_follow_each_task_and_the_summary_says_them():
+    from trn_tutorials.progress import glue_scores
+    s = {'accuracy': 0.8, 'f1': 0.79, 'mcc': 0.55, 'per_class': {'not_equivalent': {'f1-score': 0.69}, 'equivalent': {'f1-score': 0.85}}}
+    names = ['not_equivalent', 'equivalent']
+    assert glue_scores(s, 'mrpc', names) == {'accuracy': 0.8, 'f1': 0.85}   # the positive label's F1, not the weighted one
+    assert glue_scores(s, 'rte', names) == {'accuracy': 0.8} and glue_scores(s, 'cola', names) == {'matthews_correlation': 0.55}
+    assert glue_scores({'pearson': 0.9, 'spearmanr': 0.8, 'mse': 0.3}, 'stsb', ['score']) == {'pearson': 0.9, 'spearmanr': 0.8}
+    assert glue_scores(s, None, names) is None and glue_scores(s, 'emotion', names) is None   # no GLUE task: nothing to report
+    m = _metrics(SINGLE, {'accuracy': 0.8, 'f1': 0.79, 'mcc': 0.55}, {'label': 'equivalent', 'accuracy': 0.68, 'f1': 0.55, 'mcc': 0.0}, True)
+    assert 'GLUE' not in summary(m)
+    assert summary(m | {'glue': {'task': 'mrpc', 'accuracy': 0.8, 'f1': 0.85}}).splitlines()[1] == 'GLUE mrpc: accuracy 0.8000, f1 0.8500'

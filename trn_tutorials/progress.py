@@ -12,10 +12,10 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['SINGLE', 'REGRESSION', 'MULTI_LABEL', 'EVAL_METRICS', 'MAIN_METRIC', 'THRESHOLDS', 'PROGRESS_PREFIX', 'PROGRESS_ENV',
-           'PLOTS', 'PLOTS_OF', 'USUAL_LR', 'classification_metrics', 'problem_of', 'regression_metrics',
-           'best_threshold', 'multi_label_metrics', 'majority_baseline', 'beats_baseline', 'progress_line',
-           'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'plot_scatter', 'save_plots',
-           'metrics_text', 'summary', 'collapse_warning']
+           'PLOTS', 'PLOTS_OF', 'GLUE_METRICS', 'USUAL_LR', 'classification_metrics', 'problem_of',
+           'regression_metrics', 'best_threshold', 'multi_label_metrics', 'majority_baseline', 'beats_baseline',
+           'progress_line', 'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'plot_scatter',
+           'save_plots', 'metrics_text', 'glue_scores', 'summary', 'collapse_warning']
 
 # %% ../nbs/04c_progress.ipynb #fd3c7a82
 def classification_metrics(labels, # true label ids
@@ -295,6 +295,22 @@ def metrics_text(metrics:dict # what `train` returns
     "`metrics` as strict JSON, for `metrics.json`: a number that is not finite (nan, inf) is `null`."
     return json.dumps(_finite_json(metrics), indent=2, allow_nan=False)
 
+# %% ../nbs/04c_progress.ipynb #97982926
+GLUE_METRICS = {'cola': ('matthews_correlation',), 'sst2': ('accuracy',), 'mrpc': ('accuracy', 'f1'), 'qqp': ('accuracy', 'f1'),
+                'stsb': ('pearson', 'spearmanr'), 'mnli': ('accuracy',), 'qnli': ('accuracy',), 'rte': ('accuracy',),
+                'wnli': ('accuracy',)}  # what `evaluate.load('glue', task)` reports for each task
+
+def glue_scores(scores:dict, # one split's scores, e.g. `metrics['validation']`
+                task:str|None, # the GLUE task the data are (the `prep` preset, e.g. 'mrpc'); `None` or another name: no GLUE task
+                label_names:list[str] # the label names in id order: GLUE's positive label is id 1
+               ) -> dict|None:
+    "The split's scores as GLUE reports `task`, by `evaluate`'s names (`f1`: the positive label's); `None` for data of no GLUE task."
+    if task not in GLUE_METRICS: return None
+    positive = (scores.get('per_class') or {}).get(label_names[1], {}) if len(label_names) > 1 else {}
+    have = {'matthews_correlation': scores.get('mcc'), 'accuracy': scores.get('accuracy'), 'f1': positive.get('f1-score'),
+            'pearson': scores.get('pearson'), 'spearmanr': scores.get('spearmanr')}
+    return {k: have[k] for k in GLUE_METRICS[task]}
+
 # %% ../nbs/04c_progress.ipynb #fc7362b2
 def _headline(metrics:dict) -> str:
     "The final split's scores beside the baseline's, in the words of the run's problem type."
@@ -317,6 +333,8 @@ def summary(metrics:dict # what `train` returns
              f"train: {t['samples_per_second']:.1f} samples/s, {t['runtime_s']:.1f} s without evaluation, "
              f"{t['steps']} steps on {metrics['world_size']} {metrics['backend']} worker(s), "
              f"{len(t.get('input_shapes', []))} input shape(s) for {len(metrics['bucket_lengths'])} bucket(s)"]
+    if (gl := metrics.get('glue')):   # the task's own metric, as GLUE reports it
+        lines.insert(1, f"GLUE {gl['task']}: " + ', '.join(f"{k} {v:.4f}" for k, v in gl.items() if k != 'task' and v is not None))
     if (g := metrics.get('compiled_graphs')):
         lines.append(f"graphs compiled: {g['train']} in training (per epoch: {', '.join(map(str, g['per_epoch']))}), "
                      f"{g['eval']} in evaluation (per evaluation: {', '.join(map(str, g['per_evaluation']))}); "

@@ -29,7 +29,7 @@ from .checkpoints import (COMPLETE, RUN_ARGS, SAME_RUN, SEAL_TIMEOUT_S, Checkpoi
                                        checkpoint_complete, checkpoint_problem, checkpoints, diverged, newest_complete, resume_from,
                                        seal_checkpoint, skipped_note)
 from .progress import (EVAL_METRICS, MULTI_LABEL, PLOTS, PLOTS_OF, PROGRESS_ENV, PROGRESS_PREFIX, REGRESSION, SINGLE, USUAL_LR, _atomic,
-                                    _flat, _labelled, _scores, _versions, beats_baseline, classification_metrics, collapse_warning, majority_baseline,
+                                    _flat, _labelled, _scores, _versions, beats_baseline, classification_metrics, collapse_warning, glue_scores, majority_baseline,
                                     metrics_text, plot_confusion, plot_history, plot_scatter, problem_of, progress_callback, progress_line,
                                     read_progress, save_plots, summary)
 from .trainer import _finite, _gather_shapes, _lr_as_data, _xla_compiles, trainer_class
@@ -325,6 +325,12 @@ def train(args:TrainArguments # the run's arguments
     return metrics
 
 # %% ../nbs/04_train.ipynb #fc040821
+def _glue(manifest:dict, scores:dict, names:list[str]) -> dict:
+    "`{'glue': ...}`: the final scores as GLUE reports the task the data were prepared as (`--data mrpc`, ...); `{}` for other data."
+    task = (manifest.get('options') or {}).get('preset')
+    g = glue_scores(scores, task, names)
+    return {'glue': {'task': task, **g}} if g else {}
+
 def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, start, few_steps, t0) -> dict:
     "What `metrics.json` holds: the run, training and evaluation apart, the scores against the baseline, the graphs, the history."
     final, names, problem = 'test' if 'test' in scores else 'validation', manifest['label_names'], problem_of(manifest)
@@ -344,7 +350,7 @@ def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, s
         'eval': {'runtime_s': trainer.eval_s['all'], 'rows_scored_after_training': scored,
                  'samples_per_second': scored / max(1e-9, trainer.eval_s['all'] - trainer.eval_s['in_train'])},
         'compiled_graphs': trainer.graphs, 'compile_s': trainer.compile_s,
-        **scores, 'final_split': final, 'baseline': baseline,
+        **scores, 'final_split': final, 'baseline': baseline, **_glue(manifest, scores[final], names),
         'beats_baseline': beats_baseline(scores[final], baseline, problem), 'warnings': [few_steps] if few_steps else [],
         'wall_s': time.time() - t0, 'versions': _versions(), 'args': args.to_dict(),
         'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
