@@ -270,6 +270,9 @@ def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path,
     assert packs_by_default(d(distilbert_like(bert)), 'neuron')   # a family packing runs (PACKABLE)
     assert not packs_by_default(d(modernbert_like(bert)), 'neuron')   # one it does not
     assert not packs_by_default(d(str(tmp_path/'no-such-model')), 'neuron')   # prep refuses it in its own words
+    for k in ({'problem_type': 'regression'}, {'problem_type': 'multi_label_classification'}, {'label_separator': ','}):
+        assert not packs_by_default(d(**k), 'neuron'), k   # packed rows hold classes: scores and label sets are padded
+    assert packs_by_default(d(problem_type='single_label_classification'), 'neuron')
 
 
 def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(tmp_path, monkeypatch, capsys):

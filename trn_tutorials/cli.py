@@ -235,8 +235,9 @@ def packs_by_default(data:DataArguments, # quickstart's data options, `model_id`
                      backend:str, # the backend the run trains on, as `check_backend` resolved it
                      given:set[str]=frozenset() # fields whose options the user gave (`given_options`)
                     ) -> bool:
-    "Whether quickstart packs data the user did not ask to pack: on `PACKS_ON`, for a model packing supports, no layout given."
+    "Whether quickstart packs data the user did not ask to pack: on `PACKS_ON`, for a model packing supports, no layout given, labels not said to be scores or sets."
     if data.pack or backend not in PACKS_ON or given & {'pack', 'buckets', 'max_length'}: return False
+    if data.problem_type not in (None, 'single_label_classification') or data.label_separator: return False   # packed rows hold classes
     from transformers import AutoConfig
     from trn_tutorials.packing import PACKABLE
     try: return AutoConfig.from_pretrained(data.model_id).model_type in PACKABLE
