@@ -13,12 +13,13 @@ F1 of the positive label for a binary task, as GLUE scores MRPC; Pearson and Spe
 `metrics.json` `train.samples_per_second`, its evaluations left out).
 
 The task: `--task mrpc|rte|stsb` reads GLUE from the Hub (`nyu-mll/glue`) where it is reachable; `--task emotion-pairs`
-makes a pair task from the emotion files (`--data`, research licence: read where they lie, the pairs written only to
-`--out`): two tweets, labelled `same` when they carry the same emotion, else `different`, half of each, drawn with a
-fixed seed from train (`--pairs` pairs) and from validation (a quarter as many).
+makes an RTE-shaped pair task from the emotion files (`--data`, research licence: read where they lie, the pairs written
+only to `--out`): a tweet and the hypothesis `i feel <emotion>`, labelled `entailment` when the tweet carries that
+emotion, else `not_entailment` (another emotion, drawn at random), half of each; `--pairs` tweets of train, each once,
+and a quarter as many of validation, drawn with a fixed seed.
 
-    .venv/bin/python benchmarks/bench_pairs.py --task emotion-pairs --data ../shared/data/emotion --out /tmp/bench-pairs \\
-        --model <minilm folder> --seeds 42 43 44
+    .venv/bin/python benchmarks/bench_pairs.py --task emotion-pairs --data ../shared/data/emotion --pairs 1200 \\
+        --out /tmp/bench-pairs --model <minilm folder> --seeds 42 43 44
 
 Writes `results.json` in `--out` and the key `pairs` of `--results` (default `benchmarks/results.json`; other keys are kept).
 """
@@ -30,20 +31,17 @@ GLUE = {'mrpc': ('sentence1', 'sentence2', 'binary'), 'rte': ('sentence1', 'sent
 
 
 def emotion_pairs(data:Path, out:Path, n:int, seed:int=0) -> Path:
-    "Split files train.csv and validation.csv of tweet pairs labelled same/different emotion, half of each, from `data`'s train and validation."
+    "Split files train.csv and validation.csv of (tweet, 'i feel <emotion>') pairs, RTE-shaped: entailment when the tweet carries that emotion, half of each."
     import csv
     rng, folder = random.Random(seed), out/'emotion-pairs'
     folder.mkdir(parents=True, exist_ok=True)
     for split, k in (('train', n), ('validation', max(2, n // 4))):
         rows = [l.rsplit(';', 1) for l in (data/f'{split}.txt').read_text().splitlines() if ';' in l]
-        by = {}
-        for t, lab in rows: by.setdefault(lab, []).append(t)
+        emotions = sorted({e for _, e in rows})
         pairs = []
-        for i in range(k):   # the first tweet drawn from all of them; the second of the same emotion or of another
-            s1, a = rng.choice(rows)
-            same = i % 2 == 0
-            b = a if same else rng.choice([l for l in by if l != a])
-            pairs.append((s1, rng.choice([t for t in by[b] if t != s1]), 'same' if same else 'different'))
+        for i, (t, e) in enumerate(rng.sample(rows, k)):   # each tweet once; the hypothesis names its emotion, or another one
+            said = e if i % 2 == 0 else rng.choice([x for x in emotions if x != e])
+            pairs.append((t, f'i feel {said}', 'entailment' if said == e else 'not_entailment'))
         rng.shuffle(pairs)
         with open(folder/f'{split}.csv', 'w', newline='') as f:
             w = csv.writer(f); w.writerow(['sentence1', 'sentence2', 'label']); w.writerows(pairs)
@@ -152,7 +150,7 @@ def main():
     p.add_argument('--seeds', type=int, nargs='+', default=[42, 43, 44])
     p.add_argument('--epochs', type=float, default=3)
     p.add_argument('--batch_size', type=int, default=32)
-    p.add_argument('--learning_rate', type=float, default=5e-5)
+    p.add_argument('--learning_rate', type=float, default=1e-4)
     p.add_argument('--bf16', action='store_true')
     p.add_argument('--results', type=Path, default=HERE/'results.json')
     p.add_argument('--recipe_worker', action='store_true', help=argparse.SUPPRESS)

@@ -203,9 +203,9 @@ def test_bench_pairs_puts_the_run_glue_recipe_beside_both_encodings(tiny):
         assert set(x['scores']) == {'accuracy', 'f1'} and 0 <= x['scores']['accuracy'] <= 1 and x['samples_per_s'] > 0, x
     assert p['runs'][0]['padded_length'] == 128   # the recipe's
     assert p['runs'][1]['padded_length'] < 128   # the project's, chosen from the pair lengths
-    # the pair task: half of the pairs the same emotion, every row two texts of the sample
+    # the pair task: a tweet and 'i feel <emotion>', half of them its own emotion
     rows = (out/'emotion-pairs'/'train.csv').read_text().splitlines()
-    assert rows[0] == 'sentence1,sentence2,label' and len(rows) == 41 and sum(l.endswith(',same') for l in rows) == 20
+    assert rows[0] == 'sentence1,sentence2,label' and len(rows) == 41 and sum(l.endswith(',entailment') for l in rows) == 20
     # the project's pair data really are pairs: two segments
     ds, m = load_prepared(str(out/'data-pair'))
     assert m['text_pair'] is True and 1 in ds['train'][0]['token_type_ids']
