@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections, functools, math, re
 
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value, concatenate_datasets
-from datasets.features import LargeList, List
 
 from pathlib import Path
 
@@ -119,7 +118,7 @@ def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None, w
 # %% ../nbs/03c_data_checks.ipynb #9c1d2e01
 def _is_list(ft) -> bool:
     "Whether the feature `ft` is a list of values (datasets' `List`, `LargeList` or `Sequence`)."
-    return isinstance(ft, (List, LargeList, list)) or type(ft).__name__ in ('Sequence', 'List', 'LargeList')
+    return isinstance(ft, list) or type(ft).__name__ in ('Sequence', 'List', 'LargeList')   # by name: datasets 3.x has no List
 
 def problem_type_of(feature # the `label` feature of validated data, or the `labels` feature of prepared data
                    ) -> str:
