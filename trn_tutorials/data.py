@@ -171,6 +171,7 @@ def _multi_hot(rows:list[list[int]], k:int) -> list[list[float]]:
     for i, r in enumerate(rows): out[i, r] = 1.0
     return out.tolist()
 
+# %% ../nbs/03_data.ipynb #b3bb8430
 def tokenize(ds:DatasetDict, # validated data (`text`, `label`; `text_pair` for sentence pairs)
              tokenizer, # the tokenizer of the model to fine-tune
              max_length:int, # the longest padded length; longer rows are truncated to it (pairs: the longer text first)
@@ -203,7 +204,6 @@ def tokenize(ds:DatasetDict, # validated data (`text`, `label`; `text_pair` for 
     with warnings.catch_warnings():   # pyarrow >= 25 deprecates an option `datasets` passes when sorting
         warnings.filterwarnings('ignore', message='Specifying null_placement', category=FutureWarning)
         return DatasetDict({s: (d if s == 'train' else d.sort('length')).remove_columns('length') for s, d in out.items()})
-
 
 # %% ../nbs/03_data.ipynb #d0a7a006
 @documented
@@ -356,6 +356,7 @@ def _label_record(args:DataArguments, ds:DatasetDict) -> dict:
     per = collections.Counter(vals if kind == 'single_label_classification' else [i for r in vals for i in r])
     return {'problem_type': kind, 'label_names': names, 'label_rows': {n: per[i] for i, n in enumerate(names)}}
 
+# %% ../nbs/03_data.ipynb #f9fc0fe8
 def _manifest(args:DataArguments, dest:Path, model_id:str, tok, raw:DatasetDict, ds:DatasetDict, gone:dict, unused:list,
               lengths:dict, bl:list[int]) -> dict:
     "The record `prepare` saves beside the data: what training reads, how the length was chosen, and every option."
@@ -376,6 +377,7 @@ def _manifest(args:DataArguments, dest:Path, model_id:str, tok, raw:DatasetDict,
             'options': options, 'content_sha256': _content_sha256(ds), 'text_from': getattr(raw, 'text_from', {}),
             'files_left_out': [f"{n} ({why})" for n, why in unused]}
 
+# %% ../nbs/03_data.ipynb #a07244a1
 def _sources(args:DataArguments, m:dict, segments:bool=True) -> str:
     "The summary's lines on the text: columns as a sentence pair or joined, each split's text column, the files left out."
     how = f"as a sentence pair ([SEP] between{', segment ids' if segments else ''})" if m.get('text_pair') else 'joined as sentences'
@@ -398,7 +400,6 @@ def _left_out(raw:DatasetDict, ds:DatasetDict, m:dict) -> str:
         seen = collections.Counter(_col(ds['validation'], 'label'))
     unseen = [n for i, n in enumerate(m['label_names']) if not seen[i]]
     return out + (f"\n  validation has no rows of {_listed(unseen)}: its score cannot tell how well the model knows {'it' if len(unseen) == 1 else 'them'}" if unseen else '')
-
 
 # %% ../nbs/03_data.ipynb #d5adbedb
 def _packing(args:DataArguments, model_id:str, train_lengths:np.ndarray, length:int) -> dict:

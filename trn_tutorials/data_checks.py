@@ -87,6 +87,7 @@ def _label_values(d:Dataset, split:str, label_column:str, where:list|None=None) 
     if (bad := [i for i, v in enumerate(vals) if v is None]): raise UsageError(_bad_rows(split, bad, ('has no label', 'have no label'), 'give every row one', where))
     return vals
 
+# %% ../nbs/03c_data_checks.ipynb #7e90b906
 def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None, where:list|None=None) -> list[str]:
     "Label names, in id order, from the train split (read from `where`) and `label_names`, the names the user gave."
     ft, vals = d.features[label_column], _label_values(d, 'train', label_column, where)
@@ -233,6 +234,7 @@ def _texts(d:Dataset, split:str, text_columns:list[str], pair:bool, where:list|N
                                        f"both texts), or pass --join_texts to join {' and '.join(text_columns)} as sentences", where))
     return cols[0], cols[1]
 
+# %% ../nbs/03c_data_checks.ipynb #5d82edd9
 def _label_feature(problem:str, names:list[str]):
     "The `label` feature of validated data: a `ClassLabel`, a float (regression), or a list of `ClassLabel` ids (multi-label)."
     if problem == 'regression': return Value('float32')
@@ -255,7 +257,6 @@ def _encode(d:Dataset, split:str, text_columns:list[str], labels:list, names:lis
     cols = {'text': texts, **({'text_pair': pairs} if pairs is not None else {}), 'label': labels}
     return Dataset.from_dict(cols, features=Features({'text': Value('string'), **({'text_pair': Value('string')} if pairs is not None else {}),
                                                        'label': _label_feature(problem, names)}))
-
 
 # %% ../nbs/03c_data_checks.ipynb #05cbf615
 def edit_distance(a:str, # one string
@@ -469,6 +470,7 @@ def _labels_of(splits:dict, where:dict, label_column:str, label_names:list[str]|
                     [rename.get(v, v) for v in vals]
     return names, labels
 
+# %% ../nbs/03c_data_checks.ipynb #c9d217fd
 def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str='label', eval_fraction:float=0.1, seed:int=42,
               label_names:list[str]|None=None, min_label_rows:int=2, accept_labels:list[str]|None=None, join_texts:bool=False,
               problem_type:str|None=None, label_separator:str|None=None) -> tuple[DatasetDict, dict]:
@@ -501,7 +503,6 @@ def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str
     out = {s: _encode(d, s, texts, labels[s], names, where[s], problem, pair) for s, d in splits.items()}
     if 'validation' not in out: out['train'], out['validation'] = _split_off(out['train'], eval_fraction, seed)
     return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out}), left_out
-
 
 # %% ../nbs/03c_data_checks.ipynb #be41cc0e
 def validate(ds:DatasetDict, # data as loaded by `load_raw`

@@ -206,6 +206,7 @@ def _blocks(transformer, h, mask):
         h = layer.output_layer_norm(layer.ffn(x) + x)
     return h
 
+# %% ../nbs/03d_packing.ipynb #76ea3e57
 def _encode(model, input_ids, position_ids, segment_ids, token_type_ids):
     "The encoder's last hidden states of packed rows: each family's embeddings with its own position ids, then its layers under the block mask."
     import torch
@@ -232,6 +233,7 @@ def _classify(model, cls):
     if t == 'deberta-v2': return model.classifier(model.dropout(model.pooler(cls)))   # ContextPooler -> dropout -> classifier
     return model.classifier(cls)   # RoBERTa, XLM-R, ELECTRA: a classification head of their own, reading position 0
 
+# %% ../nbs/03d_packing.ipynb #24f30ba5
 def packed_forward(model, # a `...ForSequenceClassification` of a family in `PACKABLE`
                    input_ids, position_ids, segment_ids, # [batch, row_length] each, from `pack_texts`
                    cls_index, # [batch, max_texts]: each text's `[CLS]` position

@@ -213,7 +213,7 @@ def _note(text:str):
     "A line for the reader: a progress line when a launcher reads them, else plain."
     print(progress_line('note', text=text) if os.environ.get(PROGRESS_ENV) == '1' else text, flush=True)
 
-
+# %% ../nbs/04_train.ipynb #fdd2d4cf
 def check_problem_type(args:TrainArguments, # the run's arguments
                        manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
                       ) -> str:
@@ -227,6 +227,7 @@ def check_problem_type(args:TrainArguments, # the run's arguments
                          f"prepare it again without --pack, `{prep_command(manifest, pack=None, dataset_path=os.path.abspath(args.dataset_path))}`")
     return problem
 
+# %% ../nbs/04_train.ipynb #b48461f5
 def _prepare(args:TrainArguments # the run's arguments
             ) -> tuple:
     "Every check before anything slow; on the first worker the output folder's record and the notes. The run's backend, data and start."
@@ -292,6 +293,7 @@ def _final_scores(trainer, ds, names:list[str], problem:str) -> tuple[dict, dict
     if threshold is not None: trainer.model.config.multi_label_threshold = threshold   # saved with the model, in config.json
     return scores, preds
 
+# %% ../nbs/04_train.ipynb #a7f1dea6
 def train(args:TrainArguments # the run's arguments
          ) -> dict:
     "Fine-tune on the prepared data; return (and save to `output_dir/metrics.json`) the metrics."
