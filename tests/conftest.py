@@ -43,7 +43,8 @@ def sshd(tmp_path_factory):
 @pytest.fixture(scope='module')
 def prepared(tmp_path_factory):
     "The bundled sample, prepared for a tiny BERT (one bucket, and four): the launch and precompile tests share it."
-    from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+    from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+    from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.models import tiny_bert
     tmp = tmp_path_factory.mktemp('launch')
     raw = load_raw(sample_data())

@@ -416,7 +416,7 @@ class SageMakerStandIn:
         "Run training job `name`'s container side here; put its log and model where SageMaker would. Returns torchrun's exit status."
         import boto3, tarfile
         from trn_tutorials.launch import NEURON_ENV
-        from trn_tutorials.train import PROGRESS_ENV
+        from trn_tutorials.progress import PROGRESS_ENV
         sm, s3, logs = boto3.client('sagemaker'), boto3.client('s3'), boto3.client('logs')
         d = sm.describe_training_job(TrainingJobName=name)
         root = self.dir/name
@@ -484,7 +484,7 @@ class SageMakerStandIn:
         non-zero exit status, else 0."""
         import boto3, tarfile, threading
         from trn_tutorials.launch import NEURON_ENV
-        from trn_tutorials.train import PROGRESS_ENV
+        from trn_tutorials.progress import PROGRESS_ENV
         from trn_tutorials.training_job import compile_cache_url
         sm, s3, logs = boto3.client('sagemaker'), boto3.client('s3'), boto3.client('logs')
         d = sm.describe_training_job(TrainingJobName=name)

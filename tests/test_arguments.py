@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 from transformers import TrainingArguments
 
-from trn_tutorials.core import UsageError, parse_args, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
 from trn_tutorials.launch import launch_env, torchrun_command
-from trn_tutorials.train import TrainArguments, planned_steps
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.samplers import planned_steps
 from trn_tutorials.arguments import alias_notes, changed_options, check_flags, needs_use_cpu, option_argv, training_arguments
 
 HF_FLAGS = ['--num_train_epochs', '2', '--gradient_accumulation_steps', '2', '--lr_scheduler_type', 'cosine', '--report_to', 'none',

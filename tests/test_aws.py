@@ -12,8 +12,11 @@ from botocore.exceptions import ClientError
 
 from trn_tutorials import core
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.instance import (DLAMI, Dlami, InstanceArguments, StatusArguments, caller_ip, dlami_for, explain, find_ami,
-                                    find_instance, find_instances, instance_family, launch_instance, launch_subnets, tag_filters)
+from trn_tutorials.dlami import DLAMI, Dlami, dlami_for, find_ami
+from trn_tutorials.instance import (InstanceArguments, StatusArguments, caller_ip, find_instance, find_instances,
+                                    launch_instance, launch_subnets)
+from trn_tutorials.aws import explain, tag_filters
+from trn_tutorials.backends import instance_family
 from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from local_services import LATEST_DLAMI, NO_XLA_DLAMI, TRN1_DLAMI, TRN2_DLAMI, free_port

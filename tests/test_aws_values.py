@@ -12,7 +12,8 @@ import boto3, pytest
 
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials import instance as I
-from trn_tutorials.instance import InstanceArguments, ensure_key_pair, launch_instance, ssh_cidr, tag_filters
+from trn_tutorials.instance import InstanceArguments, ensure_key_pair, launch_instance, ssh_cidr
+from trn_tutorials.aws import tag_filters
 from local_services import MY_IP, free_port
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
@@ -129,10 +130,11 @@ def test_public_and_documentation_addresses_pass(ip):
 
 # ------------------------------------------------------------------------------------------------ numbers
 from trn_tutorials import ssh as S
+from trn_tutorials import remote_jupyter as J
 from trn_tutorials.cleanup import CleanupArguments, cleanup
 from trn_tutorials.endpoint import deploy, endpoint_requests
 from trn_tutorials.instance import caller_ip, guard_user_data, wait_for_ssh
-from trn_tutorials.ssh import TunnelArguments
+from trn_tutorials.remote_jupyter import TunnelArguments
 from trn_tutorials.training_job import JobArguments, sm_cost, wait_job
 
 NAN, INF = float('nan'), float('inf')
@@ -188,7 +190,7 @@ def test_good_numbers_pass_and_ints_become_floats():
 def test_the_cli_parser_refuses_in_one_line(capsys):
     for types, argv, says in [([InstanceArguments], ['--max_hours', 'nan'], '--max_hours nan is not a finite number'),
                               ([InstanceArguments], ['--my_ip', '0.0.0.0'], '--my_ip 0.0.0.0 is unspecified'),
-                              ([S.TunnelArguments], ['--local_port', '70000'], '--local_port 70000 is out of range'),
+                              ([J.TunnelArguments], ['--local_port', '70000'], '--local_port 70000 is out of range'),
                               ([CleanupArguments], ['--timeout', '-1'], '--timeout -1.0 is out of range')]:
         with pytest.raises(SystemExit) as e: parse_args(types, argv, prog='trn-tutorials x')
         err = capsys.readouterr().err.strip()
@@ -210,10 +212,10 @@ def test_functions_refuse_before_any_aws_call(no_aws, tmp_path):
         (lambda: caller_ip(timeout=0), '--timeout 0 is out of range'),
         (lambda: cleanup('r1', timeout=-1), '--timeout -1 is out of range'),
         (lambda: cleanup('r1', timeout='600'), "--timeout '600' is a str"),
-        (lambda: S.open_jupyter('203.0.113.7', str(key), local_port=70000), '--local_port 70000 is out of range'),
-        (lambda: S.open_jupyter('203.0.113.7', str(key), timeout=INF), '--timeout inf is not a finite number'),
+        (lambda: J.open_jupyter('203.0.113.7', str(key), local_port=70000), '--local_port 70000 is out of range'),
+        (lambda: J.open_jupyter('203.0.113.7', str(key), timeout=INF), '--timeout inf is not a finite number'),
         (lambda: S.Tunnel('203.0.113.7', str(key), remote_port=-1), '--remote_port -1 is out of range'),
-        (lambda: S.start_jupyter('203.0.113.7', str(key), port=65536), '--port 65536 is out of range'),
+        (lambda: J.start_jupyter('203.0.113.7', str(key), port=65536), '--port 65536 is out of range'),
         (lambda: S.ssh_command('203.0.113.7', str(key), local_port=8888.5), '--local_port 8888.5 is a float'),
         (lambda: sm_cost('ml.trn1.2xlarge', -60), '--seconds -60 is out of range: use 0 or more'),
         (lambda: sm_cost('ml.trn1.2xlarge', NAN), '--seconds nan is not a finite number'),

@@ -24,12 +24,17 @@ from test_data_labels import damaged, hold_lock
 
 from trn_tutorials.arguments import check_args
 from trn_tutorials.cli import LaunchArguments
-from trn_tutorials.core import Accelerator, UsageError, local_model, parse_args, parse_visible_cores, run_cost, tiny_bert, write_record
-from trn_tutorials.data import DataArguments, choose_length, load_raw, prepare, sample_data, validate
+from trn_tutorials.backends import Accelerator, parse_visible_cores, run_cost
+from trn_tutorials.core import UsageError, parse_args, write_record
+from trn_tutorials.models import local_model, tiny_bert
+from trn_tutorials.data import DataArguments, choose_length, prepare
+from trn_tutorials.data_files import load_raw, sample_data
+from trn_tutorials.data_checks import validate
 from trn_tutorials.instance import InstanceArguments, ssh_cidr
 from trn_tutorials.launch import launch, workers
 from trn_tutorials.precompile import precompile
-from trn_tutorials.train import RUN_ARGS, TrainArguments
+from trn_tutorials.checkpoints import RUN_ARGS
+from trn_tutorials.arguments import TrainArguments
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
@@ -64,7 +69,7 @@ def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8, **run) -> str
     (c/'trainer_state.json').write_text(f'{{"global_step": {step}, "max_steps": {max_steps}}}\n')
     for f in ('model.safetensors', 'optimizer.pt', 'scheduler.pt'): (c/f).write_bytes(b'\0' * 16)
     (c/'config.json').write_text('{}\n')
-    from trn_tutorials.train import seal_checkpoint
+    from trn_tutorials.checkpoints import seal_checkpoint
     seal_checkpoint(c)   # complete: its record lists every file
     write_record(d/out, {'kind': 'model', 'options': run})   # the folder's record, as the run that wrote it left it
     return str(d/out)

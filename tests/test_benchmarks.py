@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-from trn_tutorials.data import EMOTION_LABELS, load_prepared, load_raw, sample_data
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import load_prepared
 from trn_tutorials.models import tiny_bert
 
 ROOT = Path(__file__).parent.parent

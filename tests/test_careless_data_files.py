@@ -3,8 +3,11 @@ without rows, texts holding unquoted commas, splits naming their text column dif
 import pytest
 from datasets import DatasetDict
 
-from trn_tutorials.core import UsageError, local_model
-from trn_tutorials.data import DataArguments, data_files, load_raw, prepare, validate
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import local_model
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.data_files import data_files, load_raw
+from trn_tutorials.data_checks import validate
 
 ROWS = [('i feel great today', 'joy'), ('i feel so sad', 'sadness'), ('what a lovely morning', 'joy'), ('nothing went right', 'sadness')] * 5
 

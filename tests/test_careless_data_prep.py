@@ -6,7 +6,8 @@ from pathlib import Path
 
 import careless
 from careless import Case, tiny_csv, tiny_model, tiny_prepared
-from trn_tutorials.core import tiny_bert, write_record
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.core import write_record
 
 
 def _mine(d, name='mine'):

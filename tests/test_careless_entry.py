@@ -5,7 +5,8 @@ from pathlib import Path
 from careless import FAST, Case, make_test, tiny_csv, tiny_model, tiny_prepared
 from trn_tutorials.data import DataArguments, prepare
 from trn_tutorials.launch import launch
-from trn_tutorials.train import TrainArguments, train
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.train import train
 
 HOME = {'HOME': '{d}/home'}   # the case folder's own home: `~` must land there, never in a literal `./~`
 

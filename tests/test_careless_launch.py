@@ -8,7 +8,9 @@ from careless import FAST, Case, make_test, tiny_csv, tiny_model, tiny_prepared
 from trn_tutorials.core import RECORD, lock_holder
 from trn_tutorials.data import load_prepared
 from trn_tutorials.launch import stop
-from trn_tutorials.train import TrainArguments, checkpoints, claim_output_dir
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.checkpoints import checkpoints
+from trn_tutorials.train import claim_output_dir
 
 EPOCHS = '4'   # 24 steps, a checkpoint every 3: the step a Ctrl-C or a stop lands on is far from the end, and the fix that goes on is short
 LONG = [*FAST, '--num_train_epochs', EPOCHS]   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)

@@ -4,8 +4,9 @@ import json, os, sys
 from pathlib import Path
 
 from careless import ENV, FAST, WORDS, Case, make_test, run, tiny_csv, tiny_model, tiny_prepared
-from trn_tutorials.core import tiny_bert, write_record
-from trn_tutorials.train import PROGRESS_ENV, read_progress
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.core import write_record
+from trn_tutorials.progress import PROGRESS_ENV, read_progress
 
 VENV = {'PATH': f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}   # an activated venv: `python` is this one
 TRAIN = ['-m', 'trn_tutorials.train']

@@ -10,9 +10,11 @@ import pytest
 
 from local_services import procs_mentioning
 
-from trn_tutorials.core import lock_holder, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.train import COMPLETE, checkpoints
+from trn_tutorials.core import lock_holder
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.checkpoints import COMPLETE, checkpoints
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')

@@ -1,4 +1,4 @@
-"""The checks that used to sit in the cleanup chapter (nbs/06_cleanup.ipynb), against a real moto_server and sshd.
+"""The checks that used to sit in the cleanup chapter (nbs/cleanup/06_cleanup.ipynb), against a real moto_server and sshd.
 
 The chapter removes one run, shows that a second run survives, removes it with `all_project=True` and ends on
 `leftovers()`; the exact values it used to assert, the resources made by hand that must survive, and a Jupyter
@@ -13,7 +13,7 @@ import boto3, pytest
 from trn_tutorials.core import UsageError
 from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
 from trn_tutorials.instance import find_instances, launch_instance
-from trn_tutorials.ssh import open_jupyter
+from trn_tutorials.remote_jupyter import open_jupyter
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from local_services import MY_IP, free_port, jupyter_command
 
@@ -91,7 +91,7 @@ def test_every_option_has_help():
     "Each option of the AWS commands is documented once, as an inline comment (docments), which --help and the docs read."
     from trn_tutorials.core import field_help
     from trn_tutorials.instance import InstanceArguments, StatusArguments
-    from trn_tutorials.ssh import TunnelArguments
+    from trn_tutorials.remote_jupyter import TunnelArguments
     from trn_tutorials.training_job import JobArguments
     for cls in (CleanupArguments, InstanceArguments, StatusArguments, TunnelArguments, JobArguments):
         assert [k for k, v in field_help(cls).items() if not v] == [], cls

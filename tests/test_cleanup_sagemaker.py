@@ -1,4 +1,4 @@
-"""Cleanup on SageMaker and S3 (nbs/06_cleanup.ipynb), against a real moto_server on 127.0.0.1.
+"""Cleanup on SageMaker and S3 (nbs/cleanup/06_cleanup.ipynb), against a real moto_server on 127.0.0.1.
 
 The resources are made with boto3 as the training job and endpoint chapters make them (names `trn-tutorials-<run id>`,
 tags `project` and `run-id`, files under `trn-tutorials/<run id>/` in SageMaker's default bucket). moto cannot be told
@@ -14,7 +14,7 @@ from botocore.awsrequest import AWSResponse
 from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
 from trn_tutorials.sagemaker_aws import COMPILE_CACHE_PREFIX
 from trn_tutorials.core import UsageError
-from trn_tutorials.instance import run_tags
+from trn_tutorials.aws import run_tags
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from local_services import sagemaker_role
 
@@ -194,8 +194,9 @@ def test_a_fresh_kernel_cleans_what_every_chapter_declared():
 # --- issue 41: the names SDK 3 gives training jobs -------------------------------------------------------------
 @pytest.fixture(scope='module')
 def prepared(tmp_path_factory):
-    from trn_tutorials.core import tiny_bert
-    from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+    from trn_tutorials.models import tiny_bert
+    from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+    from trn_tutorials.data import DataArguments, prepare
     tmp = tmp_path_factory.mktemp('names')
     raw = load_raw(sample_data())
     words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
@@ -207,7 +208,7 @@ def prepared(tmp_path_factory):
 def sdk_name(moto_server, prepared):
     "run_id -> the name `ModelTrainer` gives that run's job, read from `submit`'s dry run (SDK 3: `<base>-%Y%m%d%H%M%S`)."
     from local_services import SageMakerStandIn
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     from trn_tutorials.training_job import JobArguments, submit
     stand_in = SageMakerStandIn()
     def name(run_id):

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import local_model, parse_args, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, sample_data
+from trn_tutorials.models import local_model, tiny_bert
+from trn_tutorials.core import parse_args
+from trn_tutorials.data_files import EMOTION_LABELS, sample_data
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 
@@ -199,7 +200,7 @@ METRICS = {'final_split': 'validation', 'validation': {'f1': 0.5651, 'accuracy':
 def test_train_says_mcc_and_the_warnings_on_stderr(monkeypatch, capsys):
     import trn_tutorials.cli as C
     from trn_tutorials.launch import Results
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     monkeypatch.setattr('trn_tutorials.launch.launch', lambda *a, **k: Results.from_metrics(METRICS, 3.0))
     C.train_cmd(TrainArguments(), C.LaunchArguments())
     said = capsys.readouterr()
@@ -231,7 +232,8 @@ def test_ctrl_c_and_a_full_disk_are_one_line(monkeypatch, capsys, tmp_path):
 
 def test_a_log_on_a_full_disk_ends_the_run_in_one_line(tmp_path):
     "The disk fills while the launcher writes train.log (here: /dev/full): one line naming the folder, status 1, no run left."
-    from trn_tutorials.train import TrainArguments, claim_output_dir
+    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.train import claim_output_dir
     from trn_tutorials.data import DataArguments, load_prepared, prepare
     words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
     tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from trn_tutorials.core import (UsageError, default_model, detect, given_options, local_model, neuron_core_total, parse_args,
-                                parse_visible_cores, run_cost, short_path, tiny_bert, visible_neuron_cores)
+from trn_tutorials.core import UsageError, given_options, parse_args
+from trn_tutorials.models import default_model, local_model, short_path, tiny_bert
+from trn_tutorials.backends import detect, neuron_core_total, parse_visible_cores, run_cost, visible_neuron_cores
 
 
 @dataclass

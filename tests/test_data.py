@@ -8,10 +8,12 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from transformers import AutoTokenizer, HfArgumentParser
 
-from trn_tutorials.core import UsageError, local_model, parse_args
-from trn_tutorials.data import (DataArguments, EMOTION_LABELS, _rounded, choose_buckets, choose_length, default_data, label_maps,
-                                length_stats, load_prepared, load_raw, padded_lengths, padding_share, plot_lengths, prepare,
-                                row_lengths, sample_data, token_lengths, tokenize, tokenizer_fingerprint, validate)
+from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.models import local_model
+from trn_tutorials.data import (DataArguments, _rounded, choose_buckets, choose_length, length_stats, load_prepared,
+                                padded_lengths, padding_share, plot_lengths, prepare, token_lengths, tokenize)
+from trn_tutorials.data_files import EMOTION_LABELS, default_data, load_raw, row_lengths, sample_data
+from trn_tutorials.data_checks import label_maps, tokenizer_fingerprint, validate
 
 EMOTION = Path(__file__).resolve().parents[2]/'shared'/'data'/'emotion'  # research licence: read here, never copied
 

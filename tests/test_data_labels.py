@@ -13,10 +13,12 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from transformers import AutoTokenizer, HfArgumentParser
 
 from local_services import freeze, unfreeze
-from trn_tutorials.core import UsageError, local_model, lock_holder, lock_path, parse_args
-from trn_tutorials.data import (DATA_LIMITS, EMOTION_LABELS, KNOWN_DATA, MAX_BUCKETS, DataArguments, choose_buckets, choose_length,
-                                edit_distance, length_stats, load_prepared, load_raw, prep_command, prepare, sample_data, similar_labels,
-                                tokenizer_fingerprint, validate)
+from trn_tutorials.core import UsageError, lock_holder, lock_path, parse_args
+from trn_tutorials.models import local_model
+from trn_tutorials.data import (DATA_LIMITS, MAX_BUCKETS, DataArguments, choose_buckets, choose_length, length_stats,
+                                load_prepared, prep_command, prepare)
+from trn_tutorials.data_files import EMOTION_LABELS, KNOWN_DATA, load_raw, sample_data
+from trn_tutorials.data_checks import edit_distance, similar_labels, tokenizer_fingerprint, validate
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
-from trn_tutorials.core import UsageError, local_model
-from trn_tutorials.data import DataArguments, load_prepared, load_raw, prepare, validate
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import local_model
+from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.data_files import load_raw
+from trn_tutorials.data_checks import validate
 
 LABELS = ['joy', 'sadness']
 REPR = re.compile(r"\b(Value|ClassLabel|List|LargeList|Sequence|Features|Json)\(")   # a datasets feature's repr

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import UsageError, local_model, tiny_bert
-from trn_tutorials.data import DataArguments, data_fingerprint, load_prepared, prep_command, prepare, sample_data
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import local_model, tiny_bert
+from trn_tutorials.data import DataArguments, data_fingerprint, load_prepared, prep_command, prepare
+from trn_tutorials.data_files import sample_data
 
 
 def _args(tmp_path, **kw):
@@ -137,7 +139,7 @@ def test_tokenizer_that_maps_most_words_to_unk_refused(tmp_path):
 
 def _split(labels, **kw):
     from datasets import Dataset, DatasetDict
-    from trn_tutorials.data import validate
+    from trn_tutorials.data_checks import validate
     return validate(DatasetDict(train=Dataset.from_dict({'text': [f'row {i}' for i in range(len(labels))], 'label': list(labels)})), **kw)
 
 
@@ -145,13 +147,13 @@ def _split(labels, **kw):
                                    [f'L{i}' for i in range(1, 13)], ['cat-3', 'cat-8'], ['typeA', 'typeB', 'typeC'],
                                    ['size_S', 'size_M', 'size_XL'], ['grade a', 'grade b']])
 def test_systematic_labels_are_not_typos(names):
-    from trn_tutorials.data import similar_labels
+    from trn_tutorials.data_checks import similar_labels
     assert similar_labels({n: 5 for n in names}) == []
     assert _split([n for n in names for _ in range(10)])['train'].features['label'].names == sorted(names)
 
 
 def test_real_typos_still_found():
-    from trn_tutorials.data import similar_labels
+    from trn_tutorials.data_checks import similar_labels
     assert [p[:2] for p in similar_labels({'positive': 9, 'positve': 2, 'class_a': 9, 'clas_a': 1})] == [('clas_a', 'class_a'), ('positve', 'positive')]
 
 

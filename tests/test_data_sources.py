@@ -13,8 +13,11 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from transformers import AutoTokenizer
 
-from trn_tutorials.core import UsageError, parse_args, tiny_bert
-from trn_tutorials.data import KNOWN_DATA, DataArguments, known_defaults, label_maps, load_prepared, load_raw, prepare, validate
+from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import KNOWN_DATA, known_defaults, load_raw
+from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.data_checks import label_maps, validate
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.backends import CATALOG, neuron_lnc, neuron_ls, visible_neuron_cores
-from trn_tutorials.core import UsageError, check_backend, detect
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.core import UsageError
+from trn_tutorials.backends import check_backend, detect
+from trn_tutorials.arguments import TrainArguments
 
 FIXTURES = Path(__file__).resolve().parent/'fixtures'/'neuron-ls'
 COLUMNS = {'NEURON DEVICE': 'neuron_device', 'NEURON CORES': 'nc_count', 'NEURON CORE IDS': 'neuroncore_ids'}   # the guide's Field Definitions

@@ -7,7 +7,7 @@
   request and, in the parsed answer, marks the chosen images with a `DeprecationTime` and drops the deprecated ones a
   request did not ask for. The library is not touched.
 - The manifest's compiler pair: `DLAMI['trn1'].neuron` equals the Neuron 2.31 pair in tools/environments.toml and
-  is what the DLAMI chapter (nbs/01a_dlami.ipynb) shows.
+  is what the DLAMI chapter (nbs/internals/01a_dlami.ipynb) shows.
 - The module: `trn_tutorials.dlami` loads without `trn_tutorials.instance`, which re-exports its names (cli, tests).
 - An instance without the environment (a Trn1 from a Neuron 2.32+ DLAMI): one line naming the fix, before anything
   starts, against a real OpenSSH sshd on 127.0.0.1.
@@ -20,7 +20,8 @@ import boto3, pytest
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.dlami import DLAMI, find_ami
-from trn_tutorials.instance import launch_instance, tag_filters
+from trn_tutorials.instance import launch_instance
+from trn_tutorials.aws import tag_filters
 from local_services import AMIS, TRN1_DLAMI, free_port, procs_mentioning
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +143,7 @@ def test_manifest_pair():
     "One place holds the Neuron 2.31 pair: DLAMI['trn1'].neuron, equal to the rehearsal file's and shown by the DLAMI chapter."
     assert tuple(DLAMI['trn1'].neuron) == PAIR
     assert sorted(_environments()['trn1-dlami']['neuron']) == sorted(PAIR)
-    chapter = json.loads((ROOT/'nbs/01a_dlami.ipynb').read_text())
+    chapter = json.loads((ROOT/'nbs/internals/01a_dlami.ipynb').read_text())
     text = '\n'.join(''.join(c['source']) + ''.join(''.join(o.get('text', '') or o.get('data', {}).get('text/plain', ''))
                                                    for o in c.get('outputs', [])) for c in chapter['cells'])
     assert '2.27.5334.0' not in text   # the 2.32 compiler is not paired with the 2.31 torch-neuronx
@@ -152,10 +153,11 @@ def test_manifest_pair():
 def test_missing_venv_names_the_fix(sshd, tmp_path):
     "A Trn1 from a DLAMI without /opt/aws_neuronx_venv_pytorch_2_9: one line naming the 2.31 DLAMI (deprecated or not) or the pair; nothing starts."
     from trn_tutorials import ssh as S
+    from trn_tutorials import remote_jupyter as J
     work = tmp_path/'work'; work.mkdir()
-    assert not Path(S.NEURON_VENV).exists()
+    assert not Path(J.NEURON_VENV).exists()
     with pytest.raises(UsageError) as e:
-        S.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), user=sshd.user, port=sshd.port,
+        J.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), user=sshd.user, port=sshd.port,
                        known_hosts=str(sshd.known_hosts), workdir=str(work))
     msg = one_line(e)
     assert msg.startswith('127.0.0.1 has no /opt/aws_neuronx_venv_pytorch_2_9'), msg
@@ -178,7 +180,7 @@ def test_newest_by_creation_date(moto_server):
     im = find_ami(instance_type='trn1.2xlarge')
     assert (im['id'], im['created']) == (TRN1_DLAMI, '2026-08-12T00:00:00.000Z')
     assert find_ami(ami=OLDER_PT)['created'] < im['created']
-    cells = json.loads((ROOT/'nbs/01a_dlami.ipynb').read_text())['cells']
+    cells = json.loads((ROOT/'nbs/internals/01a_dlami.ipynb').read_text())['cells']
     shown = json.dumps([o for c in cells for o in c.get('outputs', [])])
     assert TRN1_DLAMI in shown and '2026-08-12T' not in shown and "'created'" not in shown
 

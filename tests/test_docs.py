@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-NBS = sorted((ROOT / 'nbs').glob('*.ipynb'))
+NBS = sorted(p for p in (ROOT / 'nbs').rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
 CFG = configparser.ConfigParser(interpolation=None)
 CFG.read(ROOT / 'settings.ini')
 INI = CFG['DEFAULT']

@@ -15,13 +15,14 @@ import boto3
 import pytest
 
 import trn_tutorials.inference as handler
-from trn_tutorials.core import UsageError, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS
 from trn_tutorials.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, check_endpoint_name, check_instance_type, delete, deploy,
                                     endpoint_requests, image_kind, inference_image, package, predict, requirements)
 from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
 from trn_tutorials.cleanup import leftovers
-from trn_tutorials.instance import run_tags
+from trn_tutorials.aws import run_tags
 from local_services import sagemaker_role as role
 
 REGION, ACCOUNT = 'us-east-1', '123456789012'   # moto's default account
@@ -346,7 +347,7 @@ def test_neuron_model_for_other_cores_refused(moto_server, folder, tmp_path):
 
 
 def _markdown(nb:str) -> str:
-    return '\n'.join(''.join(c['source']) for c in json.loads((Path(__file__).parents[1]/'nbs'/nb).read_text())['cells'] if c['cell_type'] == 'markdown')
+    return '\n'.join(''.join(c['source']) for c in json.loads(next((Path(__file__).parents[1]/'nbs').rglob(nb)).read_text())['cells'] if c['cell_type'] == 'markdown')
 
 
 def _wheel(dest:Path, name:str, version:str) -> Path:

@@ -164,7 +164,7 @@ def test_ci_has_the_stand_ins_python():
 def test_core_stacks_agree():
     """core.STACKS (what check_backend's refusals name) has each environment's venv and install line, and its minimum
     versions are what the extra installs; XLA_INSTALL is the Trn1 image's pins plus the same extra."""
-    from trn_tutorials.core import STACKS, XLA_INSTALL
+    from trn_tutorials.backends import STACKS, XLA_INSTALL
     by_extra = {ENVS[n]['extra']: ENVS[n] for n in DLAMIS}
     for backend, s in STACKS.items():
         e = by_extra[s.family]

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 from test_train import torchrun   # the two-worker torchrun launch of the training tests
 
 

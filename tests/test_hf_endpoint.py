@@ -7,11 +7,12 @@ from pathlib import Path
 import boto3
 import pytest
 
-from trn_tutorials.core import UsageError, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS
 from trn_tutorials.endpoint import delete, predict
 from trn_tutorials.hf_endpoint import HF_IMAGES, HF_REGIONS, HF_TASK, hf_deploy, hf_image, hf_package, hf_requests
-from trn_tutorials.instance import run_tags
+from trn_tutorials.aws import run_tags
 from trn_tutorials.sagemaker_aws import DLC_ACCOUNTS
 from local_services import sagemaker_role as role
 

@@ -14,13 +14,17 @@ import random, socket
 import pytest
 
 import trn_tutorials.inference as handler
-from trn_tutorials.core import UsageError, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.endpoint import TRACE_INFO, package, trace
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.inference import TRACE_INFO
+from trn_tutorials.endpoint import package
+from trn_tutorials.torchscript import trace
 from trn_tutorials.inference import (JSON, TORCHSCRIPT, ModelFolderError, RequestError, check_model_folder, input_fn, model_fn,
                                      output_fn, padded_lengths, predict_fn)
 from trn_tutorials.launch import launch
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 from local_services import HINT, procs_mentioning
 
 SCORE_TOL = 1.0001e-4   # scores are rounded to 4 places: two roundings of one probability differ by at most 1e-4
@@ -344,7 +348,7 @@ def test_served_over_http_by_multi_model_server(trained, tmp_path):
 
 
 def test_torchscript_pieces(tmp_path):
-    "`trace` lives in trn_tutorials.torchscript (nbs/11b_torchscript.ipynb) and still imports from endpoint; its example rows and its comparison."
+    "`trace` lives in trn_tutorials.torchscript (nbs/internals/11b_torchscript.ipynb) and still imports from endpoint; its example rows and its comparison."
     import torch
     from transformers import AutoModelForSequenceClassification
     from trn_tutorials import endpoint, torchscript as T
@@ -422,7 +426,7 @@ def test_torchscript_chapter_says_what_the_handler_does(trained, tmp_path):
     served = unpacked(d, tmp_path/'opt-ml-model')
     assert (served/TORCHSCRIPT).is_file() and not (served/'model.safetensors').exists()   # nothing to fall back on
     with pytest.raises(ModelFolderError, match='package the folder with torchscript=False'): model_fn(str(served))
-    prose = ' '.join('\n'.join(''.join(c['source']) for c in json.loads((Path(__file__).parents[1]/'nbs'/'11b_torchscript.ipynb').read_text())['cells']
+    prose = ' '.join('\n'.join(''.join(c['source']) for c in json.loads((Path(__file__).parents[1]/'nbs'/'internals'/'11b_torchscript.ipynb').read_text())['cells']
                                if c['cell_type'] == 'markdown').split())
     assert 'then serves the eager model' not in prose and 'falls back' not in prose
     assert 'torchscript=False' in prose and 'does not start' in prose

@@ -11,9 +11,13 @@ import numpy as np
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Sequence, Value
 
-from trn_tutorials.core import UsageError, local_model, parse_args
-from trn_tutorials.data import DataArguments, KNOWN_DATA, known_defaults, load_prepared, load_raw, prep_command, prepare, validate
-from trn_tutorials.data_checks import PROBLEM_TYPES, label_maps, problem_type_of
+from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.models import local_model
+from trn_tutorials.data import DataArguments, load_prepared, prep_command, prepare
+from trn_tutorials.data_files import KNOWN_DATA, known_defaults, load_raw
+from trn_tutorials.data_checks import validate
+from trn_tutorials.data_files import PROBLEM_TYPES
+from trn_tutorials.data_checks import label_maps, problem_type_of
 
 REPR = re.compile(r"Value\(|ClassLabel\(|List\(|Traceback")
 WORDS = ['the cat sat on the mat', 'a man plays a guitar', 'rain fell all day', 'she reads in the park', 'dogs run on the beach']

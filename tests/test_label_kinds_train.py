@@ -7,13 +7,17 @@ import pytest
 import torch
 from transformers import EvalPrediction
 
-from trn_tutorials.core import UsageError, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, load_prepared, prepare
 from trn_tutorials.launch import Results, launch, launch_env, torchrun_command
 from trn_tutorials.live_progress import Progress
 from trn_tutorials.progress import (MULTI_LABEL, REGRESSION, SINGLE, THRESHOLDS, _scores, beats_baseline, best_threshold, collapse_warning,
                                     majority_baseline, multi_label_metrics, plot_history, problem_of, progress_line, regression_metrics, summary)
-from trn_tutorials.train import PLOTS_OF, TrainArguments, check_problem_type
+from trn_tutorials.progress import PLOTS_OF
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.train import check_problem_type
 from trn_tutorials.trainer import labelled_loss
 
 # emotion -> (a score, the labels of a multi-label variant): both follow the text, so a model can learn them

@@ -6,11 +6,14 @@ from pathlib import Path
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails
 
-from trn_tutorials.core import Accelerator, UsageError, die_with_parent, folder_lock, lock_holder, parse_args
+from trn_tutorials.backends import Accelerator
+from trn_tutorials.core import UsageError, die_with_parent, folder_lock, lock_holder, parse_args
 from trn_tutorials.data import load_prepared
-from trn_tutorials.launch import (LaunchError, Progress, Results, free_port, launch, launch_env, process_tree,
-                                  end_tree, stop, stream, worker_error, torchrun_command, train_argv, workers)
-from trn_tutorials.train import TrainArguments, progress_line
+from trn_tutorials.launch import (LaunchError, Results, free_port, launch, launch_env, process_tree, end_tree, stop,
+                                  stream, worker_error, torchrun_command, train_argv, workers)
+from trn_tutorials.live_progress import Progress
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.progress import progress_line
 
 CPU = Accelerator('cpu', 1, 'cpu')
 
@@ -239,7 +242,7 @@ def test_log_is_written_line_by_line(tmp_path):
 
 
 def test_stop_message_names_the_checkpoint_there_is(tmp_path):
-    from trn_tutorials.train import seal_checkpoint
+    from trn_tutorials.checkpoints import seal_checkpoint
     out = tmp_path/'out'; out.mkdir()
     sig = ['torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15']
     msg = str(LaunchError(1, sig, str(out/'train.log')))

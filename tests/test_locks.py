@@ -6,9 +6,11 @@ import pytest
 
 from local_services import procs_mentioning
 
-from trn_tutorials.core import lock_holder, lock_path, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.train import checkpoints
+from trn_tutorials.core import lock_holder, lock_path
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.checkpoints import checkpoints
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')

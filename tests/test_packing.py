@@ -5,7 +5,7 @@ import numpy as np, pytest, torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig, DistilBertConfig, ModernBertConfig
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.packing import (ORDER_SEED, check_packable, choose_packing, pack_lengths, pack_model, pack_texts,
                                    packed_forward, packing_share, shuffled)

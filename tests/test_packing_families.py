@@ -213,7 +213,7 @@ def test_prepare_pack_pairs_and_train(tmp_path):
     from test_pairs_data import FIRST, SECOND, pairs_csv
     from trn_tutorials.data import DataArguments, load_prepared, prepare
     from trn_tutorials.launch import launch
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(48)})
     model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
     prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=48), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],
@@ -235,7 +235,7 @@ def test_packed_pairs_rehearsal_one_shape(tmp_path):
     from test_pairs_data import FIRST, SECOND, pairs_csv
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.launch import launch_env, torchrun_command
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(96)})
     model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
     m = prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=96), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],

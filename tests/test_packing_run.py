@@ -6,11 +6,13 @@ import numpy as np, pytest, torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data, validate
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.data_checks import validate
 from trn_tutorials.launch import launch
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.packing import ORDER_SEED, pack_lengths, pack_splits, pack_texts, rows_for_texts, shuffled, texts_per_row
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 
 
 @pytest.fixture(scope='module')

@@ -10,9 +10,12 @@ import pytest
 from datasets import Dataset, DatasetDict, Value
 from transformers import AutoTokenizer
 
-from trn_tutorials.core import UsageError, local_model, parse_args
-from trn_tutorials.data import (DataArguments, choose_length, data_fingerprint, load_prepared, load_raw, prep_command, prepare,
-                                token_lengths, tokenize, validate)
+from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.models import local_model
+from trn_tutorials.data import (DataArguments, choose_length, data_fingerprint, load_prepared, prep_command, prepare,
+                                token_lengths, tokenize)
+from trn_tutorials.data_files import load_raw
+from trn_tutorials.data_checks import validate
 from trn_tutorials.data_checks import repeat_warning, repeated_rows
 
 REPR = re.compile(r"Value\(|ClassLabel\(|Traceback")

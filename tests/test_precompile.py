@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails, test_stdout as stdout_is
 
-from trn_tutorials.core import Accelerator
-from trn_tutorials.data import load_prepared, row_lengths
+from trn_tutorials.backends import Accelerator
+from trn_tutorials.data import load_prepared
+from trn_tutorials.data_files import row_lengths
 from trn_tutorials.launch import torchrun_command
 from trn_tutorials.precompile import (PrecompileError, cache_status, compile_cache, precompile, precompile_args, precompile_command,
                                       precompile_steps)
-from trn_tutorials.train import BucketBatchSampler, TrainArguments
+from trn_tutorials.samplers import BucketBatchSampler
+from trn_tutorials.arguments import TrainArguments
 
 CPU = Accelerator('cpu', 1, 'cpu')
 

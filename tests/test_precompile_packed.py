@@ -6,11 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from trn_tutorials.core import Accelerator, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.backends import Accelerator
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
 from trn_tutorials.launch import launch
 from trn_tutorials.precompile import precompile, precompile_shapes, precompile_steps
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 
 
 @pytest.fixture(scope='module')

@@ -68,7 +68,7 @@ def _journey() -> list[str]:
 
 def test_the_journey_chapters_keep_their_demos_in_scratch_folders_and_their_trn1_cells_in_yours():
     chapters = _journey()
-    assert chapters[0] == 'nbs/03_data.ipynb' and chapters == sorted(chapters)   # reading order
+    assert chapters[0] == 'nbs/data/03_data.ipynb' and chapters == sorted(chapters, key=lambda c: Path(c).name)   # reading order
     for c in chapters:
         cells = [''.join(x['source']) for x in json.loads((ROOT/c).read_text())['cells'] if x['cell_type'] == 'code']
         assert not any('mkdtemp()' in s and 'chdir' in s for s in cells), f"{c}: a demo moves the kernel away for good: use scratch()"
@@ -94,7 +94,7 @@ def test_the_journey_stand_in_makes_this_machine_a_trn1_with_one_visible_core(tm
 
 
 def test_every_chapter_opens_with_where_it_runs_and_what_it_needs():
-    for fn in sorted((ROOT/'nbs').glob('[0-9]*.ipynb')):
+    for fn in sorted((ROOT/'nbs').glob('*/[0-9]*.ipynb'), key=lambda p: p.name):
         cells = [''.join(c['source']) for c in json.loads(fn.read_text())['cells'] if c['cell_type'] == 'markdown']
         title = next(i for i, s in enumerate(cells) if s.startswith('# '))
         line = cells[title + 1]
@@ -103,7 +103,7 @@ def test_every_chapter_opens_with_where_it_runs_and_what_it_needs():
 
 def test_the_journey_chapters_deploy_the_launch_chapters_model_from_your_folder():
     "The endpoint chapters' `#| aws` cells deploy `runs/emotion-model`, asked for by name with the line that says what to run first."
-    for c in ('nbs/12_endpoint.ipynb', 'nbs/13_hf_endpoint.ipynb'):
+    for c in ('nbs/sagemaker/12_endpoint.ipynb', 'nbs/sagemaker/13_hf_endpoint.ipynb'):
         assert c in _journey()
         cells = [''.join(x['source']) for x in json.loads((ROOT/c).read_text())['cells'] if x['cell_type'] == 'code']
         aws = [s for s in cells if s.startswith('#| aws')]
@@ -115,8 +115,8 @@ def test_the_journey_chapters_deploy_the_launch_chapters_model_from_your_folder(
 def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, monkeypatch, back_here):
     """journey.py's AWS for the instance: moto with the reader's role, and `Endpoints` answering what the deployed archive's
     handler (PyTorch image) or pipeline (Hugging Face image) answers for the texts sent; after delete and cleanup nothing is left."""
-    from trn_tutorials.core import tiny_bert
-    from trn_tutorials.data import EMOTION_LABELS
+    from trn_tutorials.models import tiny_bert
+    from trn_tutorials.data_files import EMOTION_LABELS
     sys.path.insert(0, str(ROOT/'tools'))
     try: import journey
     finally: sys.path.pop(0)

@@ -6,7 +6,7 @@ import pytest
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
-from trn_tutorials.train import BucketBatchSampler, EvalBatchSampler, PaddedRows
+from trn_tutorials.samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows
 
 rng = np.random.default_rng(0)
 LENGTHS = rng.choice([16, 24, 40, 72], size=2003, p=[.4, .3, .2, .1])   # a bucketed split, unsorted

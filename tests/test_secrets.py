@@ -10,7 +10,7 @@ import pytest
 from careless import ENV, FAST, TRN, tiny_prepared
 from trn_tutorials.arguments import check_args
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 
 
 def test_a_token_in_the_environment_is_in_no_file_the_run_makes(tmp_path):

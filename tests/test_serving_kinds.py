@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trn_tutorials.core import UsageError, tiny_bert
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import tiny_bert
 from trn_tutorials.inference import JSON, TORCHSCRIPT, TRACE_INFO, RequestError, input_fn, model_fn, output_fn, predict_fn, texts_of
 
 WORDS = 'i feel so happy and proud today am scared of what might happen was furious at him the cat sat on mat a dog'.split()

@@ -1,4 +1,4 @@
-"""The checks that used to sit in the setup chapter (nbs/01_setup.ipynb), against a real moto_server.
+"""The checks that used to sit in the setup chapter (nbs/instance/01_setup.ipynb), against a real moto_server.
 
 The chapter shows each step once and ends on its value; the edge cases and exact values it used to assert
 with `test_eq`/`test_fail` live here, in the chapter's order.
@@ -12,9 +12,11 @@ import boto3, pytest
 from botocore.exceptions import ClientError
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.instance import (InstanceArguments, StatusArguments, aws_errors, aws_region, caller_ip, check_run_id,
-                                    ensure_key_pair, find_ami, find_instance, find_instances, guard_user_data, launch_instance,
-                                    launch_subnets, new_run_id, run_tags, ssh_cidr, tag_filters, wait_for_ssh)
+from trn_tutorials.instance import (InstanceArguments, StatusArguments, caller_ip, ensure_key_pair, find_instance,
+                                    find_instances, guard_user_data, launch_instance, launch_subnets, ssh_cidr,
+                                    wait_for_ssh)
+from trn_tutorials.aws import aws_errors, aws_region, check_run_id, new_run_id, run_tags, tag_filters
+from trn_tutorials.dlami import find_ami
 from local_services import MY_IP, free_port
 
 
@@ -146,7 +148,7 @@ def test_mistakes_create_nothing(moto_server, tmp_path):
 def test_chapter_opens_with_the_dated_stack_table():
     "Right after its title, the chapter says which stack is current on which Trainium, with dates and what this package does."
     import json
-    cells = json.loads((Path(__file__).resolve().parents[1]/'nbs/01_setup.ipynb').read_text())['cells']
+    cells = json.loads((Path(__file__).resolve().parents[1]/'nbs/instance/01_setup.ipynb').read_text())['cells']
     md = [''.join(c['source']) for c in cells if c['cell_type'] == 'markdown']
     assert md[0].startswith('# Setup') and md[1].startswith('> **Where:** your laptop')   # where it runs, then the stack
     table = md[2]

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.core import UsageError, field_help, parse_args
-from trn_tutorials.instance import DLAMI, wait_for_ssh
+from trn_tutorials.dlami import DLAMI
+from trn_tutorials.instance import wait_for_ssh
 from trn_tutorials import ssh as S
+from trn_tutorials import remote_jupyter as J
 from local_services import alive, free_port, jupyter_command, listen_addresses, make_venv, procs_mentioning, port_open
 
 # a root login (as here) needs --allow-root; on the DLAMI you log in as ubuntu
@@ -75,7 +77,7 @@ def test_jupyter_through_tunnel(sshd, venv, tmp_path, capsys, caplog):
     caplog.set_level(logging.DEBUG)
     work = sshd.dir/'work-ok'; work.mkdir()
     lp, rp = free_port(), free_port()
-    s = S.open_jupyter('127.0.0.1', str(sshd.key), lp, rp, venv=str(venv), workdir=str(work), timeout=60, **conn(sshd))
+    s = J.open_jupyter('127.0.0.1', str(sshd.key), lp, rp, venv=str(venv), workdir=str(work), timeout=60, **conn(sshd))
     started.extend([('jupyter', s.jupyter.pid), ('ssh', s.tunnel.proc.pid)])
     try:
         # 'auto' ran the environment's own JupyterLab, with the environment and the Neuron tools first on PATH
@@ -83,9 +85,9 @@ def test_jupyter_through_tunnel(sshd, venv, tmp_path, capsys, caplog):
         assert (venv/'path-seen').read_text().startswith(f'{venv}/bin:/opt/aws/neuron/bin:')
         token = s.jupyter.token
         assert len(token) == 48 and s.url == f'http://127.0.0.1:{lp}/?token={token}'
-        assert S.api_status(lp, token) == 200
-        assert S.api_status(lp, None) == 403
-        assert S.api_status(lp, 'wrong' + token) == 403
+        assert J.api_status(lp, token) == 200
+        assert J.api_status(lp, None) == 403
+        assert J.api_status(lp, 'wrong' + token) == 403
         assert listen_addresses(rp) == {'127.0.0.1'}          # Jupyter: loopback only
         assert listen_addresses(lp) == {'127.0.0.1'}          # the tunnel's local end too
         assert alive(s.jupyter.pid) and s.tunnel.alive
@@ -105,7 +107,7 @@ def test_jupyter_through_tunnel(sshd, venv, tmp_path, capsys, caplog):
 
 def test_stop_all_stops_what_this_process_started(sshd):
     work = sshd.dir/'work-stop'; work.mkdir()
-    s = S.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), jupyter=JUPYTER, venv=None, workdir=str(work), timeout=60, **conn(sshd))
+    s = J.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), jupyter=JUPYTER, venv=None, workdir=str(work), timeout=60, **conn(sshd))
     started.extend([('jupyter', s.jupyter.pid), ('ssh', s.tunnel.proc.pid)])
     assert S.stop_all(hosts={'198.51.100.1'}) == []
     stopped = S.stop_all(hosts={'127.0.0.1'})
@@ -115,7 +117,7 @@ def test_stop_all_stops_what_this_process_started(sshd):
 def test_wait_ends_when_the_tunnel_dies(sshd):
     "What `trn-tutorials tunnel` blocks in: a lost tunnel ends it, and Jupyter is stopped too."
     work = sshd.dir/'work-wait'; work.mkdir()
-    s = S.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), jupyter=JUPYTER, venv=None, workdir=str(work), timeout=60, **conn(sshd))
+    s = J.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), jupyter=JUPYTER, venv=None, workdir=str(work), timeout=60, **conn(sshd))
     started.extend([('jupyter', s.jupyter.pid), ('ssh', s.tunnel.proc.pid)])
     s.tunnel.proc.kill()
     t0 = time.monotonic()
@@ -131,7 +133,7 @@ def test_busy_local_port(sshd):
         with pytest.raises(UsageError) as e: S.Tunnel('127.0.0.1', str(sshd.key), lp, 8888, **conn(sshd)).start()
         assert f'local port {lp} is already in use' in one_line(e)
         with pytest.raises(UsageError) as e:
-            S.open_jupyter('127.0.0.1', str(sshd.key), lp, free_port(), jupyter=JUPYTER, venv=None, workdir=str(work), **conn(sshd))
+            J.open_jupyter('127.0.0.1', str(sshd.key), lp, free_port(), jupyter=JUPYTER, venv=None, workdir=str(work), **conn(sshd))
         assert f'local port {lp} is already in use' in one_line(e)
     assert procs_mentioning(str(work)) == []    # refused before Jupyter was started
     # ssh's own message for a failed forward (ExitOnForwardFailure) maps to the same line
@@ -157,7 +159,7 @@ def test_wrong_key(sshd, tmp_path):
     with pytest.raises(UsageError) as e: S.Tunnel('127.0.0.1', str(wrong), free_port(), 8888, timeout=20, **conn(sshd)).start()
     assert f'{sshd.user}@127.0.0.1:{sshd.port} refused the key {wrong}' in one_line(e)
     with pytest.raises(UsageError) as e:
-        S.start_jupyter('127.0.0.1', str(wrong), free_port(), jupyter=JUPYTER, venv=None, workdir=str(tmp_path), **conn(sshd))
+        J.start_jupyter('127.0.0.1', str(wrong), free_port(), jupyter=JUPYTER, venv=None, workdir=str(tmp_path), **conn(sshd))
     assert 'refused the key' in one_line(e)
 
 
@@ -181,30 +183,30 @@ def test_changed_host_key(sshd, tmp_path):
 
 def test_jupyter_errors(sshd, tmp_path):
     with pytest.raises(UsageError) as e:
-        S.start_jupyter('127.0.0.1', str(sshd.key), free_port(), jupyter=JUPYTER, venv=None, workdir=str(tmp_path/'missing'), **conn(sshd))
+        J.start_jupyter('127.0.0.1', str(sshd.key), free_port(), jupyter=JUPYTER, venv=None, workdir=str(tmp_path/'missing'), **conn(sshd))
     assert 'does not exist' in one_line(e)
     with pytest.raises(UsageError) as e:
-        S.start_jupyter('127.0.0.1', str(sshd.key), free_port(), jupyter='/bin/false', venv=None, workdir=str(tmp_path), **conn(sshd))
+        J.start_jupyter('127.0.0.1', str(sshd.key), free_port(), jupyter='/bin/false', venv=None, workdir=str(tmp_path), **conn(sshd))
     assert 'exited at once' in one_line(e)
     with socket.socket() as busy:
         busy.bind(('127.0.0.1', 0)); busy.listen()
         rp = busy.getsockname()[1]
         with pytest.raises(UsageError) as e:
-            S.start_jupyter('127.0.0.1', str(sshd.key), rp, jupyter=JUPYTER, venv=None, workdir=str(tmp_path), **conn(sshd))
+            J.start_jupyter('127.0.0.1', str(sshd.key), rp, jupyter=JUPYTER, venv=None, workdir=str(tmp_path), **conn(sshd))
         assert f'port {rp} on 127.0.0.1 is already in use' in one_line(e)
 
 
 def test_missing_venv_refused_first(sshd, tmp_path):
     "An instance without the environment (a Trn1 from a Neuron 2.32+ DLAMI) gets one line naming the fix; nothing starts."
     work = tmp_path/'work'; work.mkdir()
-    assert not Path(S.NEURON_VENV).exists()       # as on a DLAMI without PyTorch/XLA
-    with pytest.raises(UsageError) as e: S.start_jupyter('127.0.0.1', str(sshd.key), free_port(), workdir=str(work), **conn(sshd))
+    assert not Path(J.NEURON_VENV).exists()       # as on a DLAMI without PyTorch/XLA
+    with pytest.raises(UsageError) as e: J.start_jupyter('127.0.0.1', str(sshd.key), free_port(), workdir=str(work), **conn(sshd))
     msg = one_line(e)
     assert msg.startswith('127.0.0.1 has no /opt/aws_neuronx_venv_pytorch_2_9 (it was launched from an image without the PyTorch/XLA')
     assert all(fix in msg for fix in ('`trn-tutorials up`', '--ami', '--venv', 'Neuron SDK 2.32')), msg
     missing = tmp_path/'aws_neuronx_venv_torch_neuronx_2_14_0'
     with pytest.raises(UsageError) as e:
-        S.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), venv=str(missing), jupyter=JUPYTER, workdir=str(work), **conn(sshd))
+        J.open_jupyter('127.0.0.1', str(sshd.key), free_port(), free_port(), venv=str(missing), jupyter=JUPYTER, workdir=str(work), **conn(sshd))
     msg = one_line(e)
     assert msg.startswith(f'127.0.0.1 has no {missing}; relaunch') and 'PyTorch/XLA' not in msg
     # refused before anything else: no log folder, no process, nothing left in the registry
@@ -214,17 +216,17 @@ def test_missing_venv_refused_first(sshd, tmp_path):
 def test_venv_without_jupyterlab(sshd, tmp_path):
     bare = make_venv(tmp_path/'aws_neuronx_venv_bare', jupyter=False)
     with pytest.raises(UsageError) as e:
-        S.start_jupyter('127.0.0.1', str(sshd.key), free_port(), venv=str(bare), workdir=str(tmp_path), **conn(sshd))
+        J.start_jupyter('127.0.0.1', str(sshd.key), free_port(), venv=str(bare), workdir=str(tmp_path), **conn(sshd))
     assert one_line(e).startswith(f'no JupyterLab in {bare} on 127.0.0.1: install it (`{bare}/bin/pip install jupyterlab` there)')
 
 
 def test_venv_option():
-    assert S.NEURON_VENV == DLAMI['trn1'].venv == '/opt/aws_neuronx_venv_pytorch_2_9'
-    (t,) = parse_args([S.TunnelArguments], [])
-    assert t.venv == S.NEURON_VENV
-    (t,) = parse_args([S.TunnelArguments], ['--venv', DLAMI['trn2'].venv])
+    assert J.NEURON_VENV == DLAMI['trn1'].venv == '/opt/aws_neuronx_venv_pytorch_2_9'
+    (t,) = parse_args([J.TunnelArguments], [])
+    assert t.venv == J.NEURON_VENV
+    (t,) = parse_args([J.TunnelArguments], ['--venv', DLAMI['trn2'].venv])
     assert t.venv == '/opt/aws_neuronx_venv_torch_neuronx_2_14_0'
-    assert 'torch_neuronx_2_14_0' in field_help(S.TunnelArguments)['venv']
+    assert 'torch_neuronx_2_14_0' in field_help(J.TunnelArguments)['venv']
 
 
 def test_zz_nothing_left_running(sshd):

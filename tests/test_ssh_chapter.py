@@ -1,4 +1,4 @@
-"""The checks that used to sit in the SSH chapter (nbs/02_ssh.ipynb), run through the chapter's own rehearsal.
+"""The checks that used to sit in the SSH chapter (nbs/instance/02_ssh.ipynb), run through the chapter's own rehearsal.
 
 `rehearse(instances=1, ssh=True)` is what the chapter's hidden cell starts under the test runner: a moto server
 with one launched instance, a temporary HOME, and a real sshd on 127.0.0.1 that accepts that instance's key and
@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.instance import dlami_for, find_instance
+from trn_tutorials.dlami import dlami_for
+from trn_tutorials.instance import find_instance
 from trn_tutorials import ssh as S
+from trn_tutorials import remote_jupyter as J
 from local_services import alive, free_port, listen_addresses, rehearse
 
 TRN2_VENV = '/opt/aws_neuronx_venv_torch_neuronx_2_14_0'
@@ -42,7 +44,7 @@ def test_rehearsal(r):
     assert inst.key_path == f'~/.ssh/trn-tutorials-{inst.run_id}.pem' and os.environ['HOME'] == str(r.home)
     assert Path(inst.key_path).expanduser().parent == r.home/'.ssh' and Path.cwd() == r.home
     assert os.environ['AWS_ENDPOINT_URL'] == r.moto.url and 'AWS_PROFILE' not in os.environ
-    assert dlami_for(inst.instance_type).venv == S.NEURON_VENV and Path(r.venv).parent == r.home
+    assert dlami_for(inst.instance_type).venv == J.NEURON_VENV and Path(r.venv).parent == r.home
     assert S.run_remote('echo "$HOME"', r.host, inst.key_path, r.user, r.port).stdout == f'{r.home}\n'
     assert r.local_port != r.remote_port and not S._port_busy(r.local_port)
 
@@ -126,7 +128,7 @@ def test_tunnel(r, conn, tmp_path):
 
 def test_jupyter(r, conn):
     c, rport, venv = conn, r.remote_port, r.venv
-    jup = S.start_jupyter(c['host'], c['key'], rport, c['user'], c['port'], venv=venv)
+    jup = J.start_jupyter(c['host'], c['key'], rport, c['user'], c['port'], venv=venv)
     try:
         # the environment's jupyter-lab, with the environment and the Neuron tools first on its PATH (what the chapter shows)
         path = S.run_remote(f"tr '\\0' '\\n' </proc/{jup.pid}/environ | grep '^PATH='", c['host'], c['key'], c['user'], c['port']).stdout
@@ -140,11 +142,11 @@ def test_jupyter(r, conn):
         log = (r.home/'.trn-tutorials'/f'jupyter-{rport}.log').read_text()
         assert jup.token not in log and jup.token not in repr(jup)
         with pytest.raises(UsageError, match=f"port {rport} on 127.0.0.1 is already in use"):
-            S.start_jupyter(c['host'], c['key'], rport, c['user'], c['port'], venv=venv)
+            J.start_jupyter(c['host'], c['key'], rport, c['user'], c['port'], venv=venv)
         with pytest.raises(UsageError, match="exited at once"):
-            S.start_jupyter(c['host'], c['key'], free_port(), c['user'], c['port'], jupyter='/bin/false', venv=venv)
+            J.start_jupyter(c['host'], c['key'], free_port(), c['user'], c['port'], jupyter='/bin/false', venv=venv)
         with pytest.raises(UsageError, match="does not exist"):
-            S.start_jupyter(c['host'], c['key'], free_port(), c['user'], c['port'], venv=venv, workdir=str(r.home/'nope'))
+            J.start_jupyter(c['host'], c['key'], free_port(), c['user'], c['port'], venv=venv, workdir=str(r.home/'nope'))
     finally:
         jup.stop()
     assert not alive(jup.pid) and S._live == []
@@ -152,19 +154,19 @@ def test_jupyter(r, conn):
 
 def test_missing_environment(r, conn):
     c = conn
-    with pytest.raises(UsageError) as e: S.start_jupyter(c['host'], c['key'], r.remote_port, c['user'], c['port'], venv=TRN2_VENV)
+    with pytest.raises(UsageError) as e: J.start_jupyter(c['host'], c['key'], r.remote_port, c['user'], c['port'], venv=TRN2_VENV)
     assert str(e.value).startswith(f'127.0.0.1 has no {TRN2_VENV}; relaunch with `trn-tutorials up`') and str(e.value).endswith(': none')
-    with pytest.raises(UsageError) as e: S.start_jupyter(c['host'], c['key'], r.remote_port, c['user'], c['port'])
+    with pytest.raises(UsageError) as e: J.start_jupyter(c['host'], c['key'], r.remote_port, c['user'], c['port'])
     assert str(e.value).startswith('127.0.0.1 has no /opt/aws_neuronx_venv_pytorch_2_9 (it was launched from an image without the PyTorch/XLA')
     assert S._live == []
 
 
 def test_open_jupyter_and_stop_all(r, conn):
     c, lp = conn, r.local_port
-    s = S.open_jupyter(c['host'], c['key'], lp, r.remote_port, c['user'], c['port'], venv=r.venv)
+    s = J.open_jupyter(c['host'], c['key'], lp, r.remote_port, c['user'], c['port'], venv=r.venv)
     jpid, tpid = s.jupyter.pid, s.tunnel.proc.pid
     assert s.tunnel.alive
-    assert (S.api_status(lp, s.jupyter.token), S.api_status(lp, None)) == (200, 403)
+    assert (J.api_status(lp, s.jupyter.token), J.api_status(lp, None)) == (200, 403)
     assert s.url.startswith(f'http://127.0.0.1:{lp}/?token=') and s.jupyter.token not in repr(s)
     assert S.stop_all(hosts={'54.210.1.2'}) == []
     stopped = S.stop_all()
@@ -177,16 +179,7 @@ def test_open_jupyter_and_stop_all(r, conn):
 
 
 def test_tunnel_arguments_match_open_jupyter():
-    sig = inspect.signature(S.open_jupyter).parameters
-    assert [f.name for f in fields(S.TunnelArguments)] == list(sig)
-    assert {f.name: f.default for f in fields(S.TunnelArguments) if f.name not in ('host', 'key_path')} == \
+    sig = inspect.signature(J.open_jupyter).parameters
+    assert [f.name for f in fields(J.TunnelArguments)] == list(sig)
+    assert {f.name: f.default for f in fields(J.TunnelArguments) if f.name not in ('host', 'key_path')} == \
            {k: p.default for k, p in sig.items() if k not in ('host', 'key_path')}
-
-
-def test_jupyter_names_still_import_from_ssh():
-    "The Jupyter half moved to trn_tutorials.remote_jupyter (nbs/02b_jupyter.ipynb); every old import from trn_tutorials.ssh still works."
-    from trn_tutorials import remote_jupyter as J
-    for name in S._MOVED: assert getattr(S, name) is getattr(J, name), name
-    from trn_tutorials.ssh import NEURON_VENV, TunnelArguments, open_jupyter
-    assert (NEURON_VENV, TunnelArguments, open_jupyter) == (J.NEURON_VENV, J.TunnelArguments, J.open_jupyter)
-    with pytest.raises(AttributeError): S.no_such_name

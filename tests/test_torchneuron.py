@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from trn_tutorials.core import STACKS
+from trn_tutorials.backends import STACKS
 
 ROOT = Path(__file__).parents[1]
 # one Trainium2 as the neuron-ls guide reports it (LNC=2: nc_count 4 logical cores): what a trn2.3xlarge has
@@ -83,7 +83,7 @@ def test_this_python_holds_what_torchneuron_needs():
 def test_backend_found_and_checked(tmp_path):
     out = run(f"""
 import json
-from trn_tutorials.core import check_backend, detect
+from trn_tutorials.backends import check_backend, detect
 acc = detect({TRN2_3XL!r}, env={{}})
 print(json.dumps({{'auto': check_backend('auto', acc, 'trn2.3xlarge'), 'forced': check_backend('torchneuron'), 'workers': acc.workers}}))
 """, stub_neuronx(tmp_path/'stub'), tmp_path)
@@ -138,8 +138,9 @@ def test_torchrun_workers_train_on_the_neuron_device(tmp_path):
 @pytest.fixture(scope='module')
 def prepared(tmp_path_factory):
     "A tiny BERT and the bundled sample prepared for it."
-    from trn_tutorials.core import tiny_bert
-    from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+    from trn_tutorials.models import tiny_bert
+    from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+    from trn_tutorials.data import DataArguments, prepare
     tmp = tmp_path_factory.mktemp('torchneuron')
     words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
     prepare(DataArguments(data=sample_data(), model_id=tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS), dataset_path=str(tmp/'data')))
@@ -176,7 +177,9 @@ def test_packed_rows_load_eager_attention_on_torchneuron(tmp_path, prepared):
     "Packed rows carry a 4-D float mask: on TorchNeuron the model loads with eager attention, as on XLA; unpacked rows keep SDPA."
     out = run(f"""
 import json
-from trn_tutorials.train import TrainArguments, _model, load_prepared
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.train import _model
+from trn_tutorials.data import load_prepared
 manifest = load_prepared({str(prepared/'data')!r})[1]
 attention = lambda backend, packing: _model(TrainArguments(output_dir='m'), manifest | {{'packing': packing}}, backend)[2].config._attn_implementation
 print(json.dumps({{'packed': attention('torchneuron', {{'rows': {{'train': 1}}}}), 'padded': attention('torchneuron', None)}}))

@@ -5,11 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_prepared, load_raw, prepare, sample_data
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, load_prepared, prepare
 from trn_tutorials.launch import launch, torchrun_command, launch_env, process_tree
 from trn_tutorials.core import UsageError
-from trn_tutorials.train import PLOTS, BucketBatchSampler, TrainArguments, checkpoints
+from trn_tutorials.progress import PLOTS
+from trn_tutorials.samplers import BucketBatchSampler
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.checkpoints import checkpoints
 
 
 @pytest.fixture(scope='module')
@@ -181,7 +185,8 @@ def test_graph_extraction_skips_padding_across_workers(prepared, monkeypatch):
     "`neuron_parallel_compile`'s trial (NEURON_EXTRACT_GRAPHS_ONLY) feeds placeholders: accelerate's padding is patched out."
     tmp, manifest = prepared
     from transformers import AutoModelForSequenceClassification
-    from trn_tutorials.train import trainer_class, training_arguments
+    from trn_tutorials.trainer import trainer_class
+    from trn_tutorials.arguments import training_arguments
     import torch
     model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
     targs = training_arguments(TrainArguments(output_dir=str(tmp/'extract')), 'cpu')
@@ -203,7 +208,8 @@ def test_launcher_hands_the_backend_to_the_workers(prepared):
 
 
 def test_neuron_environment_and_worker_counts():
-    from trn_tutorials.core import Accelerator, UsageError
+    from trn_tutorials.backends import Accelerator
+    from trn_tutorials.core import UsageError
     from trn_tutorials.launch import workers
     env = launch_env('neuron', 2, base={'NEURON_CC_FLAGS': '--retry_failed_compilation', 'PATH': '/usr/bin'}, python='/venv/bin/python')
     assert env['NEURON_CC_FLAGS'] == '--retry_failed_compilation --model-type transformer'
@@ -220,7 +226,8 @@ def test_torchneuron_needs_transformers_5():
     "transformers 5 places the model on TorchNeuron's `neuron` device; 4.57 (the compat run) is refused in one line."
     import transformers
     from trn_tutorials.core import UsageError
-    from trn_tutorials.train import TrainArguments, _check_runtime
+    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.train import _check_runtime
     if int(transformers.__version__.split('.')[0]) >= 5: assert _check_runtime('torchneuron', 1, TrainArguments()) is None
     else:
         with pytest.raises(UsageError, match="transformers>=5"): _check_runtime('torchneuron', 1, TrainArguments())
@@ -241,7 +248,8 @@ def test_model_columns_without_private_api(prepared):
     "With `remove_unused_columns=False`, `BucketBatches.model_columns` keeps what `forward` takes (and the labels), via `select_columns`."
     tmp, manifest = prepared
     from transformers import AutoModelForSequenceClassification
-    from trn_tutorials.train import trainer_class, training_arguments
+    from trn_tutorials.trainer import trainer_class
+    from trn_tutorials.arguments import training_arguments
     model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
     targs = training_arguments(TrainArguments(output_dir=str(tmp/'columns')), 'cpu')
     assert targs.remove_unused_columns is False
@@ -255,7 +263,8 @@ def test_old_checkpoints_go_only_once_a_newer_one_is_sealed(prepared):
     "`save_total_limit 1`. The guard prunes after the seal instead: whenever a checkpoint is written, the last sealed one is there."
     tmp, manifest = prepared
     from transformers import AutoModelForSequenceClassification, TrainerCallback
-    from trn_tutorials.train import trainer_class, training_arguments
+    from trn_tutorials.trainer import trainer_class
+    from trn_tutorials.arguments import training_arguments
     seen = []
     class Watch(TrainerCallback):   # runs before the guard's on_save: the new checkpoint is written, not sealed yet
         def on_save(self, args, state, control, **kw): seen.append([(c.name, ok) for c, ok in checkpoints(args.output_dir)])

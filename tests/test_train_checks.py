@@ -4,11 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import UsageError, lock_path, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.train import (COMPLETE, ERROR_PREFIX, LOCK_ENV, TrainArguments, check_batch, check_model, check_output_dir,
-                                 checkpoint_complete, checkpoint_problem, checkpoints, diverged, newest_complete, resume_from,
-                                 seal_checkpoint, skipped_note)
+from trn_tutorials.core import UsageError, lock_path
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.checkpoints import (COMPLETE, checkpoint_complete, checkpoint_problem, checkpoints, diverged,
+                                       newest_complete, resume_from, seal_checkpoint, skipped_note)
+from trn_tutorials.train import ERROR_PREFIX, LOCK_ENV, check_batch, check_model, check_output_dir
+from trn_tutorials.arguments import TrainArguments
 
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
 

@@ -5,9 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import UsageError, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.train import COMPLETE, ERROR_PREFIX, TrainArguments
+from trn_tutorials.core import UsageError
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.checkpoints import COMPLETE
+from trn_tutorials.train import ERROR_PREFIX
+from trn_tutorials.arguments import TrainArguments
 
 TORCHRUN_VARS = ('TORCHELASTIC_RUN_ID', 'LOCAL_RANK', 'RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
                  'TORCHELASTIC_USE_AGENT_STORE', 'TORCHELASTIC_RESTART_COUNT')
@@ -167,7 +171,7 @@ def test_which_backends_need_torchrun(monkeypatch):
 
 # ------------------------------------------------------------------------- 3. too few steps for the global batch
 def test_few_steps_warning_numbers():
-    from trn_tutorials.train import MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, few_steps_warning, planned_steps
+    from trn_tutorials.samplers import MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, few_steps_warning, planned_steps
     assert (MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH) == (200, 32)
     args = TrainArguments(num_train_epochs=3, per_device_train_batch_size=16)
     # emotion on a trn1.32xlarge: 16,000 rows in global batches of 32 x 16 = 512: 31 full ones and one of 128 rows an epoch
@@ -201,6 +205,6 @@ def test_the_warning_reaches_metrics_and_summary(tiny):
     lines = r.stdout.splitlines()
     assert lines.count(few[0]) == 2, r.stdout   # at the start, and in the summary at the end
     assert lines[-1] == few[0] or few[0] in lines[-3:], lines[-5:]
-    from trn_tutorials.train import summary
+    from trn_tutorials.progress import summary
     assert few[0] in summary(m).splitlines()
     assert few[0] not in summary(m | {'warnings': []})

@@ -5,10 +5,14 @@ from pathlib import Path
 import pytest
 
 from careless import ctrl_c_default
-from trn_tutorials.core import UsageError, parse_args, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
-from trn_tutorials.train import (ERROR_PREFIX, PROGRESS_ENV, TrainArguments, check_output_dir, check_space, classification_metrics,
-                                 collapse_warning, majority_baseline, read_progress)
+from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.train import ERROR_PREFIX, check_output_dir, check_space
+from trn_tutorials.progress import (PROGRESS_ENV, classification_metrics, collapse_warning, majority_baseline,
+                                    read_progress)
+from trn_tutorials.arguments import TrainArguments
 
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
 PY = [sys.executable, '-m', 'trn_tutorials.train']

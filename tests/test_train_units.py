@@ -8,9 +8,11 @@ import pytest
 from fastcore.test import test_close as close, test_eq as eq, test_fail as fails
 
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.train import (RUN_ARGS, BucketBatchSampler, EvalBatchSampler, TrainArguments, _flat, _scores, check_args,
-                                 checkpoints, classification_metrics, seal_checkpoint, majority_baseline, planned_steps, progress_line,
-                                 read_progress, resume_from, training_arguments)
+from trn_tutorials.checkpoints import RUN_ARGS, checkpoints, seal_checkpoint, resume_from
+from trn_tutorials.samplers import BucketBatchSampler, EvalBatchSampler, planned_steps
+from trn_tutorials.arguments import TrainArguments, check_args, training_arguments
+from trn_tutorials.progress import (_flat, _scores, classification_metrics, majority_baseline, progress_line,
+                                    read_progress)
 
 NAMES = ['sadness', 'joy', 'love']
 

@@ -1,4 +1,4 @@
-"""The SageMaker training job (nbs/09_training_job.ipynb) against a real moto_server.
+"""The SageMaker training job (nbs/sagemaker/09_training_job.ipynb) against a real moto_server.
 
 `ModelTrainer` creates the job in moto; the test reads the request back from moto (instance type and count, spot
 and max wait, checkpoints, image, tags, torchrun's processes per node from the driver config the SDK uploaded) and
@@ -15,10 +15,12 @@ from pathlib import Path
 
 import boto3, pytest
 
-from trn_tutorials.core import UsageError, parse_args, tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
 from trn_tutorials.launch import Results, train_argv
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from trn_tutorials.sagemaker_aws import run_prefix
 from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, sm_cost, stage_source, stop_job,
@@ -228,7 +230,7 @@ def test_stage_source_is_this_package(tmp_path):
 def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
     "Cleanup finds the run's job, model, endpoint config, endpoint and S3 prefix by its tags; other runs and files stay."
     from trn_tutorials.cleanup import cleanup, leftovers
-    from trn_tutorials.instance import run_tags
+    from trn_tutorials.aws import run_tags
     bucket, role = aws.bucket(), aws.role()
     args = TrainArguments(dataset_path=str(prepared/'data'))
     submit(args, JobArguments(role=role, bucket=bucket, run_id='gone'))
@@ -492,8 +494,8 @@ def test_the_sdk_gives_no_public_job_name():
 ONE_PROCESS = r'''
 import json, sys
 from dataclasses import replace
-from trn_tutorials.instance import new_run_id
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.aws import new_run_id
+from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.training_job import JobArguments, submit
 data, role, bucket, tests = sys.argv[1:]
 sys.path.insert(0, tests); __import__('local_services').deny_simulate_principal_policy()   # moto lacks the call (the stand-in's bypass)
@@ -547,8 +549,8 @@ def test_each_job_the_chapter_creates_has_its_own_run():
     """A job submitted with an earlier job's run id resumes that run's checkpoints (test_a_job_end_to_end): after a
     finished run it trains nothing and pays for the start-up. The chapter's cells that create jobs, run in order with
     `submit`, `sm_train` and `cleanup` recording the run ids they get, must give each job a new one, and clean each up."""
-    from trn_tutorials.instance import new_run_id
-    nb = json.loads((Path(__file__).parent.parent/'nbs'/'09_training_job.ipynb').read_text())
+    from trn_tutorials.aws import new_run_id
+    nb = json.loads((Path(__file__).parent.parent/'nbs'/'sagemaker'/'09_training_job.ipynb').read_text())
     got, cleaned = [], []
     record = lambda args, job: got.append(job.run_id) or 'name'
     ns = {'job': JobArguments(role='r', run_id='first'), 'args': None, 'submit': record, 'sm_train': record, 'replace': replace,

@@ -12,11 +12,12 @@ import pytest
 
 pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
-from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
 from trn_tutorials.launch import launch, launch_env, torchrun_command
 from trn_tutorials.precompile import compile_report, precompile, precompile_shapes
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 
 
 @pytest.fixture(scope='module')

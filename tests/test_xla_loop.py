@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import XLA_INSTALL, tiny_bert
+from trn_tutorials.backends import XLA_INSTALL
+from trn_tutorials.models import tiny_bert
 from trn_tutorials.data import DataArguments, load_prepared, prepare
-from trn_tutorials.train import TrainArguments
+from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.xla_loop import ERROR_PREFIX, LoopArguments, Workers, eval_loader, train_loader, weights_sha256
 
 GOOD = ['great', 'happy', 'joy', 'lovely', 'fun', 'bright']

@@ -6,7 +6,7 @@ pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stan
 
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from trn_tutorials.data import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.packing import choose_packing, pack_lengths, pack_model, pack_texts
 from trn_tutorials.trainer import _xla_compiles
@@ -54,7 +54,7 @@ def test_packed_rehearsal_one_shape(tmp_path):
     import json, subprocess
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.launch import launch_env, torchrun_command
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     ds = load_raw(sample_data())
     words = sorted({w for s in ds.values() for t in s['text'] for w in t.split()})
     model = tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)

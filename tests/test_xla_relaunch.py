@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip('torch_xla', reason="needs torch-xla: the Trn1 stand-in environment (.venv-trn1, see tools/test.sh)")
 
-from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
 
 TORCHRUN_VARS = ('TORCHELASTIC_RUN_ID', 'LOCAL_RANK', 'RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
                  'TORCHELASTIC_USE_AGENT_STORE', 'TORCHELASTIC_RESTART_COUNT')
@@ -40,5 +41,5 @@ def test_neuron_backend_relaunches_and_trains(tmp_path):
     # one epoch of a tiny random BERT may not beat the majority label yet: that warning (issue 23) is the only one allowed
     assert m['versions'].get('torch-xla') and all('no better than always predicting the majority label' in w for w in m['warnings']), m['warnings']
     # its checkpoints were sealed by the guard (one worker: no meeting to wait for)
-    from trn_tutorials.train import checkpoints
+    from trn_tutorials.checkpoints import checkpoints
     assert [ok for _, ok in checkpoints(out)] and all(ok for _, ok in checkpoints(out)), checkpoints(out)

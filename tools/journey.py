@@ -33,7 +33,7 @@ launched instance's own address). After cleanup nothing of the run may be left (
 
 The chapters and the flags run are the `notebooks` and `flags` of a table in tools/environments.toml (trn1-dlami unless
 --table says otherwise). A failing cell fails its chapter, which stops the walk (exit status 1).
-Usage: .venv-trn1/bin/python tools/journey.py [--store] [--chapters nbs/03_data.ipynb ...] [--folder DIR]
+Usage: .venv-trn1/bin/python tools/journey.py [--store] [--chapters nbs/data/03_data.ipynb ...] [--folder DIR]
        .venv/bin/python tools/journey.py --table laptop [--store]
   --store   write the outputs of the flagged cells into the notebooks (the rest of each notebook is left as it is), each
             with a line saying it comes from the rehearsal; outputs that hold a machine path, or (laptop) a value that

@@ -26,8 +26,8 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import EMOTION_LABELS
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS
 from trn_tutorials.endpoint import predict
 from trn_tutorials.hf_endpoint import HF_TASK, hf_package
 

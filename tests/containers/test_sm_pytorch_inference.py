@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import tiny_bert
-from trn_tutorials.data import EMOTION_LABELS
-from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package, trace
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import EMOTION_LABELS
+from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package
+from trn_tutorials.torchscript import trace
 from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
 from local_services import procs_mentioning
 

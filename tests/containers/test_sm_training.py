@@ -39,8 +39,9 @@ def freeze(python) -> dict:
 @pytest.fixture(scope='module')
 def prepared(tmp_path_factory):
     "The sample prepared here, with this venv's (newest) datasets, for a tiny BERT."
-    from trn_tutorials.core import tiny_bert
-    from trn_tutorials.data import EMOTION_LABELS, DataArguments, load_raw, prepare, sample_data
+    from trn_tutorials.models import tiny_bert
+    from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+    from trn_tutorials.data import DataArguments, prepare
     tmp = tmp_path_factory.mktemp('sm-training')
     raw = load_raw(sample_data())
     words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
@@ -74,7 +75,7 @@ def test_a_folder_prepared_here_loads_in_the_images_datasets(container, prepared
 
 def test_a_two_node_job_through_the_images_start_up(container, prepared, moto_server, tmp_path, monkeypatch):
     from trn_tutorials.launch import Results
-    from trn_tutorials.train import TrainArguments
+    from trn_tutorials.arguments import TrainArguments
     from trn_tutorials.training_job import JobArguments, job_results, submit, wait_job
     monkeypatch.chdir(tmp_path)
     before = freeze(container)
