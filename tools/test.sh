@@ -392,7 +392,7 @@ if want docs; then
   rc=$?
   rm -rf _proc && { [ ! -d "$D/_proc" ] || mv "$D/_proc" _proc; }
   if [ $rc -eq 0 ] && ! grep -Eq 'Warning|Error|Traceback|Exception' "$tmp/docs.log"; then
-    echo "ok: $(ls _proc/*.ipynb | wc -l) notebooks processed, no warning"; count 1 0
+    echo "ok: $(find _proc -name "*.ipynb" -not -path "*/.ipynb_checkpoints/*" | wc -l) notebooks processed, no warning"; count 1 0
   else
     cat "$tmp/docs.log"; fail "nbdev's doc preprocessing (exit $rc; warnings and errors above)"
   fi
