@@ -136,9 +136,16 @@ def test_build_folders_ignored():
 _LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)[^)]*\)|<(https?://[^>]+)>|href="([^"]+)"')
 
 
+def page_of(nb_path):
+    "A notebook's page on the site: its section folder, then its name without its number (nbdev's output-file)."
+    rel = nb_path.relative_to(ROOT / 'nbs')
+    name = re.sub(r'^\d+[a-zA-Z0-9]*_', '', rel.stem.lower()) + '.html'   # as nbdev names them: 03b_data_files -> data_files
+    return str(rel.parent / name) if rel.parent != Path('.') else name
+
+
 def pages():
-    "The site's pages: each notebook's name without its number (nbdev's output-file)."
-    return {re.sub(r'^\d+[a-zA-Z0-9]*_', '', p.stem.lower()) + '.html' for p in NBS}   # as nbdev names them: 03b_data_files -> data_files
+    "The site's pages, by their path under the site (internals/data_files.html)."
+    return {page_of(p) for p in NBS}
 
 
 def test_readme_links_absolute():
