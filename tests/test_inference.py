@@ -348,11 +348,11 @@ def test_served_over_http_by_multi_model_server(trained, tmp_path):
 
 
 def test_torchscript_pieces(tmp_path):
-    "`trace` lives in trn_tutorials.torchscript (nbs/internals/11b_torchscript.ipynb) and still imports from endpoint; its example rows and its comparison."
+    "`trace` lives in trn_tutorials.torchscript (nbs/internals/11b_torchscript.ipynb), and endpoint no longer forwards it; its example rows and its comparison."
     import torch
     from transformers import AutoModelForSequenceClassification
     from trn_tutorials import endpoint, torchscript as T
-    assert endpoint.trace is T.trace
+    assert not hasattr(endpoint, 'trace') and endpoint.model_labels is T.model_labels
     ids, mask = T.example_inputs(50, 3, 8, torch.Generator().manual_seed(0))
     assert mask.sum(1).tolist() == [8, 6, 4] and (ids[mask == 0] == 0).all() and (ids[mask == 1] > 0).all()
     model = AutoModelForSequenceClassification.from_pretrained(tiny_bert(str(tmp_path/'m'), ['a', 'b'])).eval()

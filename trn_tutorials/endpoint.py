@@ -17,7 +17,7 @@ from .core import Limit, UsageError, check_number
 from .models import short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, RequestError, texts_of
 from .aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
-from .torchscript import _model_folder, trace   # trace: also importable from here, as before
+from .torchscript import model_labels
 from .sagemaker_aws import DLC_ACCOUNTS, SageMakerFinder, check_role, default_bucket, dlc_registry, project_buckets, run_prefix, sm_finder
 
 # %% auto #0
@@ -161,7 +161,7 @@ def package(model_dir:str, # a model folder (`train`'s output_dir), traced or no
             torchscript:bool=True # ship `model.pt` (instead of the eager weights) if the folder has one
            ) -> Path:
     "Write `model.tar.gz`: the model files at its root (the trace or the eager weights, not both), `code/inference.py` and `code/requirements.txt`."
-    _model_folder(model_dir)
+    model_labels(model_dir)
     import trn_tutorials.inference as handler
     src, dest = Path(model_dir), Path(dest)
     skip = _EAGER_WEIGHTS if _ships_trace(model_dir, instance_type, torchscript) else (TORCHSCRIPT, TRACE_INFO)
@@ -334,7 +334,7 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
     "Package `model_dir`, upload it and create a tagged model, endpoint configuration and endpoint; wait until it serves."
     check_number('instance_count', instance_count, int, INSTANCES)
     region = aws_region(region)
-    _model_folder(model_dir)
+    model_labels(model_dir)
     check_instance_type(instance_type)
     image = inference_image(instance_type, region)
     _ships_trace(model_dir, instance_type, True) if image_kind(instance_type) == 'neuron' else None   # Neuron: a compiled model, or one line

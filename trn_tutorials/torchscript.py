@@ -13,10 +13,12 @@ from .models import short_path
 from .inference import TORCHSCRIPT, TRACE_INFO, ModelFolderError, check_model_folder, padded_lengths
 
 # %% auto #0
-__all__ = ['example_inputs', 'logits_difference', 'segments', 'pair_separator', 'trace']
+__all__ = ['model_labels', 'example_inputs', 'logits_difference', 'segments', 'pair_separator', 'trace']
 
 # %% ../nbs/internals/11b_torchscript.ipynb #df6e4562
-def _model_folder(model_dir) -> list[str]:
+def model_labels(model_dir:str # a model folder: config.json, the weights and the tokenizer
+                ) -> list[str]:
+    "The label names of the model in `model_dir`, or a one-line `UsageError` naming what is missing (`trace`, `package` and `deploy` check with it)."
     try: return check_model_folder(model_dir)
     except ModelFolderError as e: raise UsageError(str(e)) from None
 
@@ -97,7 +99,7 @@ def trace(model_dir:str, # a model folder (`train`'s output_dir)
           neuron:bool=False # compile for Inferentia 2 / Trainium with `torch_neuronx.trace` (on an Inf2 or Trn1 with the Neuron SDK)
          ) -> dict:
     "Trace the model with TorchScript (or compile it for Neuron) into `model_dir/model.pt`, taking `(input_ids, attention_mask)` (segment ids derived inside), if its logits match the eager model's on every length served."
-    _model_folder(model_dir)
+    model_labels(model_dir)
     check_number('tolerance', tolerance, float, Limit(0, example=1e-4))
     import torch
     from transformers import AutoModelForSequenceClassification
