@@ -13,7 +13,7 @@ from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.data import DataArguments, load_prepared, prepare
 from trn_tutorials.launch import Results, launch, launch_env, torchrun_command
 from trn_tutorials.live_progress import Progress
-from trn_tutorials.progress import (MULTI_LABEL, REGRESSION, SINGLE, THRESHOLDS, _scores, beats_baseline, best_threshold, collapse_warning,
+from trn_tutorials.progress import (MULTI_LABEL, REGRESSION, SINGLE, THRESHOLDS, split_scores, beats_baseline, best_threshold, collapse_warning,
                                     majority_baseline, multi_label_metrics, plot_history, problem_of, progress_line, regression_metrics, summary)
 from trn_tutorials.progress import PLOTS_OF
 from trn_tutorials.arguments import TrainArguments
@@ -113,11 +113,11 @@ def test_baselines():
 
 def test_scores_leave_fillers_out():
     p = EvalPrediction(predictions=[np.array([[1.0], [2.0]]), np.array([[3.0], [9.0]])], label_ids=[np.array([1.0, 2.0]), np.array([2.0, -100.0])])
-    s = _scores(p, ['score'], REGRESSION)
+    s = split_scores(p, ['score'], REGRESSION)
     assert s['rows'] == 3 and s['mse'] == pytest.approx((0 + 0 + 1) / 3, abs=1e-6)
     x = np.array([[3.0, -3.0], [-3.0, 3.0], [0.0, 0.0]])
     y = np.array([[1.0, 0.0], [0.0, 1.0], [-100, -100]])
-    s = _scores(EvalPrediction(predictions=x, label_ids=y), ['a', 'b'], MULTI_LABEL, threshold=0.5)
+    s = split_scores(EvalPrediction(predictions=x, label_ids=y), ['a', 'b'], MULTI_LABEL, threshold=0.5)
     assert s['rows'] == 2 and s['micro_f1'] == 1.0 and s['threshold'] == 0.5
 
 

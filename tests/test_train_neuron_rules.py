@@ -45,7 +45,7 @@ import json, os, sys, time, types
 from pathlib import Path
 import torch, torch.distributed as dist
 from safetensors.torch import save_file
-from trn_tutorials import checkpoints as train   # `CheckpointGuard` looks up `seal_checkpoint` and `_host_store` in its own module
+from trn_tutorials import checkpoints as train   # `CheckpointGuard` looks up `seal_checkpoint` and `host_store` in its own module
 from trn_tutorials.core import die_with_parent
 
 die_with_parent()
@@ -55,7 +55,7 @@ if mode in ('gloo', 'device'):   # as the Trainer's arguments make it on CPU wor
     from accelerate import PartialState
     PartialState(cpu=True)
     assert dist.is_initialized() and PartialState().num_processes == world
-if mode == 'device': train._host_store = lambda: None   # the fallback through accelerate's collectives
+if mode == 'device': train.host_store = lambda: None   # the fallback through accelerate's collectives
 real_seal = train.seal_checkpoint
 def slow_seal(d): time.sleep(4); return real_seal(d)   # a slow volume: fsync and sha256 of a large checkpoint
 def broken_seal(d): raise OSError(28, 'No space left on device')

@@ -11,7 +11,7 @@ from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.checkpoints import RUN_ARGS, checkpoints, seal_checkpoint, resume_from
 from trn_tutorials.samplers import BucketBatchSampler, EvalBatchSampler, planned_steps
 from trn_tutorials.arguments import TrainArguments, check_args, training_arguments
-from trn_tutorials.progress import (_flat, _scores, classification_metrics, majority_baseline, progress_line,
+from trn_tutorials.progress import (flat_array, split_scores, classification_metrics, majority_baseline, progress_line,
                                     read_progress)
 
 NAMES = ['sadness', 'joy', 'love']
@@ -109,8 +109,8 @@ def test_bucket_sampler_made_up_data():
 def test_scores_skip_filler_rows():
     from transformers import EvalPrediction
     batched = EvalPrediction(predictions=[np.eye(3)[[0, 1]], np.eye(3)[[2, 2]]], label_ids=[np.array([0, 1]), np.array([1, -100])])
-    eq(_flat([np.array([1, 2]), np.array([3])]), np.array([1, 2, 3]))
-    eq(_scores(batched, NAMES)['rows'], 3)
+    eq(flat_array([np.array([1, 2]), np.array([3])]), np.array([1, 2, 3]))
+    eq(split_scores(batched, NAMES)['rows'], 3)
     ev = [EvalBatchSampler([8]*5 + [16]*3, 2, 2, r) for r in (0, 1)]
     eq(len(ev[0]), len(ev[1]))
 

@@ -5,11 +5,10 @@
 # %% ../nbs/internals/04_arguments.ipynb #a7b0c002
 from __future__ import annotations
 import functools, importlib.util, json, os
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, replace
 from fastcore.basics import patch
 from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
-from transformers.training_args import OptimizerNames
 from .backends import BACKENDS
 from .core import Limit, UsageError, check_numbers, documented, field_help
 from .train import XLA_BACKENDS

@@ -5,7 +5,6 @@
 # %% ../nbs/internals/04b_checkpoints.ipynb #d9a99492
 from __future__ import annotations
 import functools, hashlib, json, os, re, shlex, shutil
-from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,9 +14,9 @@ from .data_files import row_lengths
 from .samplers import planned_steps
 
 # %% auto #0
-__all__ = ['COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'seal_checkpoint', 'checkpoint_problem', 'checkpoint_complete',
-           'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints', 'checkpoint_args', 'resume_from',
-           'diverged', 'CheckpointGuard']
+__all__ = ['COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'seal_checkpoint', 'size_text', 'checkpoint_problem',
+           'checkpoint_complete', 'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints',
+           'tokenizer_diff', 'free_name', 'checkpoint_args', 'resume_from', 'diverged', 'host_store', 'CheckpointGuard']
 
 # %% ../nbs/internals/04b_checkpoints.ipynb #c73f1267
 _CKPT = re.compile(r'^checkpoint-(\d+)$')
@@ -47,7 +46,10 @@ def seal_checkpoint(folder:str|Path # a `checkpoint-<step>` folder the Trainer h
     return d/COMPLETE
 
 # %% ../nbs/internals/04b_checkpoints.ipynb #15ba5def
-def _size(n:int) -> str: return next(f"{n / k:.1f} {u}" for k, u in ((1e9, 'GB'), (1e6, 'MB'), (1e3, 'kB'), (1, 'B')) if n >= k or k == 1)
+def size_text(n:int # a number of bytes
+             ) -> str:
+    "`n` bytes for a person to read, e.g. '1.2 GB'."
+    return next(f"{n / k:.1f} {u}" for k, u in ((1e9, 'GB'), (1e6, 'MB'), (1e3, 'kB'), (1, 'B')) if n >= k or k == 1)
 
 def checkpoint_problem(folder:str|Path, # a `checkpoint-<step>` folder
                        verify:bool=False # also compare every file's sha256 with the record (reads the whole checkpoint)
@@ -64,7 +66,7 @@ def checkpoint_problem(folder:str|Path, # a `checkpoint-<step>` folder
         p = d/name
         try: size = p.stat().st_size
         except OSError: return f'{name} is missing'
-        if size != want['size']: return f"{name}: {_size(size)} of {_size(want['size'])} written"
+        if size != want['size']: return f"{name}: {size_text(size)} of {size_text(want['size'])} written"
         try: same = not verify or _sha256(p) == want['sha256']
         except OSError: return f'{name} is missing'   # removed meanwhile: another worker is deleting this incomplete checkpoint
         if not same: return f'{name} has changed since it was written (sha256 differs)'
@@ -117,7 +119,9 @@ def prune_checkpoints(output_dir:str|Path, # a run's output folder
     return gone
 
 # %% ../nbs/internals/04b_checkpoints.ipynb #69124506
-def _differs(want:dict, have:dict) -> str:
+def tokenizer_diff(want:dict, # the tokenizer fingerprint the data was prepared with
+                   have:dict # the model's tokenizer fingerprint
+                  ) -> str:
     "What differs between two tokenizer fingerprints, e.g. 'vocabulary 30522 vs 596, pad id 0 vs 1'."
     out = [f"vocabulary {want.get('vocab_size')} vs {have.get('vocab_size')}"] * (want.get('vocab_size') != have.get('vocab_size'))
     w, h = want.get('special_ids') or {}, have.get('special_ids') or {}
@@ -129,7 +133,8 @@ SAME_RUN = ('learning_rate', 'num_train_epochs', 'max_steps', 'per_device_train_
 
 def _opts(d:dict, names) -> str: return ' '.join(f"--{n} {str(d[n]).lower() if isinstance(d[n], bool) else d[n]}" for n in names)
 
-def _free(p:Path) -> Path:
+def free_name(p:Path # the folder a message would suggest
+             ) -> Path:
     "`p` if it is new or empty, else the first of `p-2`, `p-3`, ... that is: a folder to suggest."
     return next(q for q in (p, *(p.with_name(f'{p.name}-{i}') for i in range(2, 1000))) if not q.exists() or (q.is_dir() and not any(q.iterdir())))
 
@@ -146,7 +151,7 @@ def _data_changed(was:dict, now:dict) -> str|None:
     for k, name in _DATA_PARTS.items():
         a, b = was.get(k), now.get(k)
         if a is None or b is None or a == b: continue
-        out.append(f"the tokenizer differs ({_differs(a, b)})" if k == 'tokenizer' else 'the texts differ' if k == 'content_sha256'
+        out.append(f"the tokenizer differs ({tokenizer_diff(a, b)})" if k == 'tokenizer' else 'the texts differ' if k == 'content_sha256'
                    else f"{name} were {_show(a)}; now {_show(b)}")
     return '; '.join(out) or None
 
@@ -160,7 +165,7 @@ def checkpoint_args(checkpoint:Path # a checkpoint folder
 def _other_run(last:Path, args, data:dict|None=None, later:tuple=()) -> str|None:
     "Why checkpoint `last` belongs to another run than `args` on data of fingerprint `data` (what differs, `later` left out), or `None`."
     if (was := checkpoint_args(last)) is None: return None   # the step count still decides
-    new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}"
+    new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(free_name(Path(os.path.abspath(args.output_dir)))))}"
     if data and isinstance(was.get('data'), dict) and (what := _data_changed(was['data'], data)):
         return f"{last} was trained on other data than {args.dataset_path} holds now ({what}): it cannot continue on it; {new} to start over"
     now = args.to_dict()
@@ -173,7 +178,8 @@ def resume_from(args, # the run's `TrainArguments`
                 fill_last:bool=False, # as in `planned_steps`
                 found:tuple|None=None, # `newest_complete(args.output_dir)`, if already known (it reads every file)
                 data:dict|None=None, # the data's `data_fingerprint`, compared with the checkpoint's
-                later:tuple=() # options of `SAME_RUN` not known yet, compared later (quickstart's batch in packed rows, before it packs)
+                later:tuple=(), # options of `SAME_RUN` not known yet, compared later (quickstart's batch in packed rows, before it packs)
+                train_split=None # the prepared training split, if loaded already (`load_prepared(path)[0]['train']`); else read when needed
                ) -> Path|None:
     "The newest complete checkpoint a run of `args` continues from, or `None`; a one-line error if the run cannot continue it."
     last = (found or newest_complete(args.output_dir))[0]
@@ -182,10 +188,10 @@ def resume_from(args, # the run's `TrainArguments`
     if last and (why := _other_run(last, args, data, later)): raise UsageError(why)
     if last and workers:
         was = json.loads((last/'trainer_state.json').read_text()).get('max_steps')
-        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train']), workers, fill_last)
+        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train'] if train_split is None else train_split), workers, fill_last)
         if was != now:
             raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, batch size, "
-                         f"--num_train_epochs and --max_steps, or pass another --output_dir, e.g. --output_dir {shlex.quote(str(_free(Path(os.path.abspath(args.output_dir)))))}")
+                         f"--num_train_epochs and --max_steps, or pass another --output_dir, e.g. --output_dir {shlex.quote(str(free_name(Path(os.path.abspath(args.output_dir)))))}")
     return last
 
 # %% ../nbs/internals/04b_checkpoints.ipynb #cd05cb59
@@ -219,7 +225,7 @@ def _agent_store(addr:str, port:int):
     from torch.distributed import TCPStore
     return TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=SEAL_TIMEOUT_S))
 
-def _host_store():
+def host_store():
     "The key-value store torchrun's agent keeps on the host, which every worker reaches; `None` outside torchrun."
     if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True' and os.environ.get('MASTER_ADDR'):
         return _agent_store(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']))
@@ -252,7 +258,7 @@ class CheckpointGuard:
         "The Trainer calls this on every worker once a checkpoint is written: it returns when the checkpoint is sealed, or raises on all."
         self.saves, self.best = self.saves + 1, state.best_model_checkpoint
         d, step, first, world = Path(args.output_dir)/f'checkpoint-{state.global_step}', state.global_step, state.is_world_process_zero, args.world_size
-        store = _host_store() if world > 1 else None
+        store = host_store() if world > 1 else None
         if world == 1: word = self.seal(d, step, args)
         elif store is None: word = _meet_on_device(self, d, step, args, first)
         else: word = _meet_on_host(self, store, d, step, args, first)

@@ -14,8 +14,9 @@ import numpy as np
 __all__ = ['SINGLE', 'REGRESSION', 'MULTI_LABEL', 'EVAL_METRICS', 'MAIN_METRIC', 'THRESHOLDS', 'PROGRESS_PREFIX', 'PROGRESS_ENV',
            'PLOTS', 'PLOTS_OF', 'GLUE_METRICS', 'USUAL_LR', 'classification_metrics', 'problem_of',
            'regression_metrics', 'best_threshold', 'multi_label_metrics', 'majority_baseline', 'beats_baseline',
-           'progress_line', 'read_progress', 'progress_callback', 'plot_history', 'plot_confusion', 'plot_scatter',
-           'save_plots', 'metrics_text', 'glue_scores', 'summary', 'collapse_warning']
+           'flat_array', 'labelled_rows', 'split_scores', 'package_versions', 'progress_line', 'read_progress',
+           'progress_callback', 'plot_history', 'plot_confusion', 'plot_scatter', 'save_plots', 'write_atomic',
+           'metrics_text', 'glue_scores', 'summary', 'collapse_warning']
 
 # %% ../nbs/internals/04c_progress.ipynb #fd3c7a82
 def classification_metrics(labels, # true label ids
@@ -123,27 +124,30 @@ def beats_baseline(scores:dict, # the final split's scores
     return scores['accuracy'] > baseline['accuracy']
 
 # %% ../nbs/internals/04c_progress.ipynb #d6ce2c7e
-def _flat(x) -> np.ndarray:
+def flat_array(x # logits or labels: an array, a tuple (logits first), or a list of per-batch arrays
+              ) -> np.ndarray:
     "Logits or labels as one array, from an array, a tuple (logits first) or a list of per-batch arrays."
     if isinstance(x, tuple): x = x[0]
     if isinstance(x, list): x = np.concatenate([np.asarray(b[0] if isinstance(b, tuple) else b) for b in x])
     return np.asarray(x)
 
-def _labelled(p, problem_type:str=SINGLE) -> tuple:
+def labelled_rows(p, # a `Trainer`'s `EvalPrediction` or `PredictionOutput`
+                  problem_type:str=SINGLE # `SINGLE`, `REGRESSION` or `MULTI_LABEL`
+                 ) -> tuple:
     "The logits and labels of a prediction output's labelled rows (a filler's label is -100: all -100 for a multi-label row)."
-    x, labels = _flat(p.predictions), _flat(p.label_ids)
+    x, labels = flat_array(p.predictions), flat_array(p.label_ids)
     if problem_type == REGRESSION: keep = labels != -100; return x.reshape(len(labels), -1)[keep, 0], labels[keep]
     if problem_type == MULTI_LABEL: keep = (labels >= 0).all(-1); return x[keep], labels[keep]
     keep = labels >= 0
     return x[keep], labels[keep]
 
-def _scores(p, # a `Trainer`'s `EvalPrediction` or `PredictionOutput`
-            names:list[str], # the label names
-            problem_type:str=SINGLE, # `SINGLE`, `REGRESSION` or `MULTI_LABEL`
-            threshold:float|None=None # multi-label: the sigmoid threshold; `None`: the best on these rows
-           ) -> dict:
+def split_scores(p, # a `Trainer`'s `EvalPrediction` or `PredictionOutput`
+                 names:list[str], # the label names
+                 problem_type:str=SINGLE, # `SINGLE`, `REGRESSION` or `MULTI_LABEL`
+                 threshold:float|None=None # multi-label: the sigmoid threshold; `None`: the best on these rows
+                ) -> dict:
     "Metrics of a prediction output's labelled rows: filler rows (label -100) fill a batch up; they are never scored."
-    x, labels = _labelled(p, problem_type)
+    x, labels = labelled_rows(p, problem_type)
     if problem_type == REGRESSION: m = regression_metrics(labels, x)
     elif problem_type == MULTI_LABEL:
         from scipy.special import expit
@@ -152,7 +156,8 @@ def _scores(p, # a `Trainer`'s `EvalPrediction` or `PredictionOutput`
     return m | {'rows': len(labels)}
 
 # %% ../nbs/internals/04c_progress.ipynb #ffaf5b74
-def _versions() -> dict:
+def package_versions() -> dict:
+    "The versions of Python and of the packages a run depends on that are installed here (`metrics.json` keeps them)."
     out = {'python': platform.python_version()}
     for pkg in ('trn-tutorials', 'torch', 'transformers', 'datasets', 'accelerate', 'torch-neuronx', 'torch-xla', 'optimum-neuron'):
         try: out[pkg] = version(pkg)
@@ -273,10 +278,12 @@ def save_plots(metrics:dict, # what `train` returns
     figs = [plot_history(metrics)] + ([plot_confusion(metrics)] if problem == SINGLE else
                                       [plot_scatter(metrics, *points)] if problem == REGRESSION and points is not None else [])
     paths = [Path(output_dir)/n for n in PLOTS_OF[problem][:len(figs)]]
-    for p, fig in zip(paths, figs): _atomic(p, lambda t: fig.savefig(t, dpi=96, format='png'))
+    for p, fig in zip(paths, figs): write_atomic(p, lambda t: fig.savefig(t, dpi=96, format='png'))
     return paths
 
-def _atomic(p:Path, write):
+def write_atomic(p:Path, # the file to write
+                 write # a function that writes a given path, e.g. `lambda t: t.write_text(text)`
+                ):
     "`write(tmp)` then rename over `p`: a reader sees the previous file or the new one; a failed run leaves the previous one."
     tmp = p.with_name(f'.{p.name}.tmp-{os.getpid()}')
     try: write(tmp); os.replace(tmp, p)

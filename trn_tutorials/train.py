@@ -4,7 +4,7 @@
 
 # %% ../nbs/train/04_train.ipynb #60e0af2d
 from __future__ import annotations
-import contextlib, errno, json, os, shlex, shutil, signal, sys, time
+import contextlib, errno, os, shlex, shutil, signal, sys, time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,17 +24,12 @@ __all__ = ['XLA_BACKENDS', 'NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'check
            'main']
 
 # %% ../nbs/train/04_train.ipynb #f8efe212
-from .samplers import (MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, BucketBatchSampler, EvalBatchSampler,
-                                    PaddedRows, few_steps_warning, planned_steps)
-from .checkpoints import (COMPLETE, RUN_ARGS, SAME_RUN, SEAL_TIMEOUT_S, CheckpointGuard, _differs, _free,
-                                       _host_store, _size, checkpoint_complete, checkpoint_problem, checkpoints,
-                                       diverged, newest_complete, resume_from, seal_checkpoint, skipped_note)
-from .progress import (EVAL_METRICS, MULTI_LABEL, PLOTS, PLOTS_OF, PROGRESS_ENV, PROGRESS_PREFIX,
-                                    REGRESSION, SINGLE, USUAL_LR, _atomic, _flat, _labelled, _scores, _versions,
-                                    beats_baseline, classification_metrics, collapse_warning, glue_scores,
-                                    majority_baseline, metrics_text, plot_confusion, plot_history, plot_scatter,
-                                    problem_of, progress_callback, progress_line, read_progress, save_plots, summary)
-from .trainer import _finite, _gather_shapes, _lr_as_data, _xla_compiles, trainer_class
+from .samplers import few_steps_warning
+from .checkpoints import diverged, free_name, newest_complete, resume_from, size_text, skipped_note, tokenizer_diff
+from .progress import (EVAL_METRICS, MULTI_LABEL, PROGRESS_ENV, REGRESSION, SINGLE, beats_baseline, collapse_warning,
+                                    glue_scores, labelled_rows, majority_baseline, metrics_text, package_versions, problem_of,
+                                    progress_callback, progress_line, save_plots, split_scores, summary, write_atomic)
+from .trainer import gather_shapes, trainer_class, weights_finite
 
 # %% ../nbs/train/04_train.ipynb #817feccd
 XLA_BACKENDS = ('neuron', 'xla')  # the backends that run PyTorch/XLA: static shapes, compiled graphs
@@ -48,7 +43,7 @@ def check_output_dir(args:TrainArguments # the run's arguments
     if o == d or d in o.parents or o in d.parents:
         where = 'is the' if o == d else 'is inside the' if d in o.parents else 'holds the'
         raise UsageError(f"--output_dir {args.output_dir} {where} prepared data folder {args.dataset_path} (a model folder and the data never nest): "
-                         f"pass an --output_dir {'beside' if o in d.parents else 'outside'} it, e.g. --output_dir {shlex.quote(str(_free(d.parent/f'{d.name}-model')))}")
+                         f"pass an --output_dir {'beside' if o in d.parents else 'outside'} it, e.g. --output_dir {shlex.quote(str(free_name(d.parent/f'{d.name}-model')))}")
     return check_owner(args.output_dir, 'model', 'output_dir')   # not the user's files, nor another kind of folder
 
 def claim_output_dir(args:TrainArguments, # the run's arguments
@@ -68,10 +63,11 @@ def _weights_size(model_id:str) -> int:
     return sum(f.stat().st_size for pat in ('*.safetensors', '*.bin') for f in p.glob(pat)) if p.is_dir() else 0
 
 def check_space(args:TrainArguments, # the run's arguments
-                model_id:str|None=None # the model trained; default `args.model_id`
+                model_id:str|None=None, # the model trained; default `args.model_id`, else the data's
+                manifest:dict|None=None # the prepared data's manifest, if loaded already; else it is read when needed
                ) -> int|None:
     "A one-line `UsageError` if the disk holding `output_dir` lacks room for the model and `save_total_limit` checkpoints; else the bytes free."
-    w = _weights_size(model_id or args.model_id or load_prepared(args.dataset_path)[1]['model_id'])
+    w = _weights_size(model_id or args.model_id or (manifest or load_prepared(args.dataset_path)[1])['model_id'])
     if not w: return None   # a Hub id: its size is not known here
     need = lambda k: int(w * (1 + 3 * (k + 1) * bool(args.save_steps)) * 1.1)   # weights + k+1 checkpoints (weights, Adam's 2 states)
     where = next(p for p in Path(os.path.abspath(args.output_dir)).parents if p.exists()) if not os.path.exists(args.output_dir) else args.output_dir
@@ -79,8 +75,8 @@ def check_space(args:TrainArguments, # the run's arguments
     if free >= need(args.save_total_limit): return None
     fix = ('use --save_total_limit 1' if args.save_total_limit > 1 and free >= need(1) else
            'free space on it, or pass an --output_dir on a larger disk')
-    raise UsageError(f"the disk holding {os.path.abspath(args.output_dir)} has {_size(free)} free, and this run writes about "
-                     f"{_size(need(args.save_total_limit))} (the model and {(args.save_total_limit + 1) * bool(args.save_steps)} "
+    raise UsageError(f"the disk holding {os.path.abspath(args.output_dir)} has {size_text(free)} free, and this run writes about "
+                     f"{size_text(need(args.save_total_limit))} (the model and {(args.save_total_limit + 1) * bool(args.save_steps)} "
                      f"checkpoint(s) with optimizer state): {fix}")
 
 # %% ../nbs/train/04_train.ipynb #08d47d4d
@@ -100,7 +96,7 @@ def check_model(args:TrainArguments, # the run's arguments
     redo = f"prepare it again for that model with `{prep_command(manifest, model_id=full, dataset_path=os.path.abspath(args.dataset_path))}`"
     if want and have != want and not args.allow_tokenizer_mismatch:
         raise UsageError(f"{args.dataset_path} was prepared with the tokenizer of {short_path(was)}, and that of {short_path(model_id)} differs "
-                         f"({_differs(want, have)}): {redo}, or pass --allow_tokenizer_mismatch true")
+                         f"({tokenizer_diff(want, have)}): {redo}, or pass --allow_tokenizer_mismatch true")
     try: vocab = AutoConfig.from_pretrained(model_id).vocab_size
     except Exception: return   # no config to read here: loading the model reports it
     need = (want or have)['vocab_size']
@@ -223,7 +219,7 @@ def check_problem_type(args:TrainArguments, # the run's arguments
 # %% ../nbs/train/04_train.ipynb #b48461f5
 def _prepare(args:TrainArguments # the run's arguments
             ) -> tuple:
-    "Every check before anything slow; on the first worker the output folder's record and the notes. The run's backend, data and start."
+    "Every check before anything slow; on the first worker the output folder's record and the notes. The run's backend, data and start.\n\n    The prepared data and the checkpoints are read once, here, and handed to each check that needs them."
     from trn_tutorials.arguments import check_args
     check_args(args)
     backend = check_backend(args.backend)
@@ -233,14 +229,14 @@ def _prepare(args:TrainArguments # the run's arguments
     check_problem_type(args, manifest)
     world = int(os.environ.get('WORLD_SIZE', 1))
     check_model(args, manifest)
-    check_space(args, args.model_id or manifest['model_id'])
+    check_space(args, manifest=manifest)
     data = data_fingerprint(manifest)
     batch_note = check_batch(args, {s: len(d) for s, d in ds.items()}, world)
     few_steps = few_steps_warning(args, len(ds['train']), world)
     set_backend_env(backend)
     _check_runtime(backend, world, args)
     found = newest_complete(args.output_dir)
-    start = resume_from(args, world, fill_last=backend in XLA_BACKENDS, found=found, data=data)
+    start = resume_from(args, world, fill_last=backend in XLA_BACKENDS, found=found, data=data, train_split=ds['train'])
     if int(os.environ.get('RANK', 0)) == 0:
         claim_output_dir(args, manifest)   # before anything is written into it (`launch` did it already; the same record again)
         if batch_note: _note(batch_note)
@@ -281,7 +277,7 @@ def _final_scores(trainer, ds, names:list[str], problem:str) -> tuple[dict, dict
     for split in ('validation', 'test'):
         if split not in ds: continue
         preds[split] = trainer.predict(ds[split])
-        scores[split] = _scores(preds[split], names, problem, threshold)
+        scores[split] = split_scores(preds[split], names, problem, threshold)
         if problem == MULTI_LABEL: threshold = scores[split]['threshold']   # validation's: the test split is scored at it
     if threshold is not None: trainer.model.config.multi_label_threshold = threshold   # saved with the model, in config.json
     return scores, preds
@@ -298,23 +294,23 @@ def train(args:TrainArguments # the run's arguments
     model_id, tokenizer, model = _model(args, manifest, backend)
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], run_args=args.to_dict() | {'data': data},
                               processing_class=tokenizer,
-                              compute_metrics=lambda p: {k: v for k, v in _scores(p, names, problem).items() if k in EVAL_METRICS[problem]})
+                              compute_metrics=lambda p: {k: v for k, v in split_scores(p, names, problem).items() if k in EVAL_METRICS[problem]})
     if os.environ.get(PROGRESS_ENV) == '1':
         from transformers import PrinterCallback
         trainer.remove_callback(PrinterCallback); trainer.add_callback(progress_callback(problem_type=problem))   # lines for the launcher, not dicts
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(start) if start else None)
-    if not _finite(trainer.model):   # every worker: the same weights, the same answer; nothing of it is saved
+    if not weights_finite(trainer.model):   # every worker: the same weights, the same answer; nothing of it is saved
         raise UsageError(diverged('the weights became nan or inf', result.global_step, args.learning_rate, args.bf16))
     scores, preds = _final_scores(trainer, ds, names, problem)
     trainer.save_model(args.output_dir)   # on every worker: a collective on XLA; only the first one writes
-    shapes = _gather_shapes(trainer)
+    shapes = gather_shapes(trainer)
     if not trainer.is_world_process_zero(): return {}
     metrics = _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, start, few_steps, t0)
     if (collapse := collapse_warning(metrics)): metrics['warnings'].insert(0, collapse)
     final = preds[metrics['final_split']]
-    save_plots(metrics, args.output_dir, points=_labelled(final, problem)[::-1] if problem == REGRESSION else None)   # true, predicted
-    _atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(metrics_text(metrics)))   # last: the run is complete; strict JSON
+    save_plots(metrics, args.output_dir, points=labelled_rows(final, problem)[::-1] if problem == REGRESSION else None)   # true, predicted
+    write_atomic(Path(args.output_dir, 'metrics.json'), lambda t: t.write_text(metrics_text(metrics)))   # last: the run is complete; strict JSON
     if collapse: print(collapse, file=sys.stderr, flush=True)   # where a person looks, not only in train.log
     print(summary(metrics))
     return metrics
@@ -347,7 +343,7 @@ def _run_metrics(args, manifest, backend, ds, trainer, result, scores, shapes, s
         'compiled_graphs': trainer.graphs, 'compile_s': trainer.compile_s,
         **scores, 'final_split': final, 'baseline': baseline, **_glue(manifest, scores[final], names),
         'beats_baseline': beats_baseline(scores[final], baseline, problem), 'warnings': [few_steps] if few_steps else [],
-        'wall_s': time.time() - t0, 'versions': _versions(), 'args': args.to_dict(),
+        'wall_s': time.time() - t0, 'versions': package_versions(), 'args': args.to_dict(),
         'history': [{k: r[k] for k in _HISTORY if k in r} for r in trainer.state.log_history if 'loss' in r or 'eval_loss' in r]}
 
 # %% ../nbs/train/04_train.ipynb #c330ab87

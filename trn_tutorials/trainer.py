@@ -12,13 +12,13 @@ import numpy as np
 from .core import UsageError
 from .data_files import row_lengths
 from .samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows
-from .progress import _flat
-from .checkpoints import SEAL_TIMEOUT_S, CheckpointGuard, _host_store, diverged
+from .progress import flat_array
+from .checkpoints import SEAL_TIMEOUT_S, CheckpointGuard, host_store, diverged
 
 # %% auto #0
-__all__ = ['loader_options', 'order_seed', 'BucketBatches', 'labelled_loss', 'LabelledLoss', 'LrAsData', 'CountShapes',
-           'EpochGraphs', 'CountGraphs', 'TimedEvaluation', 'LossGuard', 'SetEpoch', 'as_callback', 'Guards',
-           'CpuResume', 'trainer_class']
+__all__ = ['loader_options', 'order_seed', 'BucketBatches', 'labelled_loss', 'LabelledLoss', 'LrAsData', 'xla_compiles',
+           'CountShapes', 'EpochGraphs', 'CountGraphs', 'TimedEvaluation', 'gather_shapes', 'LossGuard', 'SetEpoch',
+           'as_callback', 'Guards', 'weights_finite', 'CpuResume', 'trainer_class']
 
 # %% ../nbs/internals/04d_trainer.ipynb #4b737444
 def loader_options(args # the Trainer's `TrainingArguments`
@@ -85,7 +85,7 @@ def labelled_loss(predictions, # every worker's logits: [rows, labels], or [rows
                  ) -> float|None:
     "The model's loss over the labelled texts of every worker (cross-entropy; regression: squared error; multi-label: binary cross-entropy per label); `None` where no text is labelled or `predictions` are not logits."
     if predictions is None or label_ids is None: return None
-    x, y = _flat(predictions), _flat(label_ids)
+    x, y = flat_array(predictions), flat_array(label_ids)
     if not np.issubdtype(x.dtype, np.floating): return None
     if problem_type in ('regression', 'multi_label_classification'):
         if problem_type == 'regression': x, y = x.reshape(len(y), -1), y.reshape(len(y), -1)
@@ -143,7 +143,7 @@ class LrAsData:
         return opt
 
 # %% ../nbs/internals/04d_trainer.ipynb #03bee787
-def _xla_compiles() -> tuple[int, float]:
+def xla_compiles() -> tuple[int, float]:
     "Graphs PyTorch/XLA has compiled in this process so far, and the seconds spent compiling them."
     import torch_xla.debug.metrics as met
     d = met.metric_data('CompileTime')   # (samples, total nanoseconds, recent samples), or None before the first
@@ -186,14 +186,14 @@ class CountGraphs:
 
     def _close_epoch(self):
         self._sync()
-        n, s = _xla_compiles()
+        n, s = xla_compiles()
         train_n, train_s = n - self.graphs['eval'], s - self.compile_s['eval']   # all compiles so far that were not evaluation's
         if self._mark is not None: self.graphs['per_epoch'].append(train_n - self._mark)
         self._mark = train_n
         self.graphs['train'], self.compile_s['train'] = train_n - self._first, train_s - self._first_s
 
     def train(self, *a, **kw):
-        if self.xla: self._first, self._first_s = _xla_compiles(); self._first -= self.graphs['eval']; self._first_s -= self.compile_s['eval']
+        if self.xla: self._first, self._first_s = xla_compiles(); self._first -= self.graphs['eval']; self._first_s -= self.compile_s['eval']
         return super().train(*a, **kw)
 
 # %% ../nbs/internals/04d_trainer.ipynb #6b7aba85
@@ -206,7 +206,7 @@ class TimedEvaluation(CountGraphs):
     def _timed(self, method, *a, **kw):
         import random, torch
         self._sync()
-        c0, t0 = _xla_compiles() if self.xla else None, time.perf_counter()
+        c0, t0 = xla_compiles() if self.xla else None, time.perf_counter()
         # Building an evaluation loader draws a seed from torch's global generator. A run resumed from a checkpoint
         # written at an epoch's end skips that epoch's evaluation, so without this its dropout would differ from then on.
         rng = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
@@ -217,7 +217,7 @@ class TimedEvaluation(CountGraphs):
         self.eval_s['all'] += dt
         if self.is_in_train: self.eval_s['in_train'] += dt
         if self.xla:
-            n, s = _xla_compiles()
+            n, s = xla_compiles()
             self.graphs['eval'] += n - c0[0]; self.compile_s['eval'] += s - c0[1]
             self.graphs['per_evaluation'].append(n - c0[0])
         return out
@@ -226,11 +226,12 @@ class TimedEvaluation(CountGraphs):
     def predict(self, *a, **kw): return self._timed('predict', *a, **kw)
 
 # %% ../nbs/internals/04d_trainer.ipynb #5f52faa7
-def _gather_shapes(trainer) -> dict|None:
+def gather_shapes(trainer # a trainer of `trainer_class()` after training: its `shapes` and `args`
+                 ) -> dict|None:
     "On the first worker: the input shapes every worker fed its model, in training and evaluation, gathered from every node."
     rank, world = trainer.args.process_index, trainer.args.world_size
     mine = json.dumps({k: [[*s, n] for s, n in v.items()] for k, v in trainer.shapes.items()})
-    store = _host_store() if world > 1 else None
+    store = host_store() if world > 1 else None
     if world == 1: per = [mine]
     elif store is not None:   # torchrun's agent store: one per job, on the first node, reached from every node
         key = f"trn_tutorials/shapes/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
@@ -253,7 +254,7 @@ def _gather_shapes(trainer) -> dict|None:
 class LossGuard:
     "Stop at a logged training loss that is not finite, on every worker at the same step, with the line `diverged` gives."
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # the training loss only: weights that are not finite show in the next one, or in the check after training (`_finite`);
+        # the training loss only: weights that are not finite show in the next one, or in the check after training (`weights_finite`);
         # `eval_loss` is finite with finite weights, filler rows or not (`LabelledLoss`)
         try: v = float((logs or {})['loss'])
         except (KeyError, TypeError, ValueError): return
@@ -286,7 +287,8 @@ class Guards:
             self.accelerator.pad_across_processes = lambda tensor, *a, **kw: tensor
 
 # %% ../nbs/internals/04d_trainer.ipynb #47c8cb79
-def _finite(model) -> bool:
+def weights_finite(model # a torch model, on any device
+                  ) -> bool:
     "Whether every parameter of `model` is finite (on XLA read on the host, as saving reads them: no graph is compiled for it)."
     import torch
     with torch.no_grad():

@@ -18,8 +18,8 @@ from .data import load_prepared
 from .progress import metrics_text
 from .train import XLA_BACKENDS, check_workers
 from .samplers import PaddedRows
-from .progress import _versions, classification_metrics, majority_baseline
-from .trainer import _xla_compiles
+from .progress import package_versions, classification_metrics, majority_baseline
+from .trainer import xla_compiles
 
 # %% auto #0
 __all__ = ['LOOP_BACKENDS', 'ERROR_PREFIX', 'LoopArguments', 'check_loop_args', 'loop_backend', 'Workers', 'start_workers',
@@ -263,7 +263,7 @@ def save_model(model, # the trained model, from `place`
     return {'sha256': seen[0], 'same_on_all_workers': len(set(seen)) == 1}
 
 # %% ../nbs/internals/10_xla_loop.ipynb #1977c9da
-def _compiles() -> int: return _xla_compiles()[0]   # graphs compiled in this process so far (the train module counts them)
+def _compiles() -> int: return xla_compiles()[0]   # graphs compiled in this process so far (the train module counts them)
 
 def load_model(model_id:str, # the model to fine-tune
                names:list[str], # the label names
@@ -326,7 +326,7 @@ def fit(args:LoopArguments, # the run's arguments
             'steps': total, 'steps_per_epoch': len(batches), 'loss': [round(float(l), 4) for l in losses],
             'train': {'runtime_s': round(train_s, 3), 'rows_fed': fed, 'samples_per_second': round(fed / train_s, 1)},
             'validation': val, 'baseline': majority_baseline(ds['train']['labels'], ds['validation']['labels'], names),
-            'compiled_graphs': graphs, 'weights': weights, 'versions': _versions(), 'args': asdict(args)}
+            'compiled_graphs': graphs, 'weights': weights, 'versions': package_versions(), 'args': asdict(args)}
 
 # %% ../nbs/internals/10_xla_loop.ipynb #578a626d
 def summary(metrics:dict # what `train_loop` returns
