@@ -162,7 +162,7 @@ def test_missing_venv_names_the_fix(sshd, tmp_path):
     msg = one_line(e)
     assert msg.startswith('127.0.0.1 has no /opt/aws_neuronx_venv_pytorch_2_9'), msg
     assert all(s in msg for s in ('`trn-tutorials up`', 'Neuron 2.31 DLAMI', 'deprecated', *PAIR, 'pip.repos.neuron.amazonaws.com')), msg
-    assert not (work/'.trn-tutorials').exists() and procs_mentioning(str(work)) == [] and S._live == []
+    assert not (work/'.trn-tutorials').exists() and procs_mentioning(str(work)) == [] and S.LIVE == []
 
 
 def test_module_apart_and_reexported():

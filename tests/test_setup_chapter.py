@@ -94,21 +94,22 @@ def test_arguments_match_the_functions():
     assert [f.name for f in fields(StatusArguments)] == list(inspect.signature(find_instances).parameters)[:3]
 
 
-def test_options_classes_are_built_on_first_use():
-    "Importing `instance` or `cleanup` reads no function's source: `StatusArguments` and `CleanupArguments` are built when first asked for."
-    code = ("import sys; sys.modules['fastcore.docments'] = None   # reading a function's docments now fails\n"
-            "import trn_tutorials.instance as i, trn_tutorials.cleanup as c\n"
-            "print('BUILT', [n for m, n in ((i, 'StatusArguments'), (c, 'CleanupArguments')) if n in vars(m)])")
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and 'BUILT []' in r.stdout, r.stderr[-2000:]
-    import trn_tutorials.cleanup as c, trn_tutorials.instance as i
+def test_status_arguments_are_a_plain_dataclass():
+    "`StatusArguments` is defined in `instance` as it reads: `find_instances`' first three parameters, with their defaults and help."
+    import dataclasses, typing
+    import trn_tutorials.instance as i
     from trn_tutorials.cli import command
-    assert command('status')[1] == [i.StatusArguments] and command('down')[1] == [c.CleanupArguments]   # the CLI's getattr finds them
-    assert i.StatusArguments is StatusArguments and i.StatusArguments.__module__ == 'trn_tutorials.instance'
-    assert c.CleanupArguments.__module__ == 'trn_tutorials.cleanup'
-    assert 'StatusArguments' in i.__all__ and 'CleanupArguments' in c.__all__
-    with pytest.raises(AttributeError): i.NoSuchArguments
-    with pytest.raises(AttributeError): c.NoSuchArguments
+    from trn_tutorials.core import field_help
+    assert dataclasses.is_dataclass(StatusArguments) and StatusArguments.__module__ == 'trn_tutorials.instance'
+    assert 'StatusArguments' in i.__all__ and not hasattr(i, '__getattr__')
+    sig = inspect.signature(find_instances).parameters
+    assert {f.name: f.default for f in fields(StatusArguments)} == {k: sig[k].default for k in ('run_id', 'region', 'key_dir')}
+    assert typing.get_type_hints(StatusArguments) == {'run_id': str | None, 'region': str | None, 'key_dir': str}
+    assert field_help(StatusArguments) == {'run_id': "one run's id; `None` = every instance of this project",
+                                           'region': 'AWS region; default: your AWS configuration', 'key_dir': 'folder holding the private keys'}
+    assert command('status')[1] == [StatusArguments]
+    r = subprocess.run([sys.executable, '-c', "import sys; from trn_tutorials.cli import main; sys.argv = ['trn-tutorials', 'status', '--help']; main()"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--run_id RUN_ID, --run-id RUN_ID" in r.stdout and '(default: ~/.ssh)' in r.stdout, r.stderr[-2000:]
 
 
 def test_the_chapters_launch(moto_server, tmp_path, monkeypatch):

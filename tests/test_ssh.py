@@ -97,10 +97,10 @@ def test_jupyter_through_tunnel(sshd, venv, tmp_path, capsys, caplog):
         assert token not in repr(s) and token not in repr(s.jupyter) and token not in repr(s.tunnel)
         out = capsys.readouterr()
         assert token not in out.out + out.err + caplog.text
-        assert s.jupyter in S._live and s.tunnel in S._live
+        assert s.jupyter in S.LIVE and s.tunnel in S.LIVE
     finally:
         s.stop()
-    assert not alive(s.jupyter.pid) and not s.tunnel.alive and S._live == []
+    assert not alive(s.jupyter.pid) and not s.tunnel.alive and S.LIVE == []
     assert not port_open(rp) and not port_open(lp)
     s.stop()   # twice is harmless
 
@@ -111,7 +111,7 @@ def test_stop_all_stops_what_this_process_started(sshd):
     started.extend([('jupyter', s.jupyter.pid), ('ssh', s.tunnel.proc.pid)])
     assert S.stop_all(hosts={'198.51.100.1'}) == []
     stopped = S.stop_all(hosts={'127.0.0.1'})
-    assert len(stopped) == 2 and not alive(s.jupyter.pid) and not s.tunnel.alive and S._live == []
+    assert len(stopped) == 2 and not alive(s.jupyter.pid) and not s.tunnel.alive and S.LIVE == []
 
 
 def test_wait_ends_when_the_tunnel_dies(sshd):
@@ -122,7 +122,7 @@ def test_wait_ends_when_the_tunnel_dies(sshd):
     s.tunnel.proc.kill()
     t0 = time.monotonic()
     assert s.wait(poll=0.1) == 'the tunnel closed (connection lost?)'
-    assert time.monotonic() - t0 < 30 and not alive(s.jupyter.pid) and S._live == []
+    assert time.monotonic() - t0 < 30 and not alive(s.jupyter.pid) and S.LIVE == []
 
 
 def test_busy_local_port(sshd):
@@ -210,7 +210,7 @@ def test_missing_venv_refused_first(sshd, tmp_path):
     msg = one_line(e)
     assert msg.startswith(f'127.0.0.1 has no {missing}; relaunch') and 'PyTorch/XLA' not in msg
     # refused before anything else: no log folder, no process, nothing left in the registry
-    assert not (work/'.trn-tutorials').exists() and procs_mentioning(str(work)) == [] and S._live == []
+    assert not (work/'.trn-tutorials').exists() and procs_mentioning(str(work)) == [] and S.LIVE == []
 
 
 def test_venv_without_jupyterlab(sshd, tmp_path):
@@ -231,7 +231,7 @@ def test_venv_option():
 
 def test_zz_nothing_left_running(sshd):
     "Every process the tests started is gone, and the sshd has no open sessions."
-    assert S._live == []
+    assert S.LIVE == []
     assert started and all(not alive(pid) for _, pid in started), [(k, p) for k, p in started if alive(p)]
     deadline = time.monotonic() + 10
     while sshd.children() and time.monotonic() < deadline: time.sleep(0.1)

@@ -27,7 +27,7 @@ def r():
     try: yield reh
     finally:
         reh.stop()
-        assert S._live == []
+        assert S.LIVE == []
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_rehearsal(r):
     assert os.environ['AWS_ENDPOINT_URL'] == r.moto.url and 'AWS_PROFILE' not in os.environ
     assert dlami_for(inst.instance_type).venv == J.NEURON_VENV and Path(r.venv).parent == r.home
     assert S.run_remote('echo "$HOME"', r.host, inst.key_path, r.user, r.port).stdout == f'{r.home}\n'
-    assert r.local_port != r.remote_port and not S._port_busy(r.local_port)
+    assert r.local_port != r.remote_port and not S.port_busy(r.local_port)
 
 
 def test_rehearsal_stop_restores_everything(tmp_path):
@@ -123,7 +123,7 @@ def test_tunnel(r, conn, tmp_path):
         S.Tunnel(c['host'], wrong, free_port(), c['port'], c['user'], c['port'], timeout=20).start()
     with pytest.raises(UsageError, match="cannot reach"):
         S.Tunnel(c['host'], c['key'], free_port(), c['port'], c['user'], free_port(), timeout=20).start()
-    assert S._live == []
+    assert S.LIVE == []
 
 
 def test_jupyter(r, conn):
@@ -149,7 +149,7 @@ def test_jupyter(r, conn):
             J.start_jupyter(c['host'], c['key'], free_port(), c['user'], c['port'], venv=venv, workdir=str(r.home/'nope'))
     finally:
         jup.stop()
-    assert not alive(jup.pid) and S._live == []
+    assert not alive(jup.pid) and S.LIVE == []
 
 
 def test_missing_environment(r, conn):
@@ -158,7 +158,7 @@ def test_missing_environment(r, conn):
     assert str(e.value).startswith(f'127.0.0.1 has no {TRN2_VENV}; relaunch with `trn-tutorials up`') and str(e.value).endswith(': none')
     with pytest.raises(UsageError) as e: J.start_jupyter(c['host'], c['key'], r.remote_port, c['user'], c['port'])
     assert str(e.value).startswith('127.0.0.1 has no /opt/aws_neuronx_venv_pytorch_2_9 (it was launched from an image without the PyTorch/XLA')
-    assert S._live == []
+    assert S.LIVE == []
 
 
 def test_open_jupyter_and_stop_all(r, conn):

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from .core import UsageError
 
 # %% auto #0
-__all__ = ['PROJECT', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'aws_region', 'explain', 'aws_errors']
+__all__ = ['PROJECT', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'tag_spec', 'aws_region', 'explain', 'aws_errors']
 
 # %% ../nbs/reference/91_aws.ipynb #e39169ac
 PROJECT = 'trn-tutorials'
@@ -40,7 +40,10 @@ def tag_filters(run_id:str|None=None # one run's id; `None` = everything this pr
     "EC2 `Filters` that match what a run (or the whole project) created."
     return [{'Name': 'tag:project', 'Values': [PROJECT]}] + ([{'Name': 'tag:run-id', 'Values': [run_id]}] if run_id else [])
 
-def _tag_spec(kind:str, tags:dict) -> dict:
+def tag_spec(kind:str, # the EC2 resource type, e.g. 'instance', 'volume', 'key-pair', 'security-group'
+             tags:dict # the tags, e.g. `run_tags(run_id)`
+            ) -> dict:
+    "One entry of `TagSpecifications`: `tags` put on a `kind` resource as EC2 creates it."
     return {'ResourceType': kind, 'Tags': [{'Key': k, 'Value': v} for k, v in tags.items()]}
 
 # %% ../nbs/reference/91_aws.ipynb #146744bc

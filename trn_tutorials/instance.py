@@ -12,8 +12,8 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, documented
-from .aws import PROJECT, _tag_spec, aws_errors, aws_region, check_run_id, explain, new_run_id, run_tags, tag_filters
+from .core import Limit, UsageError, check_folder, check_number, check_numbers, documented
+from .aws import PROJECT, aws_errors, aws_region, check_run_id, explain, new_run_id, run_tags, tag_filters, tag_spec
 from .backends import instance_family, instance_type as _instance_type, run_cost
 from .dlami import NEURON_PIP, DLAMI, Dlami, dlami_for, find_ami, image_note   # the image (its own chapter), importable from here too
 
@@ -130,7 +130,7 @@ def ensure_key_pair(key_name:str, # name of the EC2 key pair to reuse or create
             raise UsageError(f"{path} exists but {region} has no key pair {key_name!r}: refusing to overwrite it; move it away or pass another --key_name")
         check_folder(key_dir, 'key_dir')   # before the pair exists: a folder we cannot write fails here, with nothing made
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        kw = {'TagSpecifications': [_tag_spec('key-pair', tags)]} if tags else {}
+        kw = {'TagSpecifications': [tag_spec('key-pair', tags)]} if tags else {}
         material = ec2.create_key_pair(KeyName=key_name, KeyType='ed25519', **kw)['KeyMaterial']
     try: _write_key(path, material)
     except BaseException as e:   # the pair without its key is useless, and would block this --key_name: delete it again
@@ -157,7 +157,7 @@ def create_ssh_group(vpc_id:str, # the VPC to create the group in
     with aws_errors(region):
         gid = ec2.create_security_group(GroupName=f'{PROJECT}-{run_id}', VpcId=vpc_id,
                                         Description=f'{PROJECT} run {run_id}: SSH from {cidr} only',
-                                        TagSpecifications=[_tag_spec('security-group', run_tags(run_id))])['GroupId']
+                                        TagSpecifications=[tag_spec('security-group', run_tags(run_id))])['GroupId']
         ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=[{'IpProtocol': 'tcp', 'FromPort': 22, 'ToPort': 22,
             'IpRanges': [{'CidrIp': cidr, 'Description': 'SSH from the address that ran trn-tutorials'}]}])
     return gid
@@ -303,7 +303,7 @@ def _run_in_a_zone(ec2, subnets:list, region:str, itype:str, image:dict, key_nam
               InstanceInitiatedShutdownBehavior='terminate', UserData=user_data,
               BlockDeviceMappings=[{'DeviceName': image['root_device'],
                                     'Ebs': {'VolumeSize': volume_gb, 'VolumeType': 'gp3', 'DeleteOnTermination': True}}],
-              TagSpecifications=[_tag_spec('instance', tags), _tag_spec('volume', tags)])
+              TagSpecifications=[tag_spec('instance', tags), tag_spec('volume', tags)])
     with aws_errors(region, itype):
         for i, s in enumerate(subnets):
             try: return ec2.run_instances(SubnetId=s['SubnetId'], **kw)['Instances'][0]
@@ -385,10 +385,10 @@ class InstanceArguments:
         if self.my_ip: ssh_cidr(self.my_ip)
 
 # %% ../nbs/instance/01_setup.ipynb #6ccc59b7
-_all_ = ['StatusArguments']
-
-def __getattr__(name):
-    "`StatusArguments` (the options that find a run's instance), built from `find_instances` on first use (PEP 562)."
-    if name != 'StatusArguments': raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = made = arguments_of(find_instances, skip=('states',), name='StatusArguments')
-    return made
+@documented
+@dataclass
+class StatusArguments:
+    "Options of `find_instances`: This project's instances (of one run, or all), oldest first."
+    run_id: str|None = None # one run's id; `None` = every instance of this project
+    region: str|None = None # AWS region; default: your AWS configuration
+    key_dir: str = '~/.ssh' # folder holding the private keys

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from .core import UsageError, check_numbers, documented
 from .dlami import DLAMI
-from .ssh import KNOWN_HOSTS, TUNNEL_LIMITS, USER, Tunnel, _check, _live, _port_busy, check_key, explain_ssh, run_remote
+from .ssh import KNOWN_HOSTS, LIVE, TUNNEL_LIMITS, USER, Tunnel, check_key, check_ports, explain_ssh, port_busy, run_remote
 
 # %% auto #0
 __all__ = ['NEURON_VENV', 'NEURON_BIN', 'RemoteJupyter', 'missing_venv', 'start_jupyter', 'api_status', 'JupyterSession',
@@ -92,7 +92,7 @@ class RemoteJupyter:
     def stop(self, timeout:float=20 # seconds Jupyter gets to shut down before it is killed
             ):
         "Stop the server (harmless if it is gone)."
-        if self in _live: _live.remove(self)
+        if self in LIVE: LIVE.remove(self)
         run_remote(_stop_script(self.pid, self.remote_port, timeout), self.host, self.key_path, self.user, self.port,
                    self.known_hosts, timeout + 30)
 
@@ -135,7 +135,7 @@ def start_jupyter(host:str, # the instance's address
                   timeout:float=120 # seconds to wait for Jupyter to listen
                  ) -> RemoteJupyter:
     "Start Jupyter on the instance's 127.0.0.1 with a fresh token, in the Neuron environment `venv`."
-    _check(remote_port=remote_port, port=port, timeout=timeout)
+    check_ports(remote_port=remote_port, port=port, timeout=timeout)
     token = secrets.token_hex(24)
     r = run_remote(_start_script(token, remote_port, jupyter, venv, workdir, timeout), host, key_path, user, port, known_hosts, timeout + 60)
     if r.returncode:
@@ -147,7 +147,7 @@ def start_jupyter(host:str, # the instance's address
                                     where=f'in {venv} on {host}' if venv else f'on {host}', pip=f'{venv}/bin/pip' if venv else 'pip'))
     pid, command = r.stdout.split('\n')[:2]
     j = RemoteJupyter(host, str(key_path), remote_port, int(pid), command, user, port, known_hosts, token, venv or '')
-    _live.append(j)
+    LIVE.append(j)
     return j
 
 
@@ -213,9 +213,9 @@ def open_jupyter(host:str, # the instance's address
                  timeout:float=120 # seconds to wait for Jupyter and the tunnel
                 ) -> JupyterSession:
     "Start Jupyter on the instance and tunnel to it; `url` is the link to open."
-    _check(local_port=local_port, remote_port=remote_port, port=port, timeout=timeout)
+    check_ports(local_port=local_port, remote_port=remote_port, port=port, timeout=timeout)
     check_key(key_path)
-    if _port_busy(local_port): raise UsageError(explain_ssh('Address already in use', host, local_port=local_port))
+    if port_busy(local_port): raise UsageError(explain_ssh('Address already in use', host, local_port=local_port))
     j = start_jupyter(host, key_path, remote_port, user, port, known_hosts, jupyter=jupyter, venv=venv, workdir=workdir, timeout=timeout)
     try:
         t = Tunnel(host, key_path, local_port, remote_port, user, port, known_hosts, min(timeout, 60)).start()

@@ -13,8 +13,8 @@ from fastcore.basics import patch
 from .core import Limit, UsageError, check_number
 
 # %% auto #0
-__all__ = ['USER', 'KNOWN_HOSTS', 'TUNNEL_LIMITS', 'ssh_command', 'ssh_config_entry', 'check_key', 'ssh_args', 'explain_ssh',
-           'run_remote', 'forward', 'Tunnel', 'stop_all', 'forget_host']
+__all__ = ['USER', 'KNOWN_HOSTS', 'TUNNEL_LIMITS', 'LIVE', 'check_ports', 'ssh_command', 'ssh_config_entry', 'check_key',
+           'ssh_args', 'explain_ssh', 'run_remote', 'port_busy', 'forward', 'Tunnel', 'stop_all', 'forget_host']
 
 # %% ../nbs/instance/02_ssh.ipynb #8802687c
 USER = 'ubuntu'
@@ -22,8 +22,9 @@ KNOWN_HOSTS = '~/.ssh/trn-tutorials_known_hosts'
 TUNNEL_LIMITS = {'local_port': Limit(1, 65535, example=8889), 'remote_port': Limit(1, 65535, example=8888),
                  'port': Limit(1, 65535, example=22), 'timeout': Limit(0, 24 * 3600, lo_open=True, example=120)}
 
-def _check(**values):
-    "Check ports (whole numbers) and `timeout` (seconds) against `TUNNEL_LIMITS`: a one-line `UsageError` for a bad one."
+def check_ports(**values # `local_port`, `remote_port`, `port` (whole numbers) and `timeout` (seconds), by name
+               ):
+    "Check each of `values` against `TUNNEL_LIMITS`: a one-line `UsageError` for a bad one."
     for k, v in values.items(): check_number(k, v, float if k == 'timeout' else int, TUNNEL_LIMITS[k])
 
 def ssh_command(host:str, # the instance's address
@@ -34,7 +35,7 @@ def ssh_command(host:str, # the instance's address
                 port:int=22 # the instance's SSH port
                ) -> str:
     "The `ssh -L` command that forwards `local_port` to Jupyter on the instance."
-    _check(local_port=local_port, remote_port=remote_port, port=port)
+    check_ports(local_port=local_port, remote_port=remote_port, port=port)
     k = str(key_path)
     k = '~/' + shlex.quote(k[2:]) if k.startswith('~/') else shlex.quote(k)  # leave ~ for the shell to expand
     return ' '.join(['ssh', '-L', f'{local_port}:localhost:{remote_port}', '-i', k]
@@ -53,7 +54,7 @@ def ssh_config_entry(host:str, # the instance's address
                      known_hosts:str=KNOWN_HOSTS # where the instance's host key is remembered
                     ) -> str:
     "A `~/.ssh/config` block for the instance, with the Jupyter port forwarded."
-    _check(local_port=local_port, remote_port=remote_port, port=port)
+    check_ports(local_port=local_port, remote_port=remote_port, port=port)
     lines = [f'Host {alias}', f'    HostName {host}', f'    User {user}'] + ([f'    Port {port}'] if port != 22 else []) + [
         f'    IdentityFile {_cfg_value(key_path)}', '    IdentitiesOnly yes',
         f'    UserKnownHostsFile {_cfg_value(known_hosts)}', '    StrictHostKeyChecking accept-new',
@@ -129,7 +130,7 @@ def run_remote(script:str, # bash script to run on the instance (sent on stdin, 
                timeout:float=60 # seconds before giving up
               ) -> subprocess.CompletedProcess:
     "Run `script` with bash on the instance; ssh failures become a `UsageError`."
-    _check(port=port, timeout=timeout)
+    check_ports(port=port, timeout=timeout)
     key_path = str(check_key(key_path))
     try: r = subprocess.run(ssh_args(host, key_path, user, port, known_hosts) + ['bash', '-s'], input=script,
                             capture_output=True, text=True, timeout=timeout)
@@ -139,9 +140,11 @@ def run_remote(script:str, # bash script to run on the instance (sent on stdin, 
 
 
 # %% ../nbs/instance/02_ssh.ipynb #d50e7ffb
-_live = []  # tunnels and Jupyter servers started by this process and not stopped yet
+LIVE = []  # tunnels and Jupyter servers started by this process and not stopped yet
 
-def _port_busy(port:int) -> bool:
+def port_busy(port:int # a port on this machine's 127.0.0.1
+             ) -> bool:
+    "Whether `port` on 127.0.0.1 is taken, as ssh would find it when it binds the tunnel's local end."
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ssh does: a port in TIME_WAIT is free
         try: s.bind(('127.0.0.1', port)); return False
@@ -191,7 +194,7 @@ class Tunnel:
     proc: subprocess.Popen|None = field(default=None, init=False)   # the ssh process
 
     def __post_init__(self):
-        _check(local_port=self.local_port, remote_port=self.remote_port, port=self.port, timeout=self.timeout)
+        check_ports(local_port=self.local_port, remote_port=self.remote_port, port=self.port, timeout=self.timeout)
         self.key_path = str(self.key_path)
 
     @property
@@ -215,25 +218,25 @@ def start(self:Tunnel) -> Tunnel:
     "Start ssh and wait until the local port answers."
     if self.alive: return self
     check_key(self.key_path)
-    if _port_busy(self.local_port): raise UsageError(explain_ssh('Address already in use', self.host, local_port=self.local_port))
+    if port_busy(self.local_port): raise UsageError(explain_ssh('Address already in use', self.host, local_port=self.local_port))
     self.proc, err = forward(self.command, self.local_port, self.timeout)
     if self.proc is None and err is None: raise UsageError(f"no tunnel to {self.host} after {self.timeout:.0f} s: is the instance running and reachable?")
     if self.proc is None: raise UsageError(explain_ssh(err, self.host, self.port, self.key_path, self.user, self.local_port, self.known_hosts))
-    _live.append(self)
+    LIVE.append(self)
     return self
 
 @patch
 def stop(self:Tunnel):
     "Stop the tunnel (harmless if it is not running)."
     _stop_process(self.proc); self.proc = None
-    if self in _live: _live.remove(self)
+    if self in LIVE: LIVE.remove(self)
 
 # %% ../nbs/instance/02_ssh.ipynb #29ed3ce3
 def stop_all(hosts:set|None=None # only those to these addresses; `None` = all
             ) -> list[str]:
     "Stop the tunnels and Jupyter servers this process started (to `hosts`); return what was stopped."
     stopped = []
-    for x in reversed([x for x in _live if hosts is None or x.host in hosts]):
+    for x in reversed([x for x in LIVE if hosts is None or x.host in hosts]):
         try: x.stop(); stopped.append(repr(x))
         except UsageError as e: stopped.append(f'{x!r} (could not stop: {e})')
     return stopped
