@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run every test: the notebooks (nbdev_test), nbdev's doc preprocessing on a clean copy (the site's first build
-# step), pytest in .venv (torchrun, CLI, servers, the docs' outputs and workflows), the two reader environments'
+# step), pytest in .venv (torchrun, CLI, servers, the docs' outputs and workflows, the layers: tests/test_layers.py runs
+# lint-imports on .importlinter), the two reader environments'
 # stand-ins (tools/environments.toml: the Trn1 DLAMI's PyTorch 2.9 venv, with torch-xla standing in for torch-neuronx,
 # and the Trn2/Trn3 TorchNeuron venv), each with the package installed from a wheel the way the README tells a reader
 # there, SageMaker's three containers' stand-ins (the training image with two nodes, the PyTorch and the Hugging Face
