@@ -206,3 +206,19 @@ def test_trn2_takes_the_newest_torchneuron_dlami_on_either_ubuntu(tmp_path, monk
         im = find_ami(instance_type='trn2.48xlarge')   # then the 26.04 one, newer than the rehearsal's 24.04 of 2026-10-19
         assert (im['id'], im['name']) == (u2604, 'Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 26.04) 20261111')
         assert find_ami(instance_type='trn1.2xlarge')['id'] == TRN1_DLAMI   # Trn1 keeps its 2.31 image
+
+
+def test_the_canonical_stack_block():
+    "The one 'Which stack is current' block of the book: dated, which stack on which Trainium, and what this package does."
+    cells = json.loads((ROOT/'nbs/internals/01a_dlami.ipynb').read_text())['cells']
+    blocks = [''.join(c['source']) for c in cells if c['cell_type'] == 'markdown' and ''.join(c['source']).startswith('## Which stack is current')]
+    assert len(blocks) == 1
+    for s in ('Checked 2026-11-24', '| Trn1', '| Trn2, Trn3', 'Neuron **2.31** DLAMI', 'torch-neuronx` 2.9', '2026-05-20', 'Neuron 2.30',
+              'Neuron 2.32', 'TorchNeuron', 'Neuron 2.33 (2026-10-19)', '"Deep Learning AMI Neuron torch-neuronx 2.14"', 'Neuron 2.33.1',
+              '--output-format json', '512 GB', 'pip install "trn-tutorials[trn1]"', 'pip install "trn-tutorials[trn2]"',
+              'backend `neuron`', 'backend `torchneuron`'):
+        assert s in blocks[0], s
+    for nb in sorted(ROOT.glob('nbs/**/*.ipynb')):   # the other chapters link to it
+        if nb.name == '01a_dlami.ipynb': continue
+        heads = [l for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'markdown' for l in ''.join(c['source']).splitlines()]
+        assert not any(l.startswith('#') and 'which stack is current' in l.lower() for l in heads), nb
