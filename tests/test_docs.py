@@ -235,3 +235,37 @@ def test_deploy_workflow_builds_the_site():
     deploy = [s for s in steps(wf) if s.get('uses', '').startswith('peaceiris/actions-gh-pages@')]
     assert deploy and deploy[0]['with']['publish_dir'].rstrip('/').endswith(INI['doc_path'])
     assert wf['permissions']['contents'] == 'write'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (f) the hand-written sidebar (custom_sidebar = True): every notebook is in it, and everything in it exists
+# ---------------------------------------------------------------------------------------------------------------
+def sidebar_entries(node):
+    "The files a sidebar's `contents` names, in order: plain entries, `href`/`file` entries, and those inside sections."
+    if isinstance(node, str): yield node; return
+    if isinstance(node, list):
+        for n in node: yield from sidebar_entries(n)
+        return
+    if isinstance(node, dict):
+        for k in ('href', 'file'):
+            if isinstance(node.get(k), str): yield node[k]
+        if 'contents' in node: yield from sidebar_entries(node['contents'])
+
+
+def test_sidebar_lists_every_notebook():
+    assert INI.getboolean('custom_sidebar'), 'settings.ini: custom_sidebar is off, so nbdev_docs would overwrite nbs/sidebar.yml'
+    y = yaml.safe_load((ROOT / 'nbs/sidebar.yml').read_text())
+    entries = list(sidebar_entries(y['website']['sidebar']['contents']))
+    nbs = [str(p.relative_to(ROOT / 'nbs')) for p in NBS]
+    twice = sorted({e for e in entries if entries.count(e) > 1})
+    missing = [n for n in nbs if n not in entries]
+    absent = [e for e in entries if not re.match(r'https?://', e) and not (ROOT / 'nbs' / e).exists()]
+    assert not twice, f'nbs/sidebar.yml lists these twice: {twice}'
+    assert not missing, f'nbs/sidebar.yml lacks these notebooks (add each under its section): {missing}'
+    assert not absent, f'nbs/sidebar.yml names files that do not exist: {absent}'
+
+
+def test_sidebar_entries():
+    "`sidebar_entries` reads every form an entry takes."
+    c = ['index.ipynb', {'section': 'A', 'contents': ['a/1.ipynb', {'href': 'a/2.ipynb', 'text': 'Two'}]}, {'file': 'b.ipynb'}]
+    assert list(sidebar_entries(c)) == ['index.ipynb', 'a/1.ipynb', 'a/2.ipynb', 'b.ipynb']
