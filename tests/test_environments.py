@@ -80,7 +80,7 @@ def test_laptop_journey():
     assert LAPTOPS == ['laptop']
     e = ENVS['laptop']
     assert {'kind', 'title', 'python', 'stands_in', 'notebooks', 'flags'} <= set(e)
-    assert e['notebooks'] == sorted(e['notebooks']) and all((ROOT/n).is_file() for n in e['notebooks'])
+    assert e['notebooks'] == sorted(e['notebooks'], key=lambda n: Path(n).name) and all((ROOT/n).is_file() for n in e['notebooks'])
     assert e['flags'] == ['aws'] and set(e['flags']) <= set(settings()['tst_flags'].split())
 
 

@@ -360,7 +360,7 @@ range_stage() {  # range_stage END: END=floors or upper, as above
 book_stages() {  # the book and the package in .venv: the notebooks, the docs' preprocessing, pytest
 if want notebooks; then
   stage_start "notebooks (nbdev_test)"
-  nbs=$(ls nbs/*/[0-9]*.ipynb nbs/index.ipynb 2>/dev/null)
+  nbs=$(ls nbs/*/*.ipynb nbs/index.ipynb 2>/dev/null)
   "$BIN/nbdev_test" --n_workers 2 --do_print 2>&1 | tee "$tmp/nbdev.log"
   nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
   ntotal=$(echo "$nbs" | wc -w)
