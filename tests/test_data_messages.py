@@ -325,7 +325,7 @@ def test_full_disk_while_reading_names_the_datasets_cache(tmp_path, monkeypatch)
 
 # --- the space check: what the save needs
 def test_space_estimate_covers_the_save(tmp_path, monkeypatch):
-    "The bytes `_check_space` asks for cover the save's peak (the new copy and one rewrite of its largest file), with no room for an old copy."
+    "The bytes `check_space` asks for cover the save's peak (the new copy and one rewrite of its largest file), with no room for an old copy."
     import trn_tutorials.data as D
     from trn_tutorials.data_files import _folder_bytes, _space_needed
     peak, real = [], D.datasets3_form
@@ -351,7 +351,7 @@ def test_a_new_folder_needs_no_room_for_an_old_copy(tmp_path, monkeypatch):
     assert need + 1000 < 2 * data and prepare(args())['rows'] == {'train': 360, 'validation': 40}
     monkeypatch.setattr(F.shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 50_000))
     msg = refused(prepare, args())   # the data prepared before: named, its size said
-    old = F._size(F._folder_bytes(tmp_path/'prep'))
+    old = F.size_text(F._folder_bytes(tmp_path/'prep'))
     assert f"the data prepared there before ({old}) is removed only once the new copy is whole) but 50 kB are free" in msg, msg
     shutil.rmtree(tmp_path/'prep')
     msg = refused(prepare, args())   # a new folder: no old copy in the message

@@ -22,14 +22,13 @@ __all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'token_lengths', 'length_stats', 'choos
            'load_prepared']
 
 # %% ../nbs/data/03_data.ipynb #d0a7a001
-from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_files, default_data, known_defaults, load_raw, sample_data,
-                                      datasets3_form, row_lengths, _MANIFEST, _SPLITS, _check_space, _datasets_quiet, _disk_full, _free_at,
-                                      _known_name, _prep_into_own, _read_manifest, _root_cause, _size, _unprepared_fix)
-from .data_files import PROBLEM_TYPES
+from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_files, default_data, known_defaults, load_raw, sample_data, PROBLEM_TYPES,
+                                      datasets3_form, row_lengths, MANIFEST, SPLIT_NAMES, check_space, datasets_quiet, is_disk_full, free_at,
+                                      known_name, prep_into_own, read_manifest, root_cause, rows_text, size_text, unprepared_fix)
 from .data_checks import (SPLIT_LIMITS, edit_distance, label_maps, problem_type_of, repeat_warning,
-                                       similar_labels, tokenizer_fingerprint, validate, _check_problem, _model_example,
-                                       _check_text_not_label, _check_unknown, _col, _label_line, _listed,
-                                       _load_tokenizer, _max_positions, _rows, _validate)
+                                       similar_labels, tokenizer_fingerprint, validate, check_problem, model_example,
+                                       check_text_not_label, check_unknown, column_values, label_line, listed,
+                                       _load_tokenizer, max_positions, validate_left_out)
 from .packing import check_packable, choose_packing, pack_splits
 
 # %% ../nbs/data/03_data.ipynb #9592263d
@@ -272,7 +271,7 @@ def _check_args(args:DataArguments):
     for k in ('text_column', 'label_names', 'column_names', 'accept_labels'):
         twice = next((n for i, n in enumerate(getattr(args, k) or []) if n in (getattr(args, k) or [])[:i]), None)
         if twice is not None: raise UsageError(f"--{k} names {twice!r} twice: give each one once")
-    _check_problem(args.problem_type, args.label_separator)
+    check_problem(args.problem_type, args.label_separator)
     if args.pack and args.buckets > 1: raise UsageError(f"--pack makes one shape, --buckets {args.buckets} makes {args.buckets}: pass one of them")
     for k in ('row_length', 'max_texts'):
         if getattr(args, k) is not None and not args.pack: raise UsageError(f"--{k} sets packed rows: add --pack, or leave --{k} out")
@@ -291,7 +290,7 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
     try:
         tds.save_to_disk(str(tmp))
         datasets3_form(tmp)   # the Neuron training image reads it with datasets 3.0.0
-        (tmp/_MANIFEST).write_text(json.dumps(manifest, indent=2) + '\n')
+        (tmp/MANIFEST).write_text(json.dumps(manifest, indent=2) + '\n')
         old = dest.with_name(f'.{dest.name}.old-{uuid.uuid4().hex[:8]}') if dest.exists() else None
         if old: dest.rename(old)
         try: tmp.rename(dest); swapped = True
@@ -299,9 +298,9 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
             if old: old.rename(dest)
             raise
     except Exception as e:
-        if not _disk_full(e): raise
+        if not is_disk_full(e): raise
         kept = 'the previous prepared data is kept as it was' if dest.exists() else 'nothing was written'
-        raise UsageError(f"the disk filled while saving the prepared data to {dest} ({_size(_free_at(dest)[1])} free at {_free_at(dest)[0]}): "
+        raise UsageError(f"the disk filled while saving the prepared data to {dest} ({size_text(free_at(dest)[1])} free at {free_at(dest)[0]}): "
                          f"{kept}; free some space there, or pass another --dataset_path on a disk with more room") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -311,7 +310,7 @@ def _save(tds:DatasetDict, manifest:dict, dest:Path):
 def _recover(dest:Path) -> list[str]:
     "Finish what a prep stopped mid-save (killed, a machine that went down) left beside `dest`; the caller holds its lock. What was done."
     done, olds = [], sorted(dest.parent.glob(f'.{dest.name}.old-*'), key=lambda p: p.stat().st_mtime)
-    if olds and not dest.exists() and (olds[-1]/_MANIFEST).is_file():   # stopped between moving the old data aside and the new in
+    if olds and not dest.exists() and (olds[-1]/MANIFEST).is_file():   # stopped between moving the old data aside and the new in
         olds.pop().rename(dest); done.append(f"put back the data prepared before in {short_path(dest)}: a prep was stopped while replacing it")
     for p in olds + sorted(dest.parent.glob(f'.{dest.name}.tmp-*')):   # the replaced data, or a copy that was never finished
         shutil.rmtree(p, ignore_errors=True); done.append(f"removed {p.name}, left by a prep that was stopped while saving")
@@ -342,15 +341,15 @@ def _content_sha256(ds:DatasetDict) -> str:
     for s, d in ds.items():
         ft = d.features['label']
         names = getattr(ft, 'names', None) or getattr(getattr(ft, 'feature', None), 'names', None)   # regression: none
-        pair = [_col(d, 'text_pair')] if 'text_pair' in d.column_names else []   # single texts hash as they always did
-        h.update(json.dumps([s, _col(d, 'text'), _col(d, 'label'), names, *pair]).encode())
+        pair = [column_values(d, 'text_pair')] if 'text_pair' in d.column_names else []   # single texts hash as they always did
+        h.update(json.dumps([s, column_values(d, 'text'), column_values(d, 'label'), names, *pair]).encode())
     return h.hexdigest()[:16]
 
 # %% ../nbs/data/03_data.ipynb #d0a7a008
 def _label_record(args:DataArguments, ds:DatasetDict) -> dict:
     "The manifest's label keys: `problem_type`, `label_names` (regression: the column's name), `label_rows` (train rows of each label) and, for regression, `label_stats`."
     ft = ds['train'].features['label']
-    kind, vals = problem_type_of(ft), _col(ds['train'], 'label')
+    kind, vals = problem_type_of(ft), column_values(ds['train'], 'label')
     if kind == 'regression':
         v = np.asarray(vals, dtype=np.float64)
         return {'problem_type': kind, 'label_names': [args.label_column], 'label_rows': {},
@@ -390,19 +389,19 @@ def _sources(args:DataArguments, m:dict, segments:bool=True) -> str:
 
 def _left_out(raw:DatasetDict, ds:DatasetDict, m:dict) -> str:
     "The summary's lines on rows left out: an unlabelled test split, labels train lacks, labels validation lacks."
-    left = [n for n in raw if _SPLITS.get(n.lower()) == 'test' and 'test' not in ds]
+    left = [n for n in raw if SPLIT_NAMES.get(n.lower()) == 'test' and 'test' not in ds]
     out = f"\n  left out: split {left[0]!r} (it has no labels)" if left else ''
     kind = m.get('problem_type', 'single_label_classification')
     if kind == 'regression': return out
     if kind == 'multi_label_classification':
-        out += ''.join(f"\n  left out: label{'s' * (len(c) > 1)} {_listed(c)} of {_rows(sum(c.values()))} of split {s!r} (not in train; --accept_labels)"
+        out += ''.join(f"\n  left out: label{'s' * (len(c) > 1)} {listed(c)} of {rows_text(sum(c.values()))} of split {s!r} (not in train; --accept_labels)"
                        for s, c in m['left_out'].items())
-        seen = collections.Counter(i for r in _col(ds['validation'], 'label') for i in r)
+        seen = collections.Counter(i for r in column_values(ds['validation'], 'label') for i in r)
     else:
-        out += ''.join(f"\n  left out: {_rows(sum(c.values()))} of split {s!r} labelled {_listed(c)} (not in train; --accept_labels)" for s, c in m['left_out'].items())
-        seen = collections.Counter(_col(ds['validation'], 'label'))
+        out += ''.join(f"\n  left out: {rows_text(sum(c.values()))} of split {s!r} labelled {listed(c)} (not in train; --accept_labels)" for s, c in m['left_out'].items())
+        seen = collections.Counter(column_values(ds['validation'], 'label'))
     unseen = [n for i, n in enumerate(m['label_names']) if not seen[i]]
-    return out + (f"\n  validation has no rows of {_listed(unseen)}: its score cannot tell how well the model knows {'it' if len(unseen) == 1 else 'them'}" if unseen else '')
+    return out + (f"\n  validation has no rows of {listed(unseen)}: its score cannot tell how well the model knows {'it' if len(unseen) == 1 else 'them'}" if unseen else '')
 
 # %% ../nbs/data/03_data.ipynb #d5adbedb
 def _packing(args:DataArguments, model_id:str, train_lengths:np.ndarray, length:int) -> dict:
@@ -427,11 +426,11 @@ def _labels_said(m:dict, ds:DatasetDict) -> str:
     if kind == 'regression':
         st = m['label_stats']
         return f"labels: {m['label_names'][0]}, a number (regression): train mean {st['mean']:.4g}, std {st['std']:.4g}, min {st['min']:g}, max {st['max']:g}"
-    if kind == 'single_label_classification': return f"labels (train rows): {_label_line(m['label_rows'])}"
-    per = [len(r) for r in _col(ds['train'], 'label')]
+    if kind == 'single_label_classification': return f"labels (train rows): {label_line(m['label_rows'])}"
+    per = [len(r) for r in column_values(ds['train'], 'label')]
     none = sum(1 for k in per if not k)
-    return (f"labels (train rows, several a row): {_label_line(m['label_rows'])}; {sum(per) / len(per):.2g} labels a row on average"
-            + (f", {_rows(none)} with none" if none else ''))
+    return (f"labels (train rows, several a row): {label_line(m['label_rows'])}; {sum(per) / len(per):.2g} labels a row on average"
+            + (f", {rows_text(none)} with none" if none else ''))
 
 def _summary(args:DataArguments, raw:DatasetDict, ds:DatasetDict, m:dict, train_lengths:np.ndarray, segments:bool=True) -> str:
     "What `prepare` prints: where from, the tokenizer, the length and why, the buckets, padding, rows, labels and truncated rows."
@@ -455,7 +454,7 @@ def _check_pair(tok, ds:DatasetDict, args:DataArguments, model_id:str):
     "Refuse a sentence pair for a tokenizer without a pair encoding (no separator token), before anything is tokenized."
     if 'text_pair' in ds['train'].column_names and tok.sep_token is None:
         raise UsageError(f"the tokenizer of {short_path(model_id)} has no pair encoding (no separator token to put between {' and '.join(args.text_column)}): "
-                         f"pass --join_texts to join them as sentences, or a --model_id with one (BERT, RoBERTa...), {_model_example()}")
+                         f"pass --join_texts to join them as sentences, or a --model_id with one (BERT, RoBERTa...), {model_example()}")
 
 def _prepare(args:DataArguments, dest:Path) -> dict:
     "`prepare`'s work, once the folder is checked and locked."
@@ -463,15 +462,15 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     raw = load_raw(data, args.text_column, args.label_column, args.column_names)
     folder = Path(data).expanduser() if data else None
     unused = data_files(folder)[1] if folder and folder.is_dir() and not (folder/'dataset_dict.json').exists() else []
-    ds, gone = _validate(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names,
+    ds, gone = validate_left_out(raw, args.text_column, args.label_column, args.eval_fraction, args.split_seed, args.label_names,
                          args.min_label_rows, args.accept_labels, args.join_texts, args.problem_type, args.label_separator)
-    brought = {_SPLITS.get(s.lower()) for s in raw}   # not a validation split cut from train: its repeats are train's own
+    brought = {SPLIT_NAMES.get(s.lower()) for s in raw}   # not a validation split cut from train: its repeats are train's own
     if (w := repeat_warning(DatasetDict({s: d for s, d in ds.items() if s in brought}))): print(w, file=sys.stderr, flush=True)
     tok = _load_tokenizer(model_id)
     _check_pair(tok, ds, args, model_id)
     head = ds['train'][:2000]
-    _check_unknown(tok, head['text'] + head.get('text_pair', []), model_id)
-    limit = _max_positions(tok)
+    check_unknown(tok, head['text'] + head.get('text_pair', []), model_id)
+    limit = max_positions(tok)
     if args.max_length is not None and args.max_length > limit:
         raise UsageError(f"--max_length {args.max_length} is longer than the {limit} positions of {short_path(model_id)}: use {limit} or less")
     lengths = {s: token_lengths(d, tok) for s, d in ds.items()}
@@ -480,7 +479,7 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
     packing = _packing(args, model_id, lengths['train'], length) if args.pack else None   # refused here, before tokenizing
     if Path(model_id).expanduser().exists(): model_id = str(Path(model_id).expanduser().resolve())
     manifest = _manifest(args, dest, model_id, tok, raw, ds, gone, unused, lengths, bl)
-    _check_space(dest, manifest['rows'], length, len(tok.model_input_names))
+    check_space(dest, manifest['rows'], length, len(tok.model_input_names))
     if packing:
         tds, stats = pack_splits(ds, tok, length, packing['row_length'], packing['max_texts'], packing['order_seed'])
         manifest |= _packed_record(packing, stats, length)
@@ -518,7 +517,7 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
     _check_args(args)
     given = args
     args = known_defaults(args)
-    _check_text_not_label(args.text_column, args.label_column)
+    check_text_not_label(args.text_column, args.label_column)
     _check_join(args)
     made = [p for p in Path(os.path.abspath(dest)).parents if not p.exists()]   # folders the lock file's creation adds
     try:
@@ -572,7 +571,7 @@ def data_fingerprint(manifest:dict # a prepared folder's record
 def _again(p:Path) -> str:
     "What to run to prepare the folder `p` again: the complete command from its record; else what to pass, without guessing the data."
     import shlex
-    try: m = json.loads((p/_MANIFEST).read_text())
+    try: m = json.loads((p/MANIFEST).read_text())
     except (OSError, UnicodeDecodeError, ValueError): m = None
     if isinstance(m, dict) and (isinstance(m.get('options'), dict) or isinstance(m.get('data'), str)):
         return f"run `{prep_command(m, dataset_path=os.path.abspath(p))}` again"
@@ -588,16 +587,16 @@ def load_prepared(dataset_path:str # folder written by `prepare`
     p = Path(dataset_path).expanduser()
     up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
     if p.exists() and not p.is_dir():
-        raise UsageError(f"no prepared data at {dataset_path}: it is a file; pass the folder `trn-tutorials prep` wrote, or {_prep_into_own(p)}")
+        raise UsageError(f"no prepared data at {dataset_path}: it is a file; pass the folder `trn-tutorials prep` wrote, or {prep_into_own(p)}")
     if up is not None and not up.is_dir():
         raise UsageError(f"no prepared data at {dataset_path}: it lies under the file {up}; pass the folder `trn-tutorials prep` wrote")
     if not p.is_dir(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
-    if not (p/_MANIFEST).exists(): raise UsageError(f"{dataset_path} has no {_MANIFEST}, so it was not made by prepare: {_unprepared_fix(p, dataset_path)}")
+    if not (p/MANIFEST).exists(): raise UsageError(f"{dataset_path} has no {MANIFEST}, so it was not made by prepare: {unprepared_fix(p, dataset_path)}")
     again = _again(p)
-    m = _read_manifest(p, again)
+    m = read_manifest(p, again)
     try:
-        with _datasets_quiet(): ds = load_from_disk(str(p))
-    except Exception as e: raise UsageError(f"could not read the prepared data in {dataset_path} ({_root_cause(e)}): {again}") from None
+        with datasets_quiet(): ds = load_from_disk(str(p))
+    except Exception as e: raise UsageError(f"could not read the prepared data in {dataset_path} ({root_cause(e)}): {again}") from None
     if not isinstance(ds, DatasetDict) or not {'train', 'validation'} <= set(ds):
         raise UsageError(f"{dataset_path} holds no train and validation splits: {again}")
     rows = (m.get('packing') or {}).get('rows') or m['rows']   # packed: rows of several texts each
@@ -605,11 +604,11 @@ def load_prepared(dataset_path:str # folder written by `prepare`
         lost = [c for c in ('input_ids', 'labels') if c not in d.column_names]
         if lost: raise UsageError(f"split {s!r} in {dataset_path} has no {' or '.join(lost)} column: {again}")
         if rows.get(s, len(d)) != len(d):
-            raise UsageError(f"split {s!r} in {dataset_path} holds {len(d)} rows but {_MANIFEST} says {rows[s]} (damaged or replaced files): {again}")
+            raise UsageError(f"split {s!r} in {dataset_path} holds {len(d)} rows but {MANIFEST} says {rows[s]} (damaged or replaced files): {again}")
     ft = ds['train'].features['labels']
     if isinstance(ft, ClassLabel) and ft.names != m['label_names']:
-        raise UsageError(f"the labels of {dataset_path} ({_listed(ft.names)}) differ from its {_MANIFEST} ({_listed(m['label_names'])}): {again}")
+        raise UsageError(f"the labels of {dataset_path} ({listed(ft.names)}) differ from its {MANIFEST} ({listed(m['label_names'])}): {again}")
     if not m.get('packing') and (problem_type_of(ft) != m.get('problem_type', 'single_label_classification')
                                  or getattr(ft, 'length', len(m['label_names'])) != len(m['label_names'])):
-        raise UsageError(f"the labels of {dataset_path} are not the {m.get('problem_type', 'single_label_classification')} labels its {_MANIFEST} records: {again}")
+        raise UsageError(f"the labels of {dataset_path} are not the {m.get('problem_type', 'single_label_classification')} labels its {MANIFEST} records: {again}")
     return ds, m

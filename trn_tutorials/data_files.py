@@ -18,8 +18,11 @@ from .core import UsageError, documented
 from .models import hub_reachable
 
 # %% auto #0
-__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'sample_data', 'default_data', 'KnownData',
-           'known_defaults', 'data_files', 'load_raw', 'datasets3_form', 'row_lengths']
+__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'SPLIT_NAMES', 'HUB_ID', 'MANIFEST', 'NUMBER_RE',
+           'sample_data', 'default_data', 'KnownData', 'known_name', 'known_defaults', 'root_cause', 'data_files',
+           'datasets_quiet', 'numbers_text', 'column_kind', 'where_rows', 'rows_text', 'is_disk_full', 'load_raw',
+           'datasets3_form', 'size_text', 'free_at', 'check_space', 'prep_into_own', 'unprepared_fix', 'read_manifest',
+           'row_lengths']
 
 # %% ../nbs/internals/03b_data_files.ipynb #20b43897
 HUB_DATA = 'dair-ai/emotion'
@@ -60,8 +63,9 @@ KNOWN_DATA = {
     'stsb': KnownData('nyu-mll/glue', 'stsb', ('sentence1', 'sentence2'), (), problem_type='regression'),   # similarity 0-5
 }
 
-def _known_name(data:str|None) -> str|None:
-    "The `KNOWN_DATA` key that `data` names (its key or Hub id), unless `data` is a local path."
+def known_name(data:str|None # a `--data` value: a known dataset's key, a Hub id or a local path
+              ) -> str|None:
+    "The `KNOWN_DATA` key that `data` names (its key or Hub id), unless `data` is a local path. Public: `prepare` and `known_defaults` both ask it."
     if not data or Path(data).expanduser().exists(): return None
     return next((k for k, v in KNOWN_DATA.items() if data == k or (data == v.hub_id and v.config is None)), None)
 
@@ -72,7 +76,7 @@ def known_defaults(args # the settings as given: a `DataArguments` (trn_tutorial
     if args.preset is not None and args.preset not in KNOWN_DATA:
         raise UsageError(f"unknown --preset {args.preset!r}: use one of {', '.join(KNOWN_DATA)}, or leave it out")
     data = args.data or args.preset or default_data()
-    name = args.preset or _known_name(data)
+    name = args.preset or known_name(data)
     k = KNOWN_DATA.get(name)
     if k is None: return replace(args, data=data, text_column=args.text_column or ['text'])
     texts = args.text_column or list(k.text_column)
@@ -83,19 +87,19 @@ def known_defaults(args # the settings as given: a `DataArguments` (trn_tutorial
 # %% ../nbs/internals/03b_data_files.ipynb #a213165d
 _FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.tsv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
 
-_SPLITS = {'train': 'train', 'validation': 'validation', 'valid': 'validation', 'val': 'validation', 'dev': 'validation', 'test': 'test'}
+SPLIT_NAMES = {'train': 'train', 'validation': 'validation', 'valid': 'validation', 'val': 'validation', 'dev': 'validation', 'test': 'test'}
 
-_HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')  # `name` or `owner/name`
+HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')  # `name` or `owner/name`
 
 _KINDS = ".txt (`text;label` lines), .csv, .tsv, .jsonl/.json or .parquet"
 
-_MANIFEST = 'trn_tutorials.json'  # written by `prepare` next to the data it saved
+MANIFEST = 'trn_tutorials.json'  # written by `prepare` next to the data it saved
 
 _TEXT_NAMES = ('text', 'sentence', 'content', 'review', 'tweet', 'document', 'comment', 'body', 'utterance', 'message', 'post')  # what files call their text
 
 _NA = dict(keep_default_na=False, na_values=[''])  # only an empty field is missing: a tweet saying `null` or `NA` is text
 
-_NUMBER = re.compile(r'[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?')
+NUMBER_RE = re.compile(r'[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?')
 
 def _txt_options(text_column:str, label_column:str, header:bool=False) -> dict:
     "`load_dataset('csv', ...)` options that read `text;label` lines, splitting each at its last `;` (a first line `text;label` skipped if `header`)."
@@ -115,7 +119,7 @@ def _filled(fields:list[str]) -> bool:
 
 def _looks_like_data(fields:list[str]) -> bool:
     "Whether a first line reads as a row of data rather than column names: a field is a number or a sentence."
-    return any(_NUMBER.fullmatch(x.strip()) or len(x.split()) >= 4 or len(x) > 40 for x in fields)
+    return any(NUMBER_RE.fullmatch(x.strip()) or len(x.split()) >= 4 or len(x) > 40 for x in fields)
 
 # %% ../nbs/internals/03b_data_files.ipynb #9c2107c3
 def _table_options(f:Path, column_names:list[str]|None) -> dict:
@@ -135,8 +139,9 @@ def _table_options(f:Path, column_names:list[str]|None) -> dict:
                          f"({', '.join(column_names)}): pass one name per column")
     return {**opts, 'column_names': list(column_names)}
 
-def _root_cause(e:BaseException) -> str:
-    "The first line of the innermost exception behind `e`."
+def root_cause(e:BaseException # an exception, often re-raised by `datasets` or pyarrow
+              ) -> str:
+    "The first line of the innermost exception behind `e`. Public: every data module's one-line messages quote it."
     while e.__cause__ or e.__context__: e = e.__cause__ or e.__context__
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
@@ -235,10 +240,10 @@ def _first_char(f:Path) -> str:
 def _split_of(f:Path) -> str|None:
     "The split a file holds, by its name: `dev.csv`; for a data file also `in_domain_train.tsv` or `train-00000-of-00002.parquet`."
     stem = f.stem.lower()
-    if stem in _SPLITS: return _SPLITS[stem]
+    if stem in SPLIT_NAMES: return SPLIT_NAMES[stem]
     if f.suffix.lower() not in _FILE_TYPES: return None
     shard = re.fullmatch(r'([a-z]+)-\d+-of-\d+', stem)   # the Hub's parquet layout: train-00000-of-00002
-    return _SPLITS.get(shard[1] if shard else re.split(r'[-_.\s]+', stem)[-1])   # in_domain_train, out_of_domain_dev
+    return SPLIT_NAMES.get(shard[1] if shard else re.split(r'[-_.\s]+', stem)[-1])   # in_domain_train, out_of_domain_dev
 
 def data_files(folder:str|Path # a folder of split files
               ) -> tuple[dict, list]:
@@ -251,7 +256,7 @@ def data_files(folder:str|Path # a folder of split files
                          'its name names no split (train, validation/valid/val/dev, test)'))
         elif f.suffix.lower() not in _FILE_TYPES: other.setdefault(split, []).append(f)
         else:
-            bare = [g for g in files.get(split, []) + [f] if g.stem.lower() in _SPLITS]   # `train.csv`: the whole split in one file
+            bare = [g for g in files.get(split, []) + [f] if g.stem.lower() in SPLIT_NAMES]   # `train.csv`: the whole split in one file
             if bare and split in files:
                 raise UsageError(f"two files for split {split!r} in {folder}: {files[split][0].name} and {f.name}; keep one")
             files.setdefault(split, []).append(f)
@@ -262,16 +267,18 @@ def data_files(folder:str|Path # a folder of split files
     return files, sorted(left)
 
 @contextmanager
-def _datasets_quiet():
-    "Silence `datasets`' error log inside the block: a failure there reaches the user as one `UsageError` line instead."
+def datasets_quiet():
+    "Silence `datasets`' error log inside the block: a failure there reaches the user as one `UsageError` line instead. Public: `load_prepared` reads through it too."
     level = datasets_logging.get_verbosity()
     datasets_logging.set_verbosity(datasets_logging.CRITICAL)
     try: yield
     finally: datasets_logging.set_verbosity(level)
 
 # %% ../nbs/internals/03b_data_files.ipynb #e6a1c0d1
-def _numbers(ns, most:int=5) -> str:
-    "Line or row numbers for a message: runs shortened (`60-62`), the first `most` items named and the rest counted: `11, 14, 20-22 and 9 more`."
+def numbers_text(ns, # line or row numbers
+                 most:int=5 # how many items to name; the rest are counted
+                ) -> str:
+    "Line or row numbers for a message: runs shortened (`60-62`), the first `most` items named and the rest counted: `11, 14, 20-22 and 9 more`. Public: the data checks name rows with it."
     runs = []
     for n in ns:
         if runs and n == runs[-1][1] + 1: runs[-1][1] = n
@@ -285,8 +292,10 @@ def _shown(v) -> str:
     s = json.dumps(v, ensure_ascii=False) if isinstance(v, (bool, dict, list)) else str(v)
     return s if len(s) <= 30 else s[:29] + '…'
 
-def _kind(ft, vals=()) -> str:
-    "What a column of the `datasets` feature `ft` holds, in a user's words, with examples from its values `vals`: never the feature's repr."
+def column_kind(ft, # a `datasets` feature
+                vals=() # some of the column's values, for examples
+               ) -> str:
+    "What a column of the `datasets` feature `ft` holds, in a user's words, with examples from its values `vals`: never the feature's repr. Public: the data checks describe label columns with it."
     seen = [v for v in vals if v is not None][:1000]
     eg = lambda vs: f" ({', '.join(dict.fromkeys(map(_shown, vs)))})" if vs else ''
     if isinstance(ft, ClassLabel): return f"class labels{eg(ft.names[:4])}"
@@ -328,7 +337,7 @@ def _bad_json(f:Path) -> str|None:
         except json.JSONDecodeError as e: bad.append((n, why(e))); continue
         if not isinstance(v, dict): bad.append((n, f"{_shown(v)} is not a record: a line holds one {{\"text\": ..., \"label\": ...}} object"))
     if not bad: return None
-    more = f"; {len(bad):,} of its {rows:,} lines are not (lines {_numbers([n for n, _ in bad])})" if len(bad) > 1 else ''
+    more = f"; {len(bad):,} of its {rows:,} lines are not (lines {numbers_text([n for n, _ in bad])})" if len(bad) > 1 else ''
     return f"{f} line {bad[0][0]}: not valid JSON ({bad[0][1]}){more}: fix {'them' if more else 'it'}, one record a line"
 
 # %% ../nbs/internals/03b_data_files.ipynb #10fd3c43
@@ -344,27 +353,33 @@ def _empty_rows(d:Dataset) -> np.ndarray:
         empty = m if empty is None else pc.and_(empty, m)
     return np.flatnonzero(empty.to_numpy(zero_copy_only=False)) if empty is not None else np.zeros(0, dtype=np.int64)
 
-def _where_rows(lines:list|None, rows) -> str:
-    "Where `rows` (positions) of a file are: `lines 11, 14 and 20` when each row's line is known, else their positions."
+def where_rows(lines:list|None, # each row's line in its file; `None`: not known
+               rows # the rows' positions
+              ) -> str:
+    "Where `rows` (positions) of a file are: `lines 11, 14 and 20` when each row's line is known, else their positions. Public: the data checks name bad rows with it."
     rows = list(rows)
-    if lines is not None: return f"line{'s' * (len(rows) > 1)} {_numbers([lines[i] for i in rows])}"
-    return f"row{'s' * (len(rows) > 1)} {_numbers(rows)}, counted from 0"
+    if lines is not None: return f"line{'s' * (len(rows) > 1)} {numbers_text([lines[i] for i in rows])}"
+    return f"row{'s' * (len(rows) > 1)} {numbers_text(rows)}, counted from 0"
 
 def _drop_empty(d:Dataset, f:Path, lines:list|None) -> tuple[Dataset, list|None]:
     "`d`, read from `f`, without its wholly empty rows (said in one note line on stderr), and its rows' `lines` without theirs."
     import array
     gone = _empty_rows(d)
     if not len(gone): return d, lines
-    where = _where_rows(lines, gone)
-    if len(gone) == len(d): raise UsageError(f"{f} holds only empty rows ({_rows_said(len(d))} with no value in any column, {where}): add rows or remove the file")
+    where = where_rows(lines, gone)
+    if len(gone) == len(d): raise UsageError(f"{f} holds only empty rows ({rows_text(len(d))} with no value in any column, {where}): add rows or remove the file")
     keep = np.setdiff1d(np.arange(len(d)), gone)
-    print(f"note: left out {_rows_said(len(gone))} of {f} with no value in any column ({where}; a spreadsheet's empty rows)", file=sys.stderr, flush=True)
+    print(f"note: left out {rows_text(len(gone))} of {f} with no value in any column ({where}; a spreadsheet's empty rows)", file=sys.stderr, flush=True)
     return d.select(keep), None if lines is None else array.array('q', (lines[i] for i in keep))
 
-def _rows_said(n:int) -> str: return f"{n:,} row{'s' * (n != 1)}"
+def rows_text(n:int # a number of rows
+             ) -> str:
+    "`1 row`, `1,234 rows`: a count of rows for a message. Public: the data checks and `prepare`'s summary count rows with it."
+    return f"{n:,} row{'s' * (n != 1)}"
 
-def _disk_full(e:BaseException) -> bool:
-    "Whether `e`, or an error behind it, says the disk (or the quota) is full."
+def is_disk_full(e:BaseException # an error from reading or writing data
+                ) -> bool:
+    "Whether `e`, or an error behind it, says the disk (or the quota) is full. Public: `prepare` turns a full disk into one line with it."
     import errno
     while e is not None:
         if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or 'No space left on device' in str(e): return True
@@ -377,15 +392,15 @@ def _load_file(f:Path, split:str, text_column:str, label_column:str, column_name
     if f.stat().st_size == 0: raise UsageError(f"split {split!r} is empty ({f}): add rows or remove the file")
     kind, (opts, at) = f.suffix.lower(), _file_options(f, text_column, label_column, column_names)
     try:
-        with _datasets_quiet(): d = load_dataset(_FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
+        with datasets_quiet(): d = load_dataset(_FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
     except Exception as e:
         if 'corresponds to no data' in str(e): raise UsageError(f"{f} holds no rows: add rows or remove the file") from None
-        if _disk_full(e):   # the loader writes an Arrow copy of the file to its cache
+        if is_disk_full(e):   # the loader writes an Arrow copy of the file to its cache
             from datasets import config
             raise UsageError(f"the disk holding the datasets cache {config.HF_DATASETS_CACHE} is full (reading {f} writes a copy there): free space on it, "
                              f"or set HF_DATASETS_CACHE to a folder on a disk with room") from None
         if kind in ('.json', '.jsonl') and (bad := _bad_json(f)): raise UsageError(bad) from None
-        raise UsageError(f"could not read {f} ({_root_cause(e)}): check that it is a valid {kind} file") from None
+        raise UsageError(f"could not read {f} ({root_cause(e)}): check that it is a valid {kind} file") from None
     d, lines = _drop_empty(d, f, at if at is not None and len(at) == len(d) else None)   # lines only where each row's is sure
     return d, (str(f), lines, len(d))
 
@@ -406,8 +421,8 @@ def _concat(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
     try: return concatenate_datasets([d if d.features == feats else d.cast(feats) for d in parts])
     except Exception:
         differ = lambda say: [c for c in cols if len({say(d.features[c]) for d in parts if d.features[c] != Value('null')}) > 1]
-        c = (differ(_kind) or differ(repr))[0]   # the column whose kinds differ (text and large text are one kind)
-        kinds = '; '.join(f"{f} holds {_kind(d.features[c], d[:50][c])}" for d, f in zip(parts, files) if d.features[c] != Value('null'))
+        c = (differ(column_kind) or differ(repr))[0]   # the column whose kinds differ (text and large text are one kind)
+        kinds = '; '.join(f"{f} holds {column_kind(d.features[c], d[:50][c])}" for d, f in zip(parts, files) if d.features[c] != Value('null'))
         raise UsageError(f"the files of split {split!r} hold different kinds of values in column {c!r}: {kinds}: "
                          f"give that column one kind of value in every file") from None
 
@@ -446,16 +461,16 @@ def load_raw(data:str, # Hub dataset id or known name, data file, folder of spli
     p = Path(data).expanduser()
     texts = [text_column] if isinstance(text_column, str) else list(text_column)
     if not p.exists():
-        if p.suffix.lower() in _FILE_TYPES or not _HUB_ID.match(data): raise UsageError(f"no such file or folder: {data} (check the path)")
+        if p.suffix.lower() in _FILE_TYPES or not HUB_ID.match(data): raise UsageError(f"no such file or folder: {data} (check the path)")
         if not hub_reachable():
             raise UsageError(f"{data!r} is not a local path and the Hub is unreachable: pass a local path, "
                              f"e.g. the bundled sample {sample_data()}, or set up network access")
-        known = KNOWN_DATA.get(_known_name(data))
+        known = KNOWN_DATA.get(known_name(data))
         try: return _find_text(load_dataset(known.hub_id, known.config) if known else load_dataset(data), texts, label_column, data)
         except UsageError: raise
-        except Exception as e: raise UsageError(f"could not load {data!r} from the Hub: {_root_cause(e)}") from None
+        except Exception as e: raise UsageError(f"could not load {data!r} from the Hub: {root_cause(e)}") from None
     if p.is_dir():
-        if (p/_MANIFEST).exists(): raise UsageError(f"{data} holds prepared (tokenized) data: open it with load_prepared, or pass the raw data")
+        if (p/MANIFEST).exists(): raise UsageError(f"{data} holds prepared (tokenized) data: open it with load_prepared, or pass the raw data")
         if (p/'dataset_dict.json').exists() or (p/'state.json').exists():
             ds = load_from_disk(str(p))
             return _find_text(ds if isinstance(ds, DatasetDict) else DatasetDict(train=ds), texts, label_column, data)
@@ -498,14 +513,16 @@ def datasets3_form(folder:str|Path # a `save_to_disk` folder
     return folder
 
 # %% ../nbs/internals/03b_data_files.ipynb #d7f11e0c
-def _size(n:float) -> str:
-    "`n` bytes for a message: 1.2 GB, 340 MB, 12 kB."
+def size_text(n:float # a number of bytes
+             ) -> str:
+    "`n` bytes for a message: 1.2 GB, 340 MB, 12 kB. Public: `prepare`'s full-disk message says sizes with it."
     for unit, k in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
         if n >= k: return f"{n / k:.3g} {unit}"
     return f"{int(n)} bytes"
 
-def _free_at(dest:Path) -> tuple[Path, int]:
-    "The nearest existing folder of `dest` and the bytes free on its disk."
+def free_at(dest:Path # a folder, made or to be made
+           ) -> tuple[Path, int]:
+    "The nearest existing folder of `dest` and the bytes free on its disk. Public: `prepare`'s full-disk message names them."
     here = Path(os.path.abspath(dest))
     while not here.exists(): here = here.parent
     return here, shutil.disk_usage(here).free
@@ -521,41 +538,50 @@ def _folder_bytes(p:Path) -> int:
     "The bytes the files under the folder `p` hold."
     return sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
 
-def _check_space(dest:Path, rows:dict, length:int, inputs:int):
+def check_space(dest:Path, # the folder the prepared data goes to
+                rows:dict, # split -> rows
+                length:int, # the padded (or packed row) length
+                inputs:int # model inputs a row has (`input_ids`, `attention_mask`...)
+               ):
     "Refuse in one line when the disk of `dest` cannot hold the save (`_space_needed`; `rows`: split -> rows). Data prepared there before stays until the new copy is whole: it is on the disk already, so it needs no room, and it frees none until then."
     need, data = _space_needed(rows, length, inputs)
-    here, free = _free_at(dest)
+    here, free = free_at(dest)
     if free < need:
-        old = _folder_bytes(dest) if (dest/_MANIFEST).is_file() else 0
-        before = f"; the data prepared there before ({_size(old)}) is removed only once the new copy is whole" if old else ''
-        raise UsageError(f"saving the prepared data needs about {_size(need)} free at {here} ({_size(data)} of data, and room to rewrite its largest "
-                         f"file once{before}) but {_size(free)} are free: free some space there, or pass another --dataset_path on a disk with more room")
+        old = _folder_bytes(dest) if (dest/MANIFEST).is_file() else 0
+        before = f"; the data prepared there before ({size_text(old)}) is removed only once the new copy is whole" if old else ''
+        raise UsageError(f"saving the prepared data needs about {size_text(need)} free at {here} ({size_text(data)} of data, and room to rewrite its largest "
+                         f"file once{before}) but {size_text(free)} are free: free some space there, or pass another --dataset_path on a disk with more room")
 
 # %% ../nbs/internals/03b_data_files.ipynb #d7f11e0d
 _NEEDED = {'model_id': str, 'max_length': int, 'label_names': list, 'rows': dict}   # what training reads from the manifest
 
-def _prep_into_own(raw:Path) -> str:
-    "The fix for raw data given where prepared data belongs: prepare it into a folder of its own (under ./runs), then pass that."
+def prep_into_own(raw:Path # raw data given where a prepared folder was expected
+                 ) -> str:
+    "The fix for raw data given where prepared data belongs: prepare it into a folder of its own (under ./runs), then pass that. Public: `load_prepared` names it."
     import shlex
     dest = Path('runs', f"{raw.stem if raw.is_file() else raw.name}-data").absolute()
     return (f"prepare it into a folder of its own: run `trn-tutorials prep --data {shlex.quote(str(raw.absolute()))} --dataset_path "
             f"{shlex.quote(str(dest))}`, then pass --dataset_path {shlex.quote(str(dest))}")
 
-def _unprepared_fix(p:Path, given:str) -> str:
-    "The fix for a folder `prepare` did not write: raw data is prepared into a folder of its own; a tokenized one lost its record."
+def unprepared_fix(p:Path, # a folder without a prepared folder's record
+                   given:str # the path as the user gave it
+                  ) -> str:
+    "The fix for a folder `prepare` did not write: raw data is prepared into a folder of its own; a tokenized one lost its record. Public: `load_prepared` names it."
     import shlex
     if not [x for x in p.iterdir() if not x.name.startswith('.')]: return f"run `trn-tutorials prep --dataset_path {shlex.quote(str(p.absolute()))}` first"
     if any('input_ids' in f.read_text(errors='replace') for f in p.glob('*/dataset_info.json')):
         return "its record is lost, so it cannot be trusted: prepare your raw data again into a new folder (trn-tutorials prep --data YOUR_DATA --dataset_path NEW_FOLDER)"
     try: (p/'dataset_dict.json').exists() or data_files(p)
     except UsageError: return "pass the folder `trn-tutorials prep` wrote"
-    return _prep_into_own(p)
+    return prep_into_own(p)
 
-def _read_manifest(p:Path, again:str) -> dict:
-    "The manifest in the prepared folder `p`, checked for what training needs; else a one-line `UsageError` ending in `again`."
-    f = p/_MANIFEST
+def read_manifest(p:Path, # a prepared folder
+                  again:str # the fix a message ends with: the command that prepares it again
+                 ) -> dict:
+    "The manifest in the prepared folder `p`, checked for what training needs; else a one-line `UsageError` ending in `again`. Public: `load_prepared` reads the record with it."
+    f = p/MANIFEST
     try: m = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e: raise UsageError(f"{f} is damaged ({_root_cause(e)}): {again}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e: raise UsageError(f"{f} is damaged ({root_cause(e)}): {again}") from None
     if not isinstance(m, dict): raise UsageError(f"{f} holds {type(m).__name__}, not a manifest: {again}")
     missing = [k for k in _NEEDED if k not in m]
     if missing: raise UsageError(f"{f} lacks {', '.join(missing)}, which training needs (an old or damaged manifest): {again}")
