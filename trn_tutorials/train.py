@@ -120,6 +120,24 @@ def check_batch(args:TrainArguments, # the run's arguments
     if small: return (f"note: evaluation batches of {e * workers} rows (--per_device_eval_batch_size {e} on {workers} worker(s)) are larger "
                       f"than the {' and '.join(small)} rows: each split is one batch, filled up with rows that are not scored")
 
+# %% ../nbs/train/04_train.ipynb #e76a97b3
+def _full_paths(argv:list[str]) -> list[str]:
+    "`argv` with the paths of `--dataset_path`, `--output_dir` and a local `--model_id` made absolute: a command to paste anywhere."
+    out, prev = [], ''
+    for a in argv:
+        name, eq, v = a.partition('=') if a.startswith('--') else ('', '', a)
+        opt, v = (name, v) if eq else (prev, a)
+        if opt in ('--dataset_path', '--output_dir', '--model_id') and v and not (opt == '--model_id' and not os.path.exists(v)):
+            a = f"{name}={os.path.abspath(v)}" if eq else os.path.abspath(v)
+        out.append(a); prev = a
+    return out
+
+def _kept(output_dir) -> str:
+    "What an interrupted run leaves to continue from: its newest complete checkpoint, or none."
+    try: last = newest_complete(output_dir)[0]
+    except OSError: last = None
+    return f"kept {Path(os.path.abspath(last))}, the newest complete checkpoint" if last else "no checkpoint was kept (none was complete yet)"
+
 # %% ../nbs/train/04_train.ipynb #400b9448
 NEURON_BACKENDS = ('neuron', 'torchneuron')  # the backends whose workers must be started by torchrun
 
@@ -367,24 +385,6 @@ def relaunch_command(argv:list[str], # this script's arguments
     "The command that runs this script with `argv` under torchrun, with one worker."
     return [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '--master_addr', '127.0.0.1',
             '--master_port', str(port or _free_port()), '-m', 'trn_tutorials.train', *argv]
-
-# %% ../nbs/train/04_train.ipynb #e76a97b3
-def _full_paths(argv:list[str]) -> list[str]:
-    "`argv` with the paths of `--dataset_path`, `--output_dir` and a local `--model_id` made absolute: a command to paste anywhere."
-    out, prev = [], ''
-    for a in argv:
-        name, eq, v = a.partition('=') if a.startswith('--') else ('', '', a)
-        opt, v = (name, v) if eq else (prev, a)
-        if opt in ('--dataset_path', '--output_dir', '--model_id') and v and not (opt == '--model_id' and not os.path.exists(v)):
-            a = f"{name}={os.path.abspath(v)}" if eq else os.path.abspath(v)
-        out.append(a); prev = a
-    return out
-
-def _kept(output_dir) -> str:
-    "What an interrupted run leaves to continue from: its newest complete checkpoint, or none."
-    try: last = newest_complete(output_dir)[0]
-    except OSError: last = None
-    return f"kept {Path(os.path.abspath(last))}, the newest complete checkpoint" if last else "no checkpoint was kept (none was complete yet)"
 
 # %% ../nbs/train/04_train.ipynb #0fdc585b
 def _as_worker(argv:list[str], relaunch:bool) -> str|None:
