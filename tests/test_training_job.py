@@ -451,13 +451,13 @@ GATHER = r'''
 import json, os, sys
 from types import SimpleNamespace
 import torch.distributed as dist
-from trn_tutorials import train
+from trn_tutorials.trainer import gather_shapes
 dist.init_process_group('gloo')
 rank, world, folder = dist.get_rank(), dist.get_world_size(), sys.argv[1]
 trainer = SimpleNamespace(args=SimpleNamespace(process_index=rank, world_size=world),
                           shapes={'train': {(8, 16 * (rank + 1)): 3}, 'eval': {(4, 16): 1}},
                           accelerator=SimpleNamespace(wait_for_everyone=dist.barrier), is_world_process_zero=lambda: rank == 0)
-got = train._gather_shapes(trainer)   # each node has its own folder: nothing shared on disk
+got = gather_shapes(trainer)   # each node has its own folder: nothing shared on disk
 if rank == 0: open(os.path.join(folder, 'gathered.json'), 'w').write(json.dumps(got))
 dist.destroy_process_group()
 '''
@@ -554,6 +554,7 @@ def test_each_job_the_chapter_creates_has_its_own_run():
     got, cleaned = [], []
     record = lambda args, job: got.append(job.run_id) or 'name'
     ns = {'job': JobArguments(role='r', run_id='first'), 'args': None, 'submit': record, 'sm_train': record, 'replace': replace,
+          'JobArguments': JobArguments, 'TrainArguments': lambda **kw: None, 'role': 'r', 'bucket': None,   # the chapter's first job makes its own
           'new_run_id': new_run_id, 'cleanup': lambda run_id, **kw: cleaned.append(run_id), 'print': lambda *a, **k: None}
     cells = [''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'code' and not ''.join(c['source']).startswith('#| export')]
     calls = [c for c in cells if re.search(r'\b(submit|sm_train|cleanup)\(', c) and 'dry_run=True' not in c]
