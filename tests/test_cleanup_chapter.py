@@ -75,6 +75,15 @@ def test_cleanup_arguments_match_cleanup():
     assert {f.name: f.default for f in fields(CleanupArguments)} == {k: p.default for k, p in params}
 
 
+def test_every_module_that_registers_a_cleaner_is_listed():
+    "`declared_cleaners` imports the modules of `CLEANER_MODULES`, no search of the source: each module that calls `register` is listed."
+    import re, trn_tutorials
+    from trn_tutorials.cleanup import CLEANER_MODULES
+    pkg = Path(trn_tutorials.__file__).parent
+    calls = {f'trn_tutorials.{p.stem}' for p in pkg.glob('*.py') if re.search(r'^register\(', p.read_text(), re.M)}
+    assert calls == set(CLEANER_MODULES), calls
+
+
 def test_later_chapters_register_their_cleaners():
     "Chapter 06 names no later chapter: the SageMaker chapters register how to find and remove what they tag; endpoints first."
     from trn_tutorials.cleanup import CLEANERS, Scope, register

@@ -202,7 +202,8 @@ def test_train_says_mcc_and_the_warnings_on_stderr(monkeypatch, capsys):
     from trn_tutorials.launch import Results
     from trn_tutorials.arguments import TrainArguments
     monkeypatch.setattr('trn_tutorials.launch.launch', lambda *a, **k: Results.from_metrics(METRICS, 3.0))
-    C.train_cmd(TrainArguments(), C.LaunchArguments())
+    from trn_tutorials.launch import LaunchArguments
+    C.train_cmd(TrainArguments(), LaunchArguments())
     said = capsys.readouterr()
     assert 'validation weighted F1 0.5651, accuracy 0.6913, Matthews correlation 0.0000' in said.out, said.out
     assert said.err.strip() == 'warning: ' + METRICS['warnings'][0][len('warning: '):], said.err
@@ -309,3 +310,18 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(tmp
     C.run([*argv, '--pack', '--dataset_path', 'asked', '--output_dir', 'asked-model'])   # --pack asked for: no default, the batch still counts texts
     said = capsys.readouterr().out
     assert 'layout:' not in said and f'batch: 16 texts a step = {rows} packed rows' in said, said
+
+
+def test_option_classes_match_the_functions_they_configure():
+    "LaunchArguments and DeployArguments are plain dataclasses: their fields are the options of `launch` and of `sm_deploy_cmd` + `endpoint.deploy`."
+    import inspect
+    from dataclasses import fields
+    from trn_tutorials.cli import DeployArguments, sm_deploy_cmd
+    from trn_tutorials.endpoint import deploy
+    from trn_tutorials.launch import LaunchArguments, launch
+    from trn_tutorials.core import UsageError
+    def params(fn, skip): return {k: p.default for k, p in inspect.signature(fn).parameters.items() if k not in skip and p.kind is p.POSITIONAL_OR_KEYWORD}
+    assert {f.name: f.default for f in fields(LaunchArguments)} == params(launch, ('args', 'echo', 'raw'))
+    assert {f.name: f.default for f in fields(DeployArguments)} == {**params(sm_deploy_cmd, ()), **params(deploy, ('model_dir', 'wait'))}
+    with pytest.raises(UsageError, match='--nproc_per_node 0'): LaunchArguments(nproc_per_node=0)
+    with pytest.raises(UsageError, match='--instance_count 0'): DeployArguments(instance_count=0)

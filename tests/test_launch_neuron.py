@@ -3,7 +3,7 @@ and the run's warnings in its `Results` (not only in train.log)."""
 from pathlib import Path
 
 from trn_tutorials.launch import Results
-from trn_tutorials.precompile import cache_status, graphs_from_cache
+from trn_tutorials.torchrun import cache_status, graphs_from_cache
 
 
 def graph(root:Path, name:str, done:bool=True):

@@ -9,8 +9,8 @@ from fastcore.test import test_eq as eq, test_fail as fails
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.core import UsageError, die_with_parent, folder_lock, lock_holder, parse_args
 from trn_tutorials.data import load_prepared
-from trn_tutorials.launch import (LaunchError, Results, free_port, launch, launch_env, process_tree, end_tree, stop,
-                                  stream, worker_error, torchrun_command, train_argv, workers)
+from trn_tutorials.launch import LaunchError, Results, free_port, launch, launch_env, stop, torchrun_command, train_argv, workers
+from trn_tutorials.torchrun import end_tree, process_tree, stream, worker_error
 from trn_tutorials.live_progress import Progress
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.progress import progress_line
@@ -179,7 +179,7 @@ def test_stream_ends_with_a_killed_launcher(tmp_path):
     launcher = subprocess.Popen([sys.executable, '-c', f"""
 import sys
 from trn_tutorials.core import die_with_parent
-from trn_tutorials.launch import stream
+from trn_tutorials.torchrun import stream
 stream([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=die_with_parent,
        on_start=lambda p: open({str(pidfile)!r}, 'w').write(str(p.pid)))
 """])

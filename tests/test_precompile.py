@@ -11,7 +11,8 @@ from trn_tutorials.backends import Accelerator
 from trn_tutorials.data import load_prepared
 from trn_tutorials.data_files import row_lengths
 from trn_tutorials.launch import torchrun_command
-from trn_tutorials.precompile import (PrecompileError, cache_status, compile_cache, precompile, precompile_args, precompile_command,
+from trn_tutorials.torchrun import cache_status, compile_cache
+from trn_tutorials.precompile import (PrecompileError, precompile, precompile_args, precompile_command,
                                       precompile_steps)
 from trn_tutorials.samplers import BucketBatchSampler
 from trn_tutorials.arguments import TrainArguments

@@ -13,15 +13,15 @@ from typing import Callable
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from .core import Limit, UsageError, arguments_of, check_number, documented
+from .core import Limit, UsageError, check_number, check_numbers, documented
 from .backends import CATALOG, run_cost
 from .aws import PROJECT, aws_errors, aws_region, check_run_id, tag_filters
 from .instance import find_instances, key_file
 from .ssh import KNOWN_HOSTS, forget_host, stop_all
 
 # %% auto #0
-__all__ = ['CLEANERS', 'CLEANUP_LIMITS', 'Scope', 'Cleaner', 'register', 'declared_cleaners', 'leftovers', 'CleanupReport',
-           'cleanup', 'CleanupArguments']
+__all__ = ['CLEANERS', 'CLEANER_MODULES', 'CLEANUP_LIMITS', 'Scope', 'Cleaner', 'register', 'declared_cleaners', 'leftovers',
+           'CleanupReport', 'cleanup', 'CleanupArguments']
 
 # %% ../nbs/cleanup/06_cleanup.ipynb #43741634
 @documented
@@ -57,13 +57,12 @@ def register(name:str, # what it removes, e.g. 'endpoints'
     CLEANERS[:] = sorted([x for x in CLEANERS if x.name != name] + [c], key=lambda x: x.order)
     return c
 
+CLEANER_MODULES = ('trn_tutorials.endpoint', 'trn_tutorials.sagemaker_aws')   # the modules that `register` a cleaner: add a new one here
+
 def declared_cleaners() -> list[Cleaner]:
-    "Every cleaner this package declares: each module that calls `register` is imported first, so a fresh kernel misses none."
-    import importlib, importlib.util, pkgutil, re, trn_tutorials
-    for m in pkgutil.iter_modules(trn_tutorials.__path__):
-        origin = importlib.util.find_spec(f'trn_tutorials.{m.name}').origin
-        text = Path(origin).read_text() if origin and origin.endswith('.py') else ''
-        if 'from .cleanup import' in text and re.search(r'^register\(', text, re.M): importlib.import_module(f'trn_tutorials.{m.name}')
+    "Every cleaner this package declares: each module of `CLEANER_MODULES` is imported first, so a fresh kernel misses none."
+    import importlib
+    for m in CLEANER_MODULES: importlib.import_module(m)   # each calls `register` as it loads
     return CLEANERS
 
 # %% ../nbs/cleanup/06_cleanup.ipynb #c1ea5301
@@ -202,10 +201,19 @@ def cleanup(run_id:str|None=None, # the run to remove (see `trn-tutorials status
 
 
 # %% ../nbs/cleanup/06_cleanup.ipynb #77c3de0e
-_all_ = ['CleanupArguments']
+@documented
+@dataclass
+class CleanupArguments:
+    "Options of `cleanup`: Terminate the run's (or project's) instances, delete what setup created, and report what is left and the cost."
+    run_id: str|None = None   # the run to remove (see `trn-tutorials status`)
+    region: str|None = None   # AWS region; default: your AWS configuration
+    all_project: bool = False   # remove every run of trn-tutorials in the region instead
+    key_dir: str = '~/.ssh'   # folder of the private keys setup wrote
+    known_hosts: str = KNOWN_HOSTS   # known-hosts file to forget the instances in
+    timeout: float = 600   # seconds to wait for termination and for security groups to come free
+    ec2: bool = True   # remove the run's EC2 instances, security groups, key pairs and volumes
+    sagemaker: bool = True   # run every registered cleaner too (SageMaker endpoints, configs, models, running jobs, S3 prefix)
+    bucket: str|None = None   # a bucket you gave the run (`--bucket`); SageMaker's default bucket is always emptied of the run
+    compile_cache: bool = False   # delete the project's Neuron compile cache in S3 too (kept by default: it saves every job's compile)
 
-def __getattr__(name):
-    "`CleanupArguments` (the options of `trn-tutorials down`), built from `cleanup` on first use (PEP 562)."
-    if name != 'CleanupArguments': raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = made = arguments_of(cleanup, CLEANUP_LIMITS, skip=('sessions',), name='CleanupArguments')
-    return made
+    def __post_init__(self): check_numbers(self, CLEANUP_LIMITS)

@@ -7,35 +7,19 @@ from __future__ import annotations
 import errno, importlib, json, os, shlex, signal, sys, time
 from contextlib import contextmanager
 from pathlib import Path
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
-from .backends import CATALOG, check_backend, detect
-from .core import Limit, UsageError, arguments_of, folder_lock, given_options
-from .models import default_model
-from .core import check_folder, check_owner, folder_record, stop_signals_as_ctrl_c
-from .models import hub_reachable
-from .backends import instance_type
-from .core import parse_args
-from .models import short_path
+from .backends import CATALOG, check_backend, detect, instance_type
+from .core import (Limit, UsageError, arguments_of, check_folder, check_numbers, check_owner, documented,
+                                folder_lock, folder_record, given_options, parse_args, stop_signals_as_ctrl_c)
+from .models import default_model, hub_reachable, short_path
 
 # %% auto #0
 __all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted',
            'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd',
-           'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data',
-           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
-
-# %% ../nbs/reference/07_cli.ipynb #ed494db8
-def _launch_arguments() -> type:
-    "`LaunchArguments`: the options of `launch` that are not the training script's."
-    from trn_tutorials.launch import NPROC_LIMIT, launch
-    return arguments_of(launch, {'nproc_per_node': NPROC_LIMIT}, skip=('args', 'echo', 'raw'), name='LaunchArguments')
-
-def __getattr__(name):
-    "`LaunchArguments` and `DeployArguments`, built on first use: their functions' modules load torch, datasets or boto3."
-    if name not in _LAZY: raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = made = _LAZY[name]()
-    return made
+           'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd',
+           'keep_user_data', 'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
 
 # %% ../nbs/reference/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
@@ -171,12 +155,21 @@ def sm_deploy_cmd(container:Literal['pytorch', 'huggingface']='pytorch', # pytor
     print(f'next: trn-tutorials sm-predict --endpoint_name {ep.name} --text "i feel great"')
     return asdict(ep)
 
-def _deploy_arguments() -> type:
-    "`DeployArguments`: `sm_deploy_cmd`'s options and those of `endpoint.deploy` it passes on."
-    from trn_tutorials.endpoint import deploy
-    return arguments_of(sm_deploy_cmd, {'instance_count': Limit(1, 100, example=1)}, skip=('wait',), to=deploy, name='DeployArguments')
+@documented
+@dataclass
+class DeployArguments:
+    "Options of `sm_deploy_cmd`: Deploy a fine-tuned model to a real-time endpoint (see the endpoint chapter)."
+    container: Literal['pytorch', 'huggingface'] = 'pytorch'   # pytorch: SageMaker's PyTorch image with this package's handler (batches padded to the trained lengths); huggingface: the Hugging Face inference image and its pipeline, no code of ours (the original tutorial's)
+    model_dir: str = 'runs/emotion-model'   # the fine-tuned model folder (train's --output_dir, or a job's download)
+    role: str|None = None   # IAM role the endpoint runs as (ARN; a name where iam:GetRole is allowed); it must trust sagemaker.amazonaws.com
+    endpoint_name: str|None = None   # default: trn-tutorials-<run id>
+    instance_type: str = 'ml.m5.large'   # a SageMaker hosting instance type
+    instance_count: int = 1   # instances behind the endpoint
+    run_id: str|None = None   # the run it belongs to (tags, S3 prefix); default: a new one
+    bucket: str|None = None   # S3 bucket for model.tar.gz; default: SageMaker's default bucket
+    region: str|None = None   # AWS region; default: your AWS configuration
 
-_LAZY = {'LaunchArguments': _launch_arguments, 'DeployArguments': _deploy_arguments}
+    def __post_init__(self): check_numbers(self, {'instance_count': Limit(1, 100, example=1)})
 
 # %% ../nbs/reference/07_cli.ipynb #c11a0002
 def sm_predict_cmd(endpoint_name:str|None=None, # the endpoint to ask
@@ -316,10 +309,10 @@ def _quickstart(data, train, how, given, t0):
 COMMANDS = {   # name: (function, its options: 'module:Class' imported when the command runs, help)
     'detect':     ('detect_cmd', [], 'which accelerator is here, how many workers, Trn1 prices'),
     'prep':       ('prep_cmd', ['data:DataArguments'], 'load, validate, choose the padding length(s), tokenize and save the data'),
-    'precompile': ('precompile_cmd', ['arguments:TrainArguments', 'LaunchArguments'], 'on Neuron: compile the training graphs ahead of the run'),
-    'train':      ('train_cmd', ['arguments:TrainArguments', 'LaunchArguments'], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
+    'precompile': ('precompile_cmd', ['arguments:TrainArguments', 'launch:LaunchArguments'], 'on Neuron: compile the training graphs ahead of the run'),
+    'train':      ('train_cmd', ['arguments:TrainArguments', 'launch:LaunchArguments'], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
     'stop':       ('stop_cmd', ['StopArguments'], 'stop the run that holds a folder: torchrun and every worker'),
-    'quickstart': ('quickstart', ['data:DataArguments', 'arguments:TrainArguments', 'LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
+    'quickstart': ('quickstart', ['data:DataArguments', 'arguments:TrainArguments', 'launch:LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
     'up':         ('up_cmd', ['instance:InstanceArguments'], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
     'status':     ('status_cmd', ['instance:StatusArguments'], "this project's instances and their cost so far"),
     'tunnel':     ('tunnel_cmd', ['instance:StatusArguments', 'remote_jupyter:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
@@ -335,7 +328,7 @@ def command(name:str # a key of `COMMANDS`
     "`(function, option classes)` of the command `name`, importing only the modules it needs: `--help` and `detect` start fast."
     fn, types, _ = COMMANDS[name]
     def load(s): return s if not isinstance(s, str) else getattr(importlib.import_module(f'trn_tutorials.{s.split(":")[0]}'), s.split(':')[1]) \
-        if ':' in s else globals()[s] if s in globals() else __getattr__(s)
+        if ':' in s else globals()[s]
     return load(fn), [load(t) for t in types]
 
 def _usage() -> str:
@@ -385,6 +378,15 @@ def _failed(e:Exception) -> str|None:
     if m is not None and isinstance(e, m.LaunchError): return str(e).replace('launch again with the same arguments', 'run the same command again')
     return None
 
+def _one_by_one(fn, # a command's function
+                types:list # its option classes
+               ) -> bool:
+    "Whether `fn` takes its options one by one (`stop_cmd(output_dir, ...)`), not as objects (`down_cmd(c:CleanupArguments)`)."
+    import inspect
+    ps = list(inspect.signature(fn).parameters.values())
+    if len(types) != 1 or not ps or ps[0].annotation in (types[0], types[0].__name__): return False
+    return ps[0].name in {f.name for f in fields(types[0])}
+
 def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
        ):
     "Run one `trn-tutorials` command; return what its function returns."
@@ -404,7 +406,7 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     came = []
     try:
         with stop_signals_as_ctrl_c() as came:
-            return fn(**asdict(parsed[0])) if len(types) == 1 and getattr(types[0], '__options_of__', None) is fn else fn(*parsed, **extra)
+            return fn(**asdict(parsed[0])) if _one_by_one(fn, types) else fn(*parsed, **extra)
     except UsageError as e:
         print(f"trn-tutorials {name}: error: {e}", file=sys.stderr); sys.exit(2)
     except KeyboardInterrupt as e:   # Ctrl-C, SIGTERM or SIGHUP: what was kept, and the command that goes on

@@ -12,7 +12,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'UsageError', 'field_help', 'documented',
            'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'arguments_of', 'check_type',
-           'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'reading',
+           'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'placeholders', 'reading',
            'stop_signals_as_ctrl_c', 'folder_record', 'write_record', 'check_owner', 'reader_path', 'reader_folder',
            'reader_contents', 'made_before', 'scratch']
 
@@ -361,6 +361,13 @@ def die_with_parent(sig:int=15 # the signal to receive: SIGTERM
                    ) -> bool:
     "Have Linux send this process `sig` when its parent dies (`prctl(PR_SET_PDEATHSIG)`); `False` where it cannot."
     return _PRCTL is not None and _PRCTL(1, sig, 0, 0, 0) == 0
+
+# %% ../nbs/reference/90_core.ipynb #a1991322
+def placeholders(text:str # a message that names a process, e.g. a `folder_lock` refusal
+                ) -> str:
+    "`text` with each process id and start time as `<pid>` and `<start time>`: the same message on every run."
+    import re
+    return re.sub(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d', '<start time>', re.sub(r'pid \d+', 'pid <pid>', text))
 
 # %% ../nbs/reference/90_core.ipynb #c42a0016
 def _readers(folder) -> list[dict]:

@@ -4,8 +4,7 @@
 
 # %% ../nbs/train/05_launch.ipynb #33064bc6
 from __future__ import annotations
-import json, os, re, signal, socket, subprocess, sys, tempfile, time
-from collections import deque
+import json, os, re, signal, socket, sys, tempfile, time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,20 +12,21 @@ from typing import TYPE_CHECKING
 from fastcore.basics import patch
 from .backends import (Accelerator, check_backend, detect, run_cost, set_backend_env,
                                     instance_type as _instance_type)
-from .core import (Limit, UsageError, check_number, die_with_parent, folder_lock, lock_holder, lock_path,
+from .core import (Limit, UsageError, check_number, check_numbers, die_with_parent, documented, folder_lock, lock_holder,
                                 reading, stop_signals_as_ctrl_c)
 from .data import load_prepared
 from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
-from .train import (ERROR_PREFIX, LOCK_ENV, XLA_BACKENDS, check_batch, check_model, check_output_dir,
+from .train import (LOCK_ENV, XLA_BACKENDS, check_batch, check_model, check_output_dir,
                                  check_problem_type, claim_output_dir, check_workers)
 from .progress import MULTI_LABEL, PROGRESS_ENV, REGRESSION, SINGLE, problem_of
 from .checkpoints import newest_complete, resume_from
+from .torchrun import (alive, cache_status, compile_cache, end_tree, failure_records, graphs_from_cache,
+                                    raise_failure, record_root, stream, worker_error)
 
 # %% auto #0
 __all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'workers', 'free_port', 'launch_env', 'train_argv',
-           'torchrun_command', 'process_tree', 'end_tree', 'stream', 'worker_error', 'relaunch_note', 'failure_records',
-           'LaunchError', 'Results', 'launch', 'stop']
+           'torchrun_command', 'relaunch_note', 'LaunchError', 'Results', 'launch', 'LaunchArguments', 'stop']
 
 # %% ../nbs/train/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -97,81 +97,7 @@ def torchrun_command(args:TrainArguments, # the run's arguments
             '--master_addr', '127.0.0.1', '--master_port', str(port or free_port()),
             '-m', 'trn_tutorials.train', *train_argv(args)]
 
-# %% ../nbs/train/05_launch.ipynb #7a987c6f
-def process_tree(pid:int # the root process
-                ) -> list[int]:
-    "`pid` and all its descendants, parents first (psutil; just `[pid]` where it has ended)."
-    import psutil
-    try: return [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error: return [pid]
-
-def _alive(pid:int) -> bool:
-    "Whether `pid` is running (a zombie, which only waits for its parent to read its status, is not)."
-    import psutil
-    try: return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-    except psutil.NoSuchProcess: return False
-    except psutil.AccessDenied: return True
-
-def end_tree(pid:int, # the root process, e.g. torchrun's
-             timeout:float=30 # seconds between SIGTERM and SIGKILL
-            ) -> list[int]:
-    "End `pid` and all its descendants: SIGTERM to each, SIGKILL after `timeout` s to what remains; return their pids."
-    def send(pids, sig):
-        for q in pids:
-            try: os.kill(q, sig)
-            except (ProcessLookupError, PermissionError): pass
-    seen, deadline = [], time.time() + timeout
-    while True:   # look again and again: a process may start a child meanwhile, and orphans stay on the list
-        new = [q for q in (process_tree(pid) if _alive(pid) else []) if q not in seen and q != os.getpid()]
-        send(new, signal.SIGTERM); seen += new
-        if not any(map(_alive, seen)) or time.time() > deadline: break
-        time.sleep(0.05)
-    send([q for q in seen if _alive(q)], signal.SIGKILL)
-    for _ in range(100):
-        if not any(map(_alive, seen)): break
-        time.sleep(0.05)
-    return seen
-
-# %% ../nbs/train/05_launch.ipynb #f88a9dfa
-def stream(cmd:list[str], # the command
-           env:dict|None=None, # its environment
-           log:str|Path|None=None, # file that receives a copy of the output
-           keep:int=40, # how many last lines to keep
-           echo:bool=True, # print lines as they arrive
-           on_line=None, # called with each line; when it returns True the line is not printed
-           preexec_fn=None, # run in the child before `cmd`, e.g. `die_with_parent`: the command ends if this process dies
-           on_start=None # called with the `Popen` as soon as the command has started
-          ) -> tuple[int, list[str]]:
-    "Run `cmd`, streaming its output; return the exit status and the last `keep` lines."
-    tail = deque(maxlen=keep)
-    # appended: a relaunch keeps the log of the run it resumes; line-buffered: `tail -f` shows each line as it comes
-    logf = open(log, 'a', buffering=1) if log else None
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                         start_new_session=True, preexec_fn=preexec_fn)
-    try:
-        if on_start: on_start(p)
-        for line in p.stdout:
-            tail.append(line.rstrip('\n'))
-            taken = on_line(line.rstrip('\n')) if on_line else False
-            if echo and not taken: print(line, end='', flush=True)
-            if logf: logf.write(line)
-        return p.wait(), list(tail)
-    except BaseException:
-        end_tree(p.pid)   # the workers too: each is in a session of its own
-        p.wait()
-        raise
-    finally:
-        if logf: logf.close()
-
 # %% ../nbs/train/05_launch.ipynb #946e1368
-_EXC = re.compile(r'^(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception|Interrupt))(?::\s*(.*))?$')
-
-def worker_error(lines:list[str] # a run's output, e.g. its `train.log`
-                ) -> str|None:
-    "The exception a worker died of (`OSError: ...`): the last one in `lines` that is not torchrun's own report."
-    found = [m for l in lines if (m := _EXC.match(re.sub(r'^\[rank\d+\]:', '', l).strip())) and m.group(1) != 'ChildFailedError']   # `[rank0]: `: once the group is up
-    return None if not found else f"{found[-1].group(1)}: {found[-1].group(2) or ''}".rstrip(': ')
-
 def relaunch_note(output_dir # the run's folder
                  ) -> str:
     "What launching again does: continue from the newest complete checkpoint in `output_dir`, or start over if there is none."
@@ -183,17 +109,6 @@ def relaunch_note(output_dir # the run's folder
 def _disk_full(text:str|None) -> bool: return bool(text) and ('[Errno 28]' in text or 'No space left on device' in text)
 
 # %% ../nbs/train/05_launch.ipynb #c42a0019
-def failure_records(log_dir # torchrun's `--log_dir` (`PET_LOG_DIR`): each worker's error file is in it
-                   ) -> list[dict]:
-    "What the workers handed torchrun as they failed (`_one_line_errors`): `rank`, `error` (the exception's name), `message`; first failure first."
-    found = []
-    for f in Path(log_dir).glob('*/attempt_*/*/error.json'):   # torchrun's layout: <run id>/attempt_<n>/<local rank>/error.json
-        try: m = json.loads(f.read_text())['message']; text = m['message'] if isinstance(m, dict) else str(m); t = f.stat().st_mtime_ns
-        except (OSError, ValueError, KeyError, TypeError): continue   # a worker killed mid-write
-        error, _, message = text.partition(': ')
-        found.append((t, int(f.parent.name), {'rank': int(f.parent.name), 'error': error, 'message': message}))
-    return [r for *_, r in sorted(found, key=lambda x: x[:2])]
-
 class LaunchError(RuntimeError):
     "torchrun exited with an error; the message names the worker's exception, else ends with the last lines of output."
     def __init__(self, status:int, tail:list[str], log:str|None=None,
@@ -212,17 +127,6 @@ class LaunchError(RuntimeError):
             f"runs or checkpoints) or pass an --output_dir on a disk with room, then {relaunch_note(out)}" if _disk_full(self.cause) else
             f"the run ended without writing metrics.json: {os.path.join(out, 'metrics.json')} is from an earlier run" if status == 0 and out else
             f"a worker failed with {self.cause}" if self.cause else "last lines:\n" + '\n'.join(tail[-20:])))
-
-def _raise_failure(status:int, tail:list[str], log:str|None, error:type=LaunchError,
-                   records:list[dict]=() # the workers' failures, `failure_records(...)`; none: read from their output
-                  ):
-    "Raise a worker's one-line error as a `UsageError`, any other failure as `error` naming what went wrong."
-    if records:
-        if usage := [r['message'] for r in records if r['error'] == 'UsageError']: raise UsageError(usage[0])
-        raise error(status, tail, log, cause=f"{records[0]['error']}: {records[0]['message']}".rstrip(': '))
-    errors = [l[len(ERROR_PREFIX):] for l in tail if l.startswith(ERROR_PREFIX)]   # a worker that failed before it could record
-    if errors: raise UsageError(errors[0])
-    raise error(status, tail, log)
 
 # %% ../nbs/train/05_launch.ipynb #ce26db87
 @dataclass
@@ -331,16 +235,6 @@ def _cmdline(pid:int) -> str:
     try: return ' '.join(psutil.Process(pid).cmdline())
     except psutil.Error: return ''
 
-def _record_root(folder, pid:int):
-    "Name `pid` (torchrun) as `root` in the lock record this process holds on `folder`: `stop` ends its tree, not ours."
-    fd = os.open(lock_path(folder), os.O_RDWR)
-    try:
-        rec = json.loads(os.pread(fd, 65536, 0) or b'{}')
-        if rec.get('pid') != os.getpid(): return
-        data = json.dumps({**rec, 'root': pid}).encode()
-        os.pwrite(fd, data, 0); os.ftruncate(fd, len(data))   # longer than before: a reader never sees it cut short
-    finally: os.close(fd)
-
 def _dying(pid:int) -> bool:
     "Whether `pid` is being torn down: killed (SIGKILL pending) or exiting; it may hold its locks a moment longer."
     # read from /proc: psutil has no public view of pending signals or of the kernel's 'exiting' flag
@@ -362,7 +256,7 @@ def _end_stale(stale:dict|None, folder):
     if not stale: return
     print(f"{folder}: taking over from pid {stale.get('pid')} ({stale.get('command')}), which is no longer running", flush=True)
     root = stale.get('root')
-    if root and stale.get('host') == socket.gethostname() and _alive(root) and 'torch.distributed.run' in _cmdline(root):
+    if root and stale.get('host') == socket.gethostname() and alive(root) and 'torch.distributed.run' in _cmdline(root):
         end_tree(root, 10)
 
 def _stamp(p:Path) -> tuple|None:
@@ -397,7 +291,7 @@ def _torchrun(args:TrainArguments, n:int, env:dict, log:str, # what to run: `tor
     "Run torchrun with live progress; return its exit status, its last lines and the wall time."
     t0, progress = time.time(), Progress() if echo else None
     try: status, tail = stream(torchrun_command(args, n), env=env, log=log, echo=raw, on_line=progress,
-                               preexec_fn=die_with_parent, on_start=lambda p: _record_root(args.output_dir, p.pid))
+                               preexec_fn=die_with_parent, on_start=lambda p: record_root(args.output_dir, p.pid))
     finally:
         if progress: progress.close()
     return status, tail, time.time() - t0
@@ -406,8 +300,7 @@ def _neuron_cache(env:dict, # the run's environment
                   before:dict|None=None, # the cache's status before the run, to count what the run loaded from it
                   counted:dict|None=None # what torch-xla counted as compiled: `metrics['compiled_graphs']`
                  ):
-    "The Neuron compile cache's status; with `before`, how many graphs were loaded from it (the [precompile chapter](precompile.html))."
-    from trn_tutorials.precompile import cache_status, compile_cache, graphs_from_cache   # it imports this module
+    "The Neuron compile cache's status; with `before`, how many graphs were loaded from it (the [torchrun chapter](../internals/torchrun.html))."
     now = cache_status(compile_cache(env))
     return now if before is None else graphs_from_cache(counted, before, now)
 
@@ -435,11 +328,21 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
             except KeyboardInterrupt:   # torchrun and its workers ended
                 how = f"stopped by {signal.Signals(came[0]).name}" if came else 'interrupted'
                 raise KeyboardInterrupt(f"{how}: {relaunch_note(out)}") from None
-        if status != 0: _raise_failure(status, tail, log, records=failure_records(logs))
+        if status != 0: raise_failure(status, tail, log, LaunchError, failure_records(logs))
         if _stamp(out/'metrics.json') in (None, old): raise LaunchError(0, tail, log)   # never the last run's, as this one's
         metrics = json.loads((out/'metrics.json').read_text())
         loaded = _neuron_cache(env, before, metrics.get('compiled_graphs')) if before is not None else None
         return Results.from_metrics(metrics, wall, instance_type, loaded)
+
+# %% ../nbs/train/05_launch.ipynb #f813981f
+@documented
+@dataclass
+class LaunchArguments:
+    "Options of `launch`: Train `args` with torchrun on this machine's accelerator; return the results."
+    nproc_per_node: int|None = None   # workers; default one per NeuronCore/GPU, 1 on a CPU
+    instance_type: str|None = None   # e.g. 'trn1.2xlarge', to price the run
+
+    def __post_init__(self): check_numbers(self, {'nproc_per_node': NPROC_LIMIT})
 
 # %% ../nbs/train/05_launch.ipynb #ad723ff5
 def stop(folder, # the run's folder: its `output_dir` (or a `prep`'s `dataset_path`)

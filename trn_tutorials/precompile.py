@@ -4,9 +4,8 @@
 
 # %% ../nbs/train/05b_precompile.ipynb #6df27f52
 from __future__ import annotations
-import os, re, shlex, shutil, sys
+import os, re, shutil, sys
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .core import RECORD, Limit, check_folder, check_number, die_with_parent, folder_lock
@@ -14,71 +13,14 @@ from .backends import Accelerator, check_backend, detect
 from .data import load_prepared
 from .data_files import row_lengths
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
-from .launch import (NPROC_LIMIT, LaunchError, _raise_failure, _record_root, launch_env, stream,
-                                  torchrun_command, workers)
+from .launch import NPROC_LIMIT, LaunchError, launch_env, torchrun_command, workers
+from .torchrun import cache_status, compile_cache, raise_failure, record_root, stream
 from .train import LOCK_ENV, check_batch, check_model, claim_output_dir
 from .samplers import BucketBatchSampler
 
 # %% auto #0
-__all__ = ['NEURON_CACHE_DEFAULT', 'compile_cache', 'cache_status', 'graphs_from_cache', 'precompile_args', 'precompile_command',
-           'precompile_steps', 'precompile_shapes', 'PrecompileError', 'precompile', 'compile_report']
-
-# %% ../nbs/train/05b_precompile.ipynb #2b1403f8
-NEURON_CACHE_DEFAULT = '/var/tmp/neuron-compile-cache'
-
-def compile_cache(env:dict|None=None # environment to read; default `os.environ`
-                 ) -> Path|str:
-    "Where the Neuron persistent compile cache is: a local folder, or an `s3://` URL."
-    env = os.environ if env is None else env
-    flags, url = env.get('NEURON_CC_FLAGS', ''), None
-    try: flags = shlex.split(flags)
-    except ValueError: flags = flags.split()
-    for i, f in enumerate(flags):  # like argparse: `--cache_dir=URL` or `--cache_dir URL`, the last one wins
-        if f.startswith('--cache_dir='): url = f.split('=', 1)[1]
-        elif f == '--cache_dir' and i + 1 < len(flags): url = flags[i + 1]
-    url = url or env.get('NEURON_COMPILE_CACHE_URL') or NEURON_CACHE_DEFAULT
-    return url if url.startswith('s3://') else Path(url)
-
-# %% ../nbs/train/05b_precompile.ipynb #915561e9
-def _graph_state(d:Path) -> str:
-    names = {f.name for f in d.iterdir()}
-    if {'model.neff', 'model.done'} <= names: return 'compiled'
-    if 'model.log' in names and 'model.neff' not in names: return 'failed'
-    if any(n.endswith('.lock') for n in names): return 'in_progress'
-    return 'pending'
-
-def _tree_bytes(p:Path) -> int:
-    n = 0
-    for f in p.rglob('*'):
-        try: n += f.stat().st_size if f.is_file() and not f.is_symlink() else 0
-        except OSError: pass  # a compile in progress may remove files while we look
-    return n
-
-def cache_status(path:str|Path # the cache: a local folder, or an `s3://` URL (not inspected)
-                ) -> dict:
-    "What the compile cache at `path` holds: graphs by state, size in MB, compiler versions."
-    counts = ('compiled', 'failed', 'in_progress', 'pending')
-    if str(path).startswith('s3://'): return {'path': str(path), **dict.fromkeys(counts), 'size_mb': None, 'compilers': []}
-    st = {'path': str(path), **dict.fromkeys(counts, 0), 'size_mb': 0.0, 'compilers': []}
-    path = Path(path)
-    if not path.is_dir(): return st
-    for v in sorted(d for d in path.glob('neuronxcc-*') if d.is_dir()):
-        st['compilers'].append(v.name[len('neuronxcc-'):])
-        for g in v.glob('MODULE_*'):
-            if g.is_dir(): st[_graph_state(g)] += 1
-    st['size_mb'] = round(_tree_bytes(path) / 2**20, 1)
-    return st
-
-# %% ../nbs/train/05b_precompile.ipynb #377650ba
-def graphs_from_cache(counted:dict|None, # `metrics['compiled_graphs']`: what torch-xla counted as compiled
-                      before:dict|None, # `cache_status` of the compile cache before the run
-                      after:dict|None # ... and after it
-                     ) -> int|None:
-    "How many of the graphs torch-xla counted were loaded from the Neuron compile cache; `None` where that cannot be told."
-    if not counted or not before or not after or before.get('compiled') is None or after.get('compiled') is None: return None
-    if not after['compiled']: return None   # an empty cache supplied nothing: no neuronx-cc ran (the CPU's torch-xla, say)
-    n = counted['train'] + counted['eval']
-    return n - min(n, max(0, after['compiled'] - before['compiled']))
+__all__ = ['precompile_args', 'precompile_command', 'precompile_steps', 'precompile_shapes', 'PrecompileError', 'precompile',
+           'compile_report']
 
 # %% ../nbs/train/05b_precompile.ipynb #45838fdf
 def precompile_args(args:TrainArguments, # the real run's arguments
@@ -170,8 +112,8 @@ def _trial(cmd:list[str], # `precompile_command`
         log = str(scratch/'precompile.log')
         print(f"precompile: {trial.max_steps}-step trial on {n} worker(s), outputs (garbage) in {scratch}", flush=True)
         status, tail = stream(cmd, env={**env, LOCK_ENV: os.path.abspath(scratch)}, log=log, echo=echo,
-                              preexec_fn=die_with_parent, on_start=lambda p: _record_root(scratch, p.pid))
-        if status != 0: _raise_failure(status, tail, log, PrecompileError)
+                              preexec_fn=die_with_parent, on_start=lambda p: record_root(scratch, p.pid))
+        if status != 0: raise_failure(status, tail, log, PrecompileError)
         for p in scratch.iterdir():  # the trial's model and metrics are garbage
             if p.name not in ('precompile.log', RECORD): shutil.rmtree(p) if p.is_dir() else p.unlink()
 
