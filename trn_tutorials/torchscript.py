@@ -15,13 +15,15 @@ from .inference import TORCHSCRIPT, TRACE_INFO, ModelFolderError, check_model_fo
 # %% auto #0
 __all__ = ['model_labels', 'example_inputs', 'logits_difference', 'segments', 'pair_separator', 'trace']
 
-# %% ../nbs/internals/11b_torchscript.ipynb #df6e4562
+# %% ../nbs/internals/11b_torchscript.ipynb #1b0c0002
 def model_labels(model_dir:str # a model folder: config.json, the weights and the tokenizer
                 ) -> list[str]:
     "The label names of the model in `model_dir`, or a one-line `UsageError` naming what is missing (`trace`, `package` and `deploy` check with it)."
     try: return check_model_folder(model_dir)
     except ModelFolderError as e: raise UsageError(str(e)) from None
 
+
+# %% ../nbs/internals/11b_torchscript.ipynb #df6e4562
 def example_inputs(vocab_size:int, # token ids are drawn from 1 to this
                    batch:int, # rows
                    n:int, # tokens per row
