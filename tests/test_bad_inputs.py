@@ -23,7 +23,7 @@ from local_services import freeze, unfreeze
 from test_data_labels import damaged, hold_lock
 
 from trn_tutorials.arguments import check_args
-from trn_tutorials.cli import LaunchArguments
+from trn_tutorials.launch import LaunchArguments
 from trn_tutorials.backends import Accelerator, parse_visible_cores, run_cost
 from trn_tutorials.core import UsageError, parse_args, write_record
 from trn_tutorials.models import local_model, tiny_bert

@@ -8,7 +8,8 @@ from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.core import UsageError
 from trn_tutorials.data import DataArguments, prepare
 from trn_tutorials.data_files import sample_data
-from trn_tutorials.launch import LaunchError, failure_records, free_port, launch, launch_env, torchrun_command
+from trn_tutorials.launch import LaunchError, free_port, launch, launch_env, torchrun_command
+from trn_tutorials.torchrun import failure_records
 from trn_tutorials.train import ERROR_PREFIX
 from trn_tutorials.checkpoints import checkpoints
 

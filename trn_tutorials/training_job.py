@@ -14,7 +14,8 @@ from .core import Limit, UsageError, check_number, check_numbers, documented
 from .models import short_path
 from .data import load_prepared
 from .aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
-from .launch import NEURON_ENV, Results, worker_error
+from .launch import NEURON_ENV, Results
+from .torchrun import worker_error
 from .live_progress import Progress
 from .sagemaker_aws import (COMPILE_CACHE_PREFIX, DLC_ACCOUNTS, DryRunStop, check_role, default_bucket, dlc_registry,
                                          dry_run_hooks, run_prefix, upload_folder)
