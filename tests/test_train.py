@@ -8,7 +8,8 @@ import pytest
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.data import DataArguments, load_prepared, prepare
-from trn_tutorials.launch import launch, torchrun_command, launch_env, process_tree
+from trn_tutorials.launch import launch, torchrun_command, launch_env
+from trn_tutorials.torchrun import process_tree
 from trn_tutorials.core import UsageError
 from trn_tutorials.progress import PLOTS
 from trn_tutorials.samplers import BucketBatchSampler
