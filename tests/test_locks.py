@@ -134,7 +134,7 @@ def test_two_preps_into_one_folder(prepared, tmp_path):
 def test_launch_interrupted_in_python_says_what_was_kept(prepared, sig):
     "launch() in a notebook cell, interrupted (Jupyter sends the kernel SIGINT) or stopped (`kill`): the KeyboardInterrupt names the checkpoint kept."
     data, out = prepared/'data', prepared/f'interrupted-{sig}'
-    code = ("from trn_tutorials.launch import launch\nfrom trn_tutorials.train import TrainArguments\n"
+    code = ("from trn_tutorials.launch import launch\nfrom trn_tutorials.arguments import TrainArguments\n"
             f"launch(TrainArguments(dataset_path={str(data)!r}, output_dir={str(out)!r}, num_train_epochs={EPOCHS}, learning_rate=1e-3, "
             "save_steps=4), nproc_per_node=2)")
     p = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,

@@ -9,7 +9,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.packing import choose_packing, pack_lengths, pack_model, pack_texts
-from trn_tutorials.trainer import _xla_compiles
+from trn_tutorials.trainer import xla_compiles
 
 
 def test_packed_steps_compile_once(tmp_path):
@@ -34,7 +34,7 @@ def test_packed_steps_compile_once(tmp_path):
     opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-4, device=dev))   # a tensor: no recompile as it changes
     per_step, losses = [], []
     for start in range(0, 8 * 8, 8):   # 8 steps of 8 rows, each with other texts
-        before = _xla_compiles()[0]
+        before = xla_compiles()[0]
         batch = {k: torch.tensor(v[start:start + 8], device=dev) for k, v in cols.items()}
         opt.zero_grad(set_to_none=True)
         loss = model(**batch).loss
@@ -42,7 +42,7 @@ def test_packed_steps_compile_once(tmp_path):
         xm.optimizer_step(opt)
         losses.append(loss.detach())
         torch_xla.sync()
-        per_step.append(_xla_compiles()[0] - before)
+        per_step.append(xla_compiles()[0] - before)
     # the first step compiles (it also creates AdamW's state), the second may once more; then nothing
     assert per_step[2:] == [0] * 6, per_step
     assert all(np.isfinite(float(l)) for l in losses)

@@ -11,12 +11,13 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
 from .backends import BACKENDS
 from .core import Limit, UsageError, check_numbers, documented, field_help
-from .train import XLA_BACKENDS
+from .backends import XLA_BACKENDS
 
 # %% auto #0
 __all__ = ['TRAIN_LIMITS', 'ALIASES', 'SECRETS', 'TRAINER_FIELDS', 'OUR_FIELDS', 'DONE_ANYWAY', 'REFUSED', 'TRACKERS',
            'FUSED_ADAMW', 'DDP_FIELDS', 'TrainArguments', 'no_secrets', 'refused_option', 'check_args', 'alias_notes',
-           'check_services', 'check_flags', 'needs_use_cpu', 'training_arguments', 'changed_options', 'option_argv']
+           'check_services', 'check_flags', 'needs_use_cpu', 'training_arguments', 'changed_options', 'option_text',
+           'option_argv']
 
 # %% ../nbs/internals/04_arguments.ipynb #16cac8f9
 TRAIN_LIMITS = {   # the values the numeric options may take (`check_numbers`), by TrainingArguments' names; `xla_loop` shares them
@@ -303,7 +304,9 @@ def changed_options(args:TrainArguments # the run's arguments
     return {k: v for k, v in now.items() if v is not None and (k in ('dataset_path', 'output_dir') or v != base.get(k))
             and k != 'use_cpu' and not k.endswith('_token') and not dated(k, v)}   # the backend decides `use_cpu`; tokens: in HF_TOKEN
 
-def _text(k:str, v) -> list[str]:
+def option_text(k:str, # the option's name, e.g. 'report_to'
+                v # its value
+               ) -> list[str]:
     "A value as `HfArgumentParser` reads it back."
     if isinstance(v, bool): return [str(v).lower()]
     if isinstance(v, float) and v.is_integer(): return [str(int(v))]   # `--num_train_epochs 3`, as a person writes it
@@ -316,4 +319,4 @@ def _text(k:str, v) -> list[str]:
 def option_argv(args:TrainArguments # the run's arguments
                ) -> list[str]:
     "`args` as a command line: `--name value` for each of its `changed_options`."
-    return [a for k, v in changed_options(args).items() for a in (f'--{k}', *_text(k, v))]
+    return [a for k, v in changed_options(args).items() for a in (f'--{k}', *option_text(k, v))]

@@ -11,10 +11,10 @@ from pathlib import Path
 from .core import Limit, UsageError, check_number, documented
 
 # %% auto #0
-__all__ = ['NEURON_LS_JSON', 'BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1', 'neuron_core_total',
-           'parse_visible_cores', 'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator', 'neuron_stack',
-           'machine_instance_type', 'detect', 'Stack', 'instance_family', 'backend_env', 'set_backend_env',
-           'check_stack', 'check_backend', 'InstanceType', 'instance_type', 'run_cost']
+__all__ = ['NEURON_LS_JSON', 'BACKENDS', 'XLA_BACKENDS', 'STACKS', 'XLA_INSTALL', 'BY_FAMILY', 'CATALOG', 'TRN1',
+           'neuron_core_total', 'parse_visible_cores', 'neuron_ls', 'neuron_lnc', 'visible_neuron_cores', 'Accelerator',
+           'neuron_stack', 'machine_instance_type', 'detect', 'Stack', 'instance_family', 'backend_env',
+           'set_backend_env', 'check_stack', 'check_backend', 'InstanceType', 'instance_type', 'run_cost']
 
 # %% ../nbs/internals/01b_backends.ipynb #00d5c226
 def _devices(ls) -> list:
@@ -141,6 +141,7 @@ def detect(ls=None, # `neuron-ls` JSON; `None` runs `neuron-ls`
 
 # %% ../nbs/internals/01b_backends.ipynb #6181e254
 BACKENDS = ('auto', 'neuron', 'torchneuron', 'xla', 'cuda', 'cpu')
+XLA_BACKENDS = ('neuron', 'xla')  # the backends that run PyTorch/XLA: static shapes, compiled graphs
 
 @documented
 @dataclass(frozen=True)

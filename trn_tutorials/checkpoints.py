@@ -16,7 +16,8 @@ from .samplers import planned_steps
 # %% auto #0
 __all__ = ['COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'seal_checkpoint', 'size_text', 'checkpoint_problem',
            'checkpoint_complete', 'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints',
-           'tokenizer_diff', 'free_name', 'checkpoint_args', 'resume_from', 'diverged', 'host_store', 'CheckpointGuard']
+           'tokenizer_diff', 'free_name', 'data_changed', 'checkpoint_args', 'resume_from', 'diverged', 'host_store',
+           'CheckpointGuard']
 
 # %% ../nbs/internals/04b_checkpoints.ipynb #c73f1267
 _CKPT = re.compile(r'^checkpoint-(\d+)$')
@@ -145,7 +146,9 @@ def _show(v) -> str:
     if isinstance(v, dict): return ', '.join(f"{k} {x}" for k, x in v.items())
     return ', '.join(map(str, v[:6])) + ', ...' * (len(v) > 6) if isinstance(v, list) else str(v)
 
-def _data_changed(was:dict, now:dict) -> str|None:
+def data_changed(was:dict, # the `data_fingerprint` a run recorded
+                 now:dict # the prepared folder's `data_fingerprint` today
+                ) -> str|None:
     "What differs between two `data_fingerprint`s, e.g. 'labels were sadness, joy, ... now neg, pos'; `None` if nothing a run depends on."
     out = []
     for k, name in _DATA_PARTS.items():
@@ -166,7 +169,7 @@ def _other_run(last:Path, args, data:dict|None=None, later:tuple=()) -> str|None
     "Why checkpoint `last` belongs to another run than `args` on data of fingerprint `data` (what differs, `later` left out), or `None`."
     if (was := checkpoint_args(last)) is None: return None   # the step count still decides
     new = f"pass another --output_dir, e.g. --output_dir {shlex.quote(str(free_name(Path(os.path.abspath(args.output_dir)))))}"
-    if data and isinstance(was.get('data'), dict) and (what := _data_changed(was['data'], data)):
+    if data and isinstance(was.get('data'), dict) and (what := data_changed(was['data'], data)):
         return f"{last} was trained on other data than {args.dataset_path} holds now ({what}): it cannot continue on it; {new} to start over"
     now = args.to_dict()
     diff = [n for n in SAME_RUN if n in was and n in now and n not in later and was[n] != now[n]]

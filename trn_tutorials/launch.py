@@ -17,8 +17,9 @@ from .core import (Limit, UsageError, check_number, check_numbers, die_with_pare
 from .data import load_prepared
 from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
-from .train import (LOCK_ENV, XLA_BACKENDS, check_batch, check_model, check_output_dir,
-                                 check_problem_type, claim_output_dir, check_workers)
+from .train import (LOCK_ENV, check_batch, check_model, check_output_dir, check_problem_type,
+                                 claim_output_dir, check_workers)
+from .backends import XLA_BACKENDS
 from .progress import MULTI_LABEL, PROGRESS_ENV, REGRESSION, SINGLE, problem_of
 from .checkpoints import newest_complete, resume_from
 from .torchrun import (alive, cache_status, compile_cache, end_tree, failure_records, graphs_from_cache,
@@ -269,7 +270,7 @@ def _checked(args:TrainArguments, # the run's arguments
              nproc_per_node:int|None, # workers asked for
              instance_type:str|None # to price the run
             ) -> tuple:
-    "Check all `launch` checks before torchrun starts; return `args` on its backend, the workers, `output_dir`, the data's manifest."
+    "Check all `launch` checks before torchrun starts; return `args` on its backend, the workers, `output_dir`, the data's manifest, its training split."
     from trn_tutorials.arguments import check_args, check_flags
     check_args(args)
     check_number('nproc_per_node', nproc_per_node, int, NPROC_LIMIT, optional=True)
@@ -279,11 +280,11 @@ def _checked(args:TrainArguments, # the run's arguments
     check_flags(args, args.backend)   # a flag the backend cannot run: here, not once torchrun and its workers have started
     n = workers(nproc_per_node, acc, args.backend)
     out = check_output_dir(args)
-    manifest = load_prepared(args.dataset_path)[1]
+    ds, manifest = load_prepared(args.dataset_path)   # read once: the checks and the resume take it from here
     check_problem_type(args, manifest)
     check_model(args, manifest)
     check_batch(args, manifest, n)   # its note on evaluation batches comes from the first worker
-    return args, n, out, manifest
+    return args, n, out, manifest, ds['train']
 
 def _torchrun(args:TrainArguments, n:int, env:dict, log:str, # what to run: `torchrun_command(args, n)` in `env`, into `log`
               echo:bool, raw:bool # as `launch` takes them
@@ -312,12 +313,12 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
            raw:bool=False # also print every line the workers write (all of them are in `output_dir/train.log`)
           ) -> Results:
     "Train `args` with torchrun on this machine's accelerator; return the results."
-    args, n, out, manifest = _checked(args, nproc_per_node, instance_type)
+    args, n, out, manifest, train_split = _checked(args, nproc_per_node, instance_type)
     _wait_for_dying_holder(args.output_dir)
     with (folder_lock(args.output_dir, 'output_dir', root=None) as lock,   # `root`: torchrun's pid, once it runs
           reading(args.dataset_path, output_dir=args.output_dir), tempfile.TemporaryDirectory(prefix='torchrun-') as logs):
         _end_stale(lock['stale'], args.output_dir)
-        resume_from(args, n, fill_last=args.backend in XLA_BACKENDS)
+        resume_from(args, n, fill_last=args.backend in XLA_BACKENDS, train_split=train_split)
         claim_output_dir(args, manifest)   # its record: a model folder, written by train, from this data
         old = _stamp(out/'metrics.json')   # kept until this run writes its own: a failed run leaves the last one's
         log = str(out/'train.log')

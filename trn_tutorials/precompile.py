@@ -42,10 +42,11 @@ def precompile_command(args:TrainArguments, # the real run's arguments
 
 # %% ../nbs/train/05b_precompile.ipynb #5750ba43
 def precompile_steps(args:TrainArguments, # the real run's arguments
-                     nproc:int # workers
+                     nproc:int, # workers
+                     train_split=None # the prepared training split, if already loaded; default read from `args.dataset_path`
                     ) -> int:
     "Optimizer steps after which every worker has fed its model each training input shape of `args` (at least 2)."
-    rows = row_lengths(load_prepared(args.dataset_path)[0]['train'])
+    rows = row_lengths(load_prepared(args.dataset_path)[0]['train'] if train_split is None else train_split)
     need = 2   # the first step and a following one: the optimizer's state is created on the first
     for rank in range(nproc):
         s = BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, rank, args.seed, fill_last=True, pad_to_batch=True)
@@ -133,9 +134,9 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
     backend = check_backend(args.backend, acc)
     if backend != 'neuron': return _not_on_neuron(args, nproc_per_node, acc, backend)
     n = workers(nproc_per_node, acc)
-    manifest = load_prepared(args.dataset_path)[1]
+    ds, manifest = load_prepared(args.dataset_path)   # read once, for the checks and the trial's steps
     check_model(args, manifest); check_batch(args, manifest, n)
-    steps = precompile_steps(args, n) if steps is None else steps
+    steps = precompile_steps(args, n, ds['train']) if steps is None else steps
     env = launch_env('neuron', n)
     env.setdefault('NEURON_PARALLEL_COMPILE_MAX_RETRIES', '1')
     before = cache_status(cache := compile_cache(env))

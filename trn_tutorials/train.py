@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 from .core import (UsageError, check_folder, check_owner, die_with_parent, folder_lock, parse_args,
                                 reading, stop_signals_as_ctrl_c, write_record)
-from .backends import check_backend, set_backend_env
+from .backends import XLA_BACKENDS, check_backend, set_backend_env
 from .models import short_path
 from .data import data_fingerprint, load_prepared, prep_command
 from .packing import texts_per_row
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # imported when a run is parsed: it loads transformers
 
 # %% auto #0
-__all__ = ['XLA_BACKENDS', 'NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'check_output_dir', 'claim_output_dir', 'check_space',
-           'check_model', 'check_batch', 'torchrun_worker', 'torchrun_command', 'check_torchrun', 'check_workers',
+__all__ = ['NEURON_BACKENDS', 'ERROR_PREFIX', 'LOCK_ENV', 'check_output_dir', 'claim_output_dir', 'check_space', 'check_model',
+           'check_batch', 'torchrun_worker', 'torchrun_command', 'check_torchrun', 'check_workers',
            'import_torchneuron', 'check_device', 'check_problem_type', 'attention_for', 'train', 'relaunch_command',
            'main']
 
@@ -30,9 +30,6 @@ from .progress import (EVAL_METRICS, MULTI_LABEL, PROGRESS_ENV, REGRESSION, SING
                                     glue_scores, labelled_rows, majority_baseline, metrics_text, package_versions, problem_of,
                                     progress_callback, progress_line, save_plots, split_scores, summary, write_atomic)
 from .trainer import gather_shapes, trainer_class, weights_finite
-
-# %% ../nbs/train/04_train.ipynb #817feccd
-XLA_BACKENDS = ('neuron', 'xla')  # the backends that run PyTorch/XLA: static shapes, compiled graphs
 
 # %% ../nbs/train/04_train.ipynb #4f5b9a53
 def check_output_dir(args:TrainArguments # the run's arguments
@@ -85,12 +82,12 @@ def check_model(args:TrainArguments, # the run's arguments
                ):
     "A one-line `UsageError` if the model to train does not fit the prepared data: its tokenizer (unless allowed) or its vocabulary."
     from transformers import AutoConfig
-    from trn_tutorials.data_checks import _load_tokenizer, tokenizer_fingerprint
+    from trn_tutorials.data_checks import load_tokenizer, tokenizer_fingerprint
     was, model_id = manifest['model_id'], args.model_id or manifest['model_id']
-    have = tokenizer_fingerprint(_load_tokenizer(model_id))
+    have = tokenizer_fingerprint(load_tokenizer(model_id))
     want = manifest.get('tokenizer')
     if want is None and model_id != was:   # prepared before manifests recorded the tokenizer: ask the data's model, if it loads
-        try: want = tokenizer_fingerprint(_load_tokenizer(was))
+        try: want = tokenizer_fingerprint(load_tokenizer(was))
         except UsageError: pass
     full = os.path.abspath(model_id) if os.path.exists(model_id) else model_id
     redo = f"prepare it again for that model with `{prep_command(manifest, model_id=full, dataset_path=os.path.abspath(args.dataset_path))}`"

@@ -139,9 +139,9 @@ def job_hyperparameters(args:TrainArguments # the run's arguments, as for a loca
                        ) -> dict:
     "The job's hyperparameters: the options `args` sets (`changed_options`), the folders as the container has them."
     model = _model_of(args)
-    from trn_tutorials.arguments import _text, changed_options
+    from trn_tutorials.arguments import option_text, changed_options
     # a list stays a list (the SDK sends it as JSON; `job_argv` splits it for the script); a dict goes as its JSON
-    hp = {k: _text(k, v) if isinstance(v, list) else _text(k, v)[0] if isinstance(v, dict) else v for k, v in changed_options(args).items()}
+    hp = {k: option_text(k, v) if isinstance(v, list) else option_text(k, v)[0] if isinstance(v, dict) else v for k, v in changed_options(args).items()}
     hp.update(dataset_path=CONTAINER['data'], output_dir=CONTAINER['checkpoints'])
     if model and Path(model).exists(): hp['model_id'] = CONTAINER['model']
     elif model: hp['model_id'] = model

@@ -16,7 +16,8 @@ from .core import UsageError, check_numbers, documented, parse_args
 from .backends import check_backend, set_backend_env
 from .data import load_prepared
 from .progress import metrics_text
-from .train import XLA_BACKENDS, check_workers
+from .backends import XLA_BACKENDS
+from .train import check_workers
 from .samplers import PaddedRows
 from .progress import package_versions, classification_metrics, majority_baseline
 from .trainer import xla_compiles
