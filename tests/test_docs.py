@@ -269,3 +269,42 @@ def test_sidebar_entries():
     "`sidebar_entries` reads every form an entry takes."
     c = ['index.ipynb', {'section': 'A', 'contents': ['a/1.ipynb', {'href': 'a/2.ipynb', 'text': 'Two'}]}, {'file': 'b.ipynb'}]
     assert list(sidebar_entries(c)) == ['index.ipynb', 'a/1.ipynb', 'a/2.ipynb', 'b.ipynb']
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (g) every visible cell runs as written after the chapter's imports: no helper defined in a hidden cell is used in one
+# ---------------------------------------------------------------------------------------------------------------
+_DIRECTIVE = lambda name: re.compile(rf'^#\|\s*{name}(\s|$)', re.M)
+_HIDE, _EXPORT, _NO_ECHO = _DIRECTIVE('hide'), _DIRECTIVE('(export|exporti)'), re.compile(r'^#\|\s*echo:\s*false', re.M)
+
+
+def _tree(source):
+    import ast
+    try: return ast.parse('\n'.join('' if l.lstrip().startswith(('!', '%')) else l for l in source.splitlines()))
+    except SyntaxError: return None
+
+
+def hidden_helpers_used(nb_path):
+    "(cell index, names) of the visible code cells that call a function or class defined in a hidden cell."
+    import ast
+    cs, helpers, found = cells(nb_path), set(), []
+    for c in cs:
+        if c['cell_type'] == 'code' and _HIDE.search(src(c)) and (t := _tree(src(c))):
+            helpers |= {n.name for n in t.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    for i, c in enumerate(cs):
+        s = src(c)
+        if c['cell_type'] != 'code' or _HIDE.search(s) or _EXPORT.search(s) or _NO_ECHO.search(s) or not (t := _tree(s)): continue
+        if used := sorted({n.id for n in ast.walk(t) if isinstance(n, ast.Name)} & helpers): found.append((i, used))
+    return found
+
+
+@pytest.mark.parametrize('nb', NBS, ids=lambda p: str(p.relative_to(ROOT / 'nbs')))
+def test_visible_cells_use_no_hidden_helper(nb):
+    assert not (bad := hidden_helpers_used(nb)), f'{nb.name}: visible cells use helpers defined in hidden cells (export them, or show them): {bad}'
+
+
+def test_hidden_helpers_used_finds_one(tmp_path):
+    nb = tmp_path / 'x.ipynb'
+    code = lambda s: {'cell_type': 'code', 'source': s, 'outputs': []}
+    nb.write_text(json.dumps({'cells': [code('#| hide\ndef said(e): print(e)'), code('said(1)'), code('#| export\ndef f(): pass'), code('f()')]}))
+    assert hidden_helpers_used(nb) == [(1, ['said'])]
