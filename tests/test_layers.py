@@ -6,7 +6,7 @@ the one import line, `from trn_tutorials.all import *`.
 raises: `TrainArguments` loads transformers, which reads USE_TORCH_XLA once; does importing `all` in a Jupyter kernel
 before `launch` change the run? It launches a real torchrun run after the import and checks what the workers saw.
 """
-import ast, configparser, json, os, re, subprocess, sys, textwrap
+import ast, configparser, json, os, re, subprocess, sys, textwrap, types
 from pathlib import Path
 
 import pytest
@@ -62,7 +62,11 @@ def test_all_names_from_their_defining_module():
     wrong = []
     for name, mod in imported.items():
         obj = getattr(everything, name)
-        home = getattr(obj, '__module__', None)
+        if isinstance(obj, (type, types.FunctionType)): home = obj.__module__
+        else:   # a constant (EMOTION_LABELS): the module whose top level assigns it
+            home = next((f'trn_tutorials.{p.stem}' for p in sorted(PKG.glob('*.py')) if p.stem not in ('all', '_modidx')
+                         and name in {t.id for n in ast.parse(p.read_text()).body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}), None)
         if home != f'trn_tutorials.{mod}': wrong.append(f'{name}: imported from {mod}, defined in {home}')
     assert not wrong, 'import each name from the module that defines it:\n' + '\n'.join(wrong)
 
