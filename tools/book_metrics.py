@@ -7,7 +7,8 @@ cell that uses it, how long the exported cells are, and how long the sentences a
 Definitions (cells counted from 0, as in the notebook's JSON):
 - result: the first visible code cell that calls a name the chapter's own module exports (`#| default_exp`) and has a
   stored output; for a notebook without a module, any name the package exports. `-` when there is none.
-- run: the longest run of exported cells with no visible cell in between that uses a name those cells define.
+- run: the longest run of exported cells with no visible cell in between that uses a name those cells define (a
+  `!trn-tutorials CMD` line uses `CMD_cmd`).
 - exported cell lines: code lines of the `#| export`/`#| exports`/`#| exporti` cells (no blank lines, no `#|` lines).
 - sentences: the markdown cells' prose (code, tables, headings and link targets left out), split at . ! ? and at
   paragraph and list breaks; words are runs of letters or digits.
@@ -121,7 +122,8 @@ def measure(nb_path, pkg=None):
             lines.append(sum(1 for l in s.split('\n') if l.strip() and not l.lstrip().startswith('#|')))
             continue
         if HIDDEN.search(s): continue
-        if run and used(tree) & run_names: run, run_names = 0, set()
+        shell = {c.replace('-', '_') + '_cmd' for c in re.findall(r'^\s*!trn-tutorials\s+([a-z][\w-]*)', s, re.M)}   # `!trn-tutorials detect` uses `detect_cmd`
+        if run and (used(tree) | shell) & run_names: run, run_names = 0, set()
         if result is None and c.get('outputs') and called(tree) & own: result = i
     words = [n for c in cells if c['cell_type'] == 'markdown' for n in sentences(src(c))]
     share = lambda k: round(100 * sum(n > k for n in words) / len(words), 1) if words else 0.0
