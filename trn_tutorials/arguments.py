@@ -9,9 +9,8 @@ from dataclasses import MISSING, dataclass, field, replace
 from fastcore.basics import patch
 from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
-from .backends import BACKENDS
+from .backends import BACKENDS, XLA_BACKENDS
 from .core import Limit, UsageError, check_numbers, documented, field_help
-from .backends import XLA_BACKENDS
 
 # %% auto #0
 __all__ = ['TRAIN_LIMITS', 'ALIASES', 'SECRETS', 'TRAINER_FIELDS', 'OUR_FIELDS', 'DONE_ANYWAY', 'REFUSED', 'TRACKERS',

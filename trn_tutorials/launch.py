@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fastcore.basics import patch
-from .backends import (Accelerator, check_backend, detect, run_cost, set_backend_env,
-                                    instance_type as _instance_type)
+from .backends import (Accelerator, check_backend, detect, run_cost, set_backend_env, instance_type as
+                                    _instance_type, XLA_BACKENDS)
 from .core import (Limit, UsageError, check_number, check_numbers, die_with_parent, documented, folder_lock, lock_holder,
                                 reading, stop_signals_as_ctrl_c)
 from .data import load_prepared
@@ -19,7 +19,6 @@ from .live_progress import Progress, in_notebook   # here too: `from trn_tutoria
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
 from .train import (LOCK_ENV, check_batch, check_model, check_output_dir, check_problem_type,
                                  claim_output_dir, check_workers)
-from .backends import XLA_BACKENDS
 from .progress import MULTI_LABEL, PROGRESS_ENV, REGRESSION, SINGLE, problem_of
 from .checkpoints import newest_complete, resume_from
 from .torchrun import (alive, cache_status, compile_cache, end_tree, failure_records, graphs_from_cache,

@@ -13,13 +13,11 @@ import torch
 import torch.distributed as dist
 
 from .core import UsageError, check_numbers, documented, parse_args
-from .backends import check_backend, set_backend_env
+from .backends import check_backend, set_backend_env, XLA_BACKENDS
 from .data import load_prepared
-from .progress import metrics_text
-from .backends import XLA_BACKENDS
+from .progress import metrics_text, package_versions, classification_metrics, majority_baseline
 from .train import check_workers
 from .samplers import PaddedRows
-from .progress import package_versions, classification_metrics, majority_baseline
 from .trainer import xla_compiles
 
 # %% auto #0
