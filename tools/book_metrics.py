@@ -5,8 +5,13 @@ cell that uses it, how long the exported cells are, and how long the sentences a
     .venv/bin/python tools/book_metrics.py --json   # the same numbers as JSON
 
 Definitions (cells counted from 0, as in the notebook's JSON):
-- result: the first visible code cell that calls a name the chapter's own module exports (`#| default_exp`) and has a
-  stored output; for a notebook without a module, any name the package exports. `-` when there is none.
+- result: the first visible code cell that shows the chapter's step working: it calls a name the chapter's own module
+  exports (`#| default_exp`; for a notebook without a module, any name the package exports), runs that module
+  (`!torchrun ... -m trn_tutorials.MODULE`) or a CLI command it defines (`!trn-tutorials CMD` for `CMD_cmd`), and it or the
+  next visible code cell has a stored output (a `#| neuron`/`#| aws` call whose output the next cell shows). `-` when
+  there is none.
+- shown: the same cell's place among the cells the page renders (markdown, visible code, and exported cells that
+  define a public name, which nbdev documents); hidden cells, `#| default_exp` and import-only exported cells render nothing.
 - run: the longest run of exported cells with no visible cell in between that uses a name those cells define (a
   `!trn-tutorials CMD` line uses `CMD_cmd`).
 - exported cell lines: code lines of the `#| export`/`#| exports`/`#| exporti` cells (no blank lines, no `#|` lines).
@@ -112,23 +117,33 @@ def measure(nb_path, pkg=None):
     for c in cells:
         if c['cell_type'] == 'code' and EXPORT.search(src(c)): exported |= defined(code_of(src(c)))
     own = exported if module else (pkg if pkg is not None else package_names())
-    result, run, longest, run_names, lines = None, 0, 0, set(), []
+    result, shown, rendered, pending, run, longest, run_names, lines = None, None, [], None, 0, 0, set(), []
     for i, c in enumerate(cells):
-        if c['cell_type'] != 'code': continue
         s = src(c)
+        if c['cell_type'] != 'code':
+            if s.strip(): rendered.append(i)
+            continue
         tree = code_of(s)
         if EXPORT.search(s):
             run += 1; longest = max(longest, run); run_names |= defined(tree)
             lines.append(sum(1 for l in s.split('\n') if l.strip() and not l.lstrip().startswith('#|')))
+            if any(not n.startswith('_') for n in defined(tree)) or re.search(r'^#\|\s*exports\s*$', s, re.M): rendered.append(i)
             continue
         if HIDDEN.search(s): continue
+        rendered.append(i)
         shell = {c.replace('-', '_') + '_cmd' for c in re.findall(r'^\s*!trn-tutorials\s+([a-z][\w-]*)', s, re.M)}   # `!trn-tutorials detect` uses `detect_cmd`
         if run and (used(tree) | shell) & run_names: run, run_names = 0, set()
-        if result is None and c.get('outputs') and called(tree) & own: result = i
+        if result is None:
+            runs_module = module is not None and re.search(rf'^\s*!torchrun\b.*-m\s+trn_tutorials\.{module}\b', s, re.M | re.S)
+            step = bool(called(tree) & own or shell & own or runs_module)
+            if c.get('outputs') and step: result = i
+            elif c.get('outputs') and pending is not None: result = pending   # the call's output, shown by the next cell
+            else: pending = i if step else None
+    if result is not None: shown = rendered.index(result)
     words = [n for c in cells if c['cell_type'] == 'markdown' for n in sentences(src(c))]
     share = lambda k: round(100 * sum(n > k for n in words) / len(words), 1) if words else 0.0
     return dict(chapter=str(Path(nb_path).relative_to(ROOT / 'nbs')) if ROOT / 'nbs' in Path(nb_path).parents else str(nb_path),
-                module=module, cells=len(cells), result=result, export_run=longest, exported_cells=len(lines),
+                module=module, cells=len(cells), result=result, shown=shown, rendered=len(rendered), export_run=longest, exported_cells=len(lines),
                 export_median=statistics.median(lines) if lines else 0, export_longest=max(lines, default=0),
                 sentences=len(words), words_median=statistics.median(words) if words else 0,
                 over40_pct=share(40), over30_pct=share(30), words=sum(words))
@@ -143,15 +158,16 @@ def totals(rows):
 
 
 def table(rows):
-    head = f"{'chapter':34} {'result':>11} {'run':>4} {'exp med/max':>11} {'w/sent med':>10} {'>40%':>5} {'>30%':>5} {'words':>6}"
+    head = f"{'chapter':34} {'result':>11} {'shown':>7} {'run':>4} {'exp med/max':>11} {'w/sent med':>10} {'>40%':>5} {'>30%':>5} {'words':>6}"
     out = [head, '-' * len(head)]
     for r in rows:
         res = f"{r['result']}/{r['cells']}" if r['result'] is not None else f"-/{r['cells']}"
-        out.append(f"{r['chapter']:34} {res:>11} {r['export_run']:>4} {r['export_median']:>5g}/{r['export_longest']:<5} "
+        sh = f"{r['shown']}/{r['rendered']}" if r['shown'] is not None else f"-/{r['rendered']}"
+        out.append(f"{r['chapter']:34} {res:>11} {sh:>7} {r['export_run']:>4} {r['export_median']:>5g}/{r['export_longest']:<5} "
                    f"{r['words_median']:>10g} {r['over40_pct']:>5} {r['over30_pct']:>5} {r['words']:>6}")
     t = totals(rows)
     out.append('-' * len(head))
-    out.append(f"{'ALL':34} {'':>11} {t['export_run']:>4} {'':11} {'':>10} {t['over40_pct']:>5} {t['over30_pct']:>5} {t['words']:>6}")
+    out.append(f"{'ALL':34} {'':>11} {'':>7} {t['export_run']:>4} {'':11} {'':>10} {t['over40_pct']:>5} {t['over30_pct']:>5} {t['words']:>6}")
     return '\n'.join(out)
 
 
