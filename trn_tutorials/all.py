@@ -8,8 +8,8 @@ __all__ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scr
            'InstanceArguments', 'launch_instance', 'find_instance', 'find_instances', 'ssh_command', 'run_remote',
            'Tunnel', 'stop_all', 'open_jupyter', 'EMOTION_LABELS', 'load_raw', 'sample_data', 'DataArguments',
            'prepare', 'load_prepared', 'rows_for_texts', 'TrainArguments', 'train', 'launch', 'stop', 'Results',
-           'precompile', 'JobArguments', 'sm_train', 'submit', 'wait_job', 'job_results', 'deploy', 'predict', 'delete',
-           'hf_deploy', 'cleanup', 'leftovers']
+           'precompile', 'classify', 'ClassifyArguments', 'JobArguments', 'sm_train', 'submit', 'wait_job',
+           'job_results', 'deploy', 'predict', 'delete', 'hf_deploy', 'cleanup', 'leftovers']
 
 # %% ../nbs/reference/architecture.ipynb #7c2f1bd6
 from .core import UsageError, reader_folder, reader_contents, made_before, scratch
@@ -27,6 +27,7 @@ from .arguments import TrainArguments
 from .train import train
 from .launch import launch, stop, Results
 from .precompile import precompile
+from .predict import classify, ClassifyArguments
 from .training_job import JobArguments, sm_train, submit, wait_job, job_results
 from .endpoint import deploy, predict, delete
 from .hf_endpoint import hf_deploy
@@ -38,5 +39,5 @@ _all_ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scrat
          'InstanceArguments', 'launch_instance', 'find_instance', 'find_instances', 'ssh_command',
          'run_remote', 'Tunnel', 'stop_all', 'open_jupyter', 'EMOTION_LABELS', 'load_raw', 'sample_data',
          'DataArguments', 'prepare', 'load_prepared', 'rows_for_texts', 'TrainArguments', 'train', 'launch',
-         'stop', 'Results', 'precompile', 'JobArguments', 'sm_train', 'submit', 'wait_job', 'job_results',
-         'deploy', 'predict', 'delete', 'hf_deploy', 'cleanup', 'leftovers']
+         'stop', 'Results', 'precompile', 'classify', 'ClassifyArguments', 'JobArguments', 'sm_train', 'submit',
+         'wait_job', 'job_results', 'deploy', 'predict', 'delete', 'hf_deploy', 'cleanup', 'leftovers']

@@ -17,9 +17,10 @@ from .models import default_model, hub_reachable, short_path
 
 # %% auto #0
 __all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted',
-           'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd',
-           'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd', 'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd',
-           'keep_user_data', 'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
+           'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'predict_kept', 'predict_cmd',
+           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd',
+           'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data', 'packs_by_default', 'packed_batch',
+           'quickstart', 'command', 'disk_full', 'run', 'main']
 
 # %% ../nbs/reference/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
@@ -83,6 +84,24 @@ def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
     for k, v in res.rows():   # e.g. no better than the majority label: the cause and the fix, where a terminal shows it
         if k == 'warning': print(f"warning: {v}", file=sys.stderr)
     return {k: v for k, v in asdict(res).items() if k != 'metrics'}
+
+# %% ../nbs/reference/07_cli.ipynb #3400516e
+def predict_kept(output:str|None # predict's --output; `None`: the rows went to stdout
+                ) -> str:
+    "What a `predict` stopped by Ctrl-C left in its output file: whole rows only, and how to continue."
+    if not output or not os.path.exists(output): return "no rows were kept: run the same command again"
+    rows = Path(output).read_bytes().count(b'\n') - (output.lower().endswith('.csv'))
+    return f"{os.path.abspath(output)} keeps {max(rows, 0)} complete rows: run the same command again to continue after them"
+
+def predict_cmd(a:ClassifyArguments) -> dict:
+    "Classify texts with a trained model folder; rows to --output (.jsonl, .csv) or to stdout as JSON lines (see the predict chapter)."
+    from trn_tutorials.predict import classify
+    import transformers
+    transformers.utils.logging.disable_progress_bar()   # stderr is for the summary, or the one line of an error
+    with interrupted(lambda: predict_kept(a.output)): res = classify(**asdict(a))
+    for r in res.rows or []: print(json.dumps(r))
+    print(res, file=sys.stderr)
+    return {k: v for k, v in asdict(res).items() if k != 'rows'}
 
 # %% ../nbs/reference/07_cli.ipynb #4fb7cf2d
 def up_cmd(a:InstanceArguments) -> dict:
@@ -317,6 +336,7 @@ COMMANDS = {   # name: (function, its options: 'module:Class' imported when the 
     'status':     ('status_cmd', ['instance:StatusArguments'], "this project's instances and their cost so far"),
     'tunnel':     ('tunnel_cmd', ['instance:StatusArguments', 'remote_jupyter:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
     'down':       ('down_cmd', ['cleanup:CleanupArguments'], 'terminate and delete what up created; prove nothing is left'),
+    'predict':    ('predict_cmd', ['predict:ClassifyArguments'], 'classify texts here with a trained model folder: JSON lines or CSV, long texts in windows'),
     'sm-train':   ('sm_train_cmd', ['arguments:TrainArguments', 'training_job:JobArguments'], 'train as a SageMaker training job on ml.trn1 (--dry_run: print the request)'),
     'sm-deploy':  ('sm_deploy_cmd', ['DeployArguments'], 'deploy a fine-tuned model to a SageMaker real-time endpoint'),
     'sm-predict': ('sm_predict_cmd', ['PredictArguments'], 'ask an endpoint to classify texts'),

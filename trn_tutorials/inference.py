@@ -10,7 +10,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['JSON', 'PAIR', 'USAGE', 'PROBLEM_TYPES', 'TORCHSCRIPT', 'TRACE_INFO', 'BATCH_SIZE', 'RequestError',
            'ModelFolderError', 'check_model_folder', 'padded_lengths', 'Classifier', 'model_fn', 'texts_of', 'input_fn',
-           'predict_fn', 'output_fn']
+           'batch_logits', 'predict_fn', 'output_fn']
 
 # %% ../nbs/internals/11_inference.ipynb #3cabafd8
 try:   # in the serving container: the toolkit answers this error class with its status code
@@ -241,32 +241,37 @@ def _answers(logits, clf:Classifier) -> list[dict]:
     score, label = torch.softmax(x, dim=-1).max(dim=-1)
     return [{'label': clf.labels[l], 'score': round(s, 4)} for s, l in zip(score.tolist(), label.tolist())]
 
+def batch_logits(enc:list[dict], # the rows of one batch, tokenized and unpadded: `input_ids` and, where the tokenizer gives them, `token_type_ids`
+                 model:Classifier # from `model_fn`
+                ):
+    "The logits of one batch, its rows padded to the shortest recorded length that holds the longest (`predict` runs its windows through it too)."
+    import torch
+    tok = model.tokenizer
+    n = _pad_to(max(len(e['input_ids']) for e in enc), model)
+    pad = lambda key, fill: torch.tensor([e[key] + [fill] * (n - len(e[key])) for e in enc], device=model.device)
+    input_ids = pad('input_ids', tok.pad_token_id)
+    mask = torch.tensor([[1] * len(e['input_ids']) + [0] * (n - len(e['input_ids'])) for e in enc], device=model.device)
+    with torch.inference_mode():
+        if model.traced: res = model.model(input_ids, mask)   # a trace of a model with segment ids derives them from the [SEP]
+        else:
+            types = {'token_type_ids': pad('token_type_ids', getattr(tok, 'pad_token_type_id', 0))} if model.segment_ids else {}
+            res = model.model(input_ids=input_ids, attention_mask=mask, **types)
+    return res['logits'] if isinstance(res, dict) else res[0] if isinstance(res, (tuple, list)) else getattr(res, 'logits', res)
+
 def predict_fn(data:list, # texts and sentence pairs, from `input_fn`
                model:Classifier, # from `model_fn`
                context=None # the model server's context (unused)
               ) -> list[dict]:
     "The answer for each text or pair: `{'label', 'score'}` (the most likely label, or a regression's value), or `{'labels', 'scores'}` (multi-label)."
-    import torch
     if not model.pairs and any(isinstance(d, dict) for d in data):
         raise RequestError(400, f"this endpoint serves a {TORCHSCRIPT} traced without segment ids, which would score a sentence pair as "
                                 "one text: send single texts, or trace the model again (trace(model_dir)) and deploy it")
-    tok = model.tokenizer
-    enc = _encode(tok, list(data), model.max_length)
+    enc = _encode(model.tokenizer, list(data), model.max_length)
     order = sorted(range(len(enc)), key=lambda i: len(enc[i]['input_ids']))
     out = [None] * len(enc)
     for b in range(0, len(order), BATCH_SIZE):
         rows = order[b:b + BATCH_SIZE]
-        n = _pad_to(max(len(enc[i]['input_ids']) for i in rows), model)
-        pad = lambda key, fill: torch.tensor([enc[i][key] + [fill] * (n - len(enc[i][key])) for i in rows], device=model.device)
-        input_ids = pad('input_ids', tok.pad_token_id)
-        mask = torch.tensor([[1] * len(enc[i]['input_ids']) + [0] * (n - len(enc[i]['input_ids'])) for i in rows], device=model.device)
-        with torch.inference_mode():
-            if model.traced: res = model.model(input_ids, mask)   # a trace of a model with segment ids derives them from the [SEP]
-            else:
-                types = {'token_type_ids': pad('token_type_ids', getattr(tok, 'pad_token_type_id', 0))} if model.segment_ids else {}
-                res = model.model(input_ids=input_ids, attention_mask=mask, **types)
-        logits = res['logits'] if isinstance(res, dict) else res[0] if isinstance(res, (tuple, list)) else getattr(res, 'logits', res)
-        for i, a in zip(rows, _answers(logits, model)): out[i] = a
+        for i, a in zip(rows, _answers(batch_logits([enc[i] for i in rows], model), model)): out[i] = a
     return out
 
 
