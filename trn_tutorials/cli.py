@@ -96,8 +96,8 @@ def predict_kept(output:str|None # predict's --output; `None`: the rows went to 
 def predict_cmd(a:ClassifyArguments) -> dict:
     "Classify texts with a trained model folder; rows to --output (.jsonl, .csv) or to stdout as JSON lines (see the predict chapter)."
     from trn_tutorials.predict import classify
-    import transformers
-    transformers.utils.logging.disable_progress_bar()   # stderr is for the summary, or the one line of an error
+    import datasets, transformers
+    datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()   # stderr is for the summary, or an error's line
     with interrupted(lambda: predict_kept(a.output)): res = classify(**asdict(a))
     for r in res.rows or []: print(json.dumps(r))
     print(res, file=sys.stderr)

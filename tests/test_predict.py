@@ -1,0 +1,238 @@
+"""`trn-tutorials predict` (trn_tutorials.predict) on a tiny BERT trained here: the same answers as the serving handler,
+long texts in windows, an output continued after a stop, foreign outputs refused, bad input in one line before the model
+loads, JSON lines and CSV, stdin through the command."""
+import csv, json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+import pytest
+
+import trn_tutorials.predict as predict_mod
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.backends import Accelerator
+from trn_tutorials.cli import predict_kept
+from trn_tutorials.core import UsageError
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.inference import TORCHSCRIPT, TRACE_INFO, model_fn, predict_fn
+from trn_tutorials.launch import launch
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.predict import ClassifyArguments, classify, record_path, rows_done, windows
+
+SCORE_TOL = 1.0001e-4   # both round to 4 places
+CLI = [sys.executable, '-c', 'from trn_tutorials.cli import main; main()', 'predict']
+LONG = ' '.join(['i feel sad and lonely'] * 30)   # 151 tokens: several windows of 40
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    "A tiny BERT fine-tuned by `launch` (torchrun, CPU) on the bundled sample, in buckets of three lengths (the longest 40)."
+    tmp = tmp_path_factory.mktemp('predict')
+    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
+    prepare(DataArguments(data=sample_data(), model_id=tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS),
+                          dataset_path=str(tmp/'data'), buckets=3))
+    launch(TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), max_steps=30, learning_rate=3e-3,
+                          per_device_train_batch_size=16, save_steps=0), echo=False)
+    return tmp/'model'
+
+
+@pytest.fixture(scope='module')
+def many(trained):
+    "A text file of 6,000 tweets (the sample's train split, repeated), in emotion's `text;label` lines."
+    lines = Path(sample_data(), 'train.txt').read_text().splitlines()
+    f = trained.parent/'many.txt'
+    f.write_text('\n'.join((lines * 17)[:6000]) + '\n')
+    return f
+
+
+def cli(*args, stdin=None, **kw):
+    return subprocess.run([*CLI, *map(str, args)], input=stdin, capture_output=True, text=True,
+                          env={**os.environ, 'OMP_NUM_THREADS': '1'}, **kw)
+
+
+def jsonl(f): return [json.loads(l) for l in Path(f).read_text().splitlines()]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# answers
+# ---------------------------------------------------------------------------------------------------------------
+def test_the_same_answers_as_the_serving_handler(trained):
+    texts = load_raw(sample_data())['test']['text'][:40]
+    res = classify(str(trained), text=texts)
+    want = predict_fn(texts, model_fn(str(trained)))
+    assert [r['row'] for r in res.rows] == list(range(40)) and res.longer == 0 and res.windows == 40
+    assert [r['label'] for r in res.rows] == [w['label'] for w in want]
+    assert max(abs(r['score'] - w['score']) for r, w in zip(res.rows, want)) <= SCORE_TOL
+    for r in res.rows:
+        assert set(r['probabilities']) == set(EMOTION_LABELS) and abs(sum(r['probabilities'].values()) - 1) < 1e-3
+        assert r['score'] == max(r['probabilities'].values()) == r['probabilities'][r['label']]
+
+
+def test_a_long_text_is_classified_in_windows_and_their_probabilities_averaged(trained):
+    import torch
+    clf = predict_mod.load(str(trained))
+    assert clf.max_length == 40
+    res = classify(str(trained), text=['i feel happy', LONG])
+    assert [r['windows'] for r in res.rows] == [1, 5] and res.longer == 1 and res.windows == 6 and res.stride == 10
+    assert '1 longer than 40 tokens were split into overlapping windows' in str(res)
+    enc, owner, longer = windows([LONG], clf.tokenizer, 40, 10)
+    assert len(enc) == 5 and owner == [0] * 5 and longer == 1 and all(len(e['input_ids']) <= 40 for e in enc)
+    ids = [clf.tokenizer.convert_ids_to_tokens(e['input_ids']) for e in enc]
+    assert all(a[-11:-1] == b[1:11] for a, b in zip(ids, ids[1:]))   # each window shares `stride` tokens with the one before
+    p = torch.softmax(predict_mod.batch_logits(enc, clf).float(), -1).mean(0)   # the mean of the windows' softmax
+    assert max(abs(res.rows[1]['probabilities'][n] - v) for n, v in zip(clf.labels, p.tolist())) <= SCORE_TOL
+    cut = classify(str(trained), text=['i feel happy', LONG], truncate=True)
+    assert [r['windows'] for r in cut.rows] == [1, 1] and cut.longer == 1 and '1 longer than 40 tokens were cut' in str(cut)
+    want = predict_fn([LONG], model_fn(str(trained)))[0]   # what the handler does: cut at the longest length
+    assert cut.rows[1]['label'] == want['label'] and abs(cut.rows[1]['score'] - want['score']) <= SCORE_TOL
+    assert classify(str(trained), text=[LONG], stride=0).rows[0]['windows'] == 4   # no overlap: fewer windows
+
+
+def test_jsonl_and_csv_hold_the_same_rows(trained, tmp_path):
+    a = classify(str(trained), data=sample_data(), split='test', output=str(tmp_path/'p.jsonl'))
+    b = classify(str(trained), data=sample_data(), split='test', output=str(tmp_path/'p.csv'))
+    assert a.texts == b.texts == 72 and a.done_before == b.done_before == 0
+    rows = list(csv.DictReader(open(tmp_path/'p.csv')))
+    assert list(rows[0]) == ['row', 'label', 'score', 'windows', *EMOTION_LABELS]
+    for j, c in zip(jsonl(tmp_path/'p.jsonl'), rows):
+        assert (j['row'], j['label'], j['score'], j['windows']) == (int(c['row']), c['label'], float(c['score']), int(c['windows']))
+        assert j['probabilities'] == {n: float(c[n]) for n in EMOTION_LABELS}
+    rec = json.loads(record_path(str(tmp_path/'p.csv')).read_text())
+    assert rec['kind'] == 'predictions' and rec['texts'] == 72 and rec['options'] == {'truncate': False, 'stride': 10}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# an output file that continues, and one that is refused
+# ---------------------------------------------------------------------------------------------------------------
+def test_a_killed_run_and_a_half_written_line_continue_to_the_same_file(trained, many, tmp_path):
+    whole = tmp_path/'whole.jsonl'
+    classify(str(trained), data=str(many), output=str(whole), batch_size=16)
+    out = tmp_path/'stopped.jsonl'
+    p = subprocess.Popen([*CLI, '--model_dir', str(trained), '--data', str(many), '--output', str(out), '--batch_size', '16'],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    deadline = time.monotonic() + 120
+    while (not out.exists() or out.read_bytes().count(b'\n') < 512) and time.monotonic() < deadline and p.poll() is None: time.sleep(0.02)
+    p.send_signal(signal.SIGKILL); p.wait()
+    kept = out.read_bytes().count(b'\n')
+    assert 512 <= kept < 6000, kept   # killed in the middle
+    with open(out, 'a') as f: f.write('{"row": ' + str(kept) + ', "label": "jo')   # and a line cut in the middle
+    res = cli('--model_dir', trained, '--data', many, '--output', out, '--batch_size', 16)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count('\n') == 1, res.stderr   # the summary only: no progress bars where stderr is not a terminal
+    assert f"({kept} were there already)" in res.stderr and f"classified {6000 - kept} texts" in res.stderr
+    assert out.read_text() == whole.read_text()
+    again = cli('--model_dir', trained, '--data', many, '--output', out)   # complete: nothing to do, nothing changed
+    assert again.returncode == 0 and 'holds all 6000 rows already' in again.stderr and out.read_text() == whole.read_text()
+
+
+def test_csv_continues_after_a_cut_header_and_rows(trained, tmp_path):
+    out, whole = tmp_path/'p.csv', tmp_path/'whole.csv'
+    classify(str(trained), data=sample_data(), split='train', output=str(whole))
+    for cut in (30, 5000):   # inside the header; inside a row
+        body = whole.read_text()
+        out.write_text(body[:cut]); record_path(str(out)).write_text(record_path(str(whole)).read_text())
+        res = classify(str(trained), data=sample_data(), split='train', output=str(out), batch_size=7)
+        assert out.read_text() == body and res.done_before == max(body[:cut].count('\n') - 1, 0)
+
+
+def test_an_output_of_another_model_or_input_or_not_ours_is_refused_untouched(trained, tmp_path):
+    out = tmp_path/'p.jsonl'
+    classify(str(trained), data=sample_data(), split='test', output=str(out))
+    body = out.read_bytes()
+    refused = [dict(data=sample_data(), split='validation'),   # other texts
+               dict(data=sample_data(), split='test', truncate=True)]   # other options
+    for kw in refused:
+        with pytest.raises(UsageError) as e: classify(str(trained), output=str(out), **kw)
+        assert '\n' not in str(e.value) and 'pass another --output, or delete' in str(e.value)
+    other = tmp_path/'other-model'   # the same model trained again: new weights
+    import shutil; shutil.copytree(trained, other)
+    os.utime(other/'model.safetensors', ns=(1, 1))
+    with pytest.raises(UsageError, match='holds predictions of another model'): classify(str(other), data=sample_data(), split='test', output=str(out))
+    mine = tmp_path/'mine.csv'; mine.write_text('my,own\n1,2\n')   # a file predict did not write
+    with pytest.raises(UsageError, match=r'exists and was not written by predict \(no mine.csv.record.json beside it\): pass another --output, or delete it'):
+        classify(str(trained), text=['hi'], output=str(mine))
+    assert out.read_bytes() == body and mine.read_text() == 'my,own\n1,2\n'
+    r = cli('--model_dir', trained, '--data', sample_data(), '--split', 'validation', '--output', out)
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'trn-tutorials predict: error:' in r.stderr
+
+
+def test_rows_done_drops_only_the_half_line(tmp_path):
+    out = tmp_path/'p.jsonl'
+    rec = {'model': 'm', 'input': 'i', 'options': {}}
+    assert rows_done(str(out), rec) == 0
+    out.write_text('{"row": 0}\n{"row": 1}\n{"ro'); record_path(str(out)).write_text(json.dumps(rec))
+    assert rows_done(str(out), rec) == 2 and out.read_text() == '{"row": 0}\n{"row": 1}\n'
+    assert predict_kept(str(out)).endswith('keeps 2 complete rows: run the same command again to continue after them')
+    assert predict_kept(None) == 'no rows were kept: run the same command again'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bad input: one line, before the model loads
+# ---------------------------------------------------------------------------------------------------------------
+def test_bad_input_is_one_line_before_the_model_loads(trained, tmp_path, monkeypatch):
+    def no_load(*a, **kw): raise AssertionError('the model was loaded')
+    monkeypatch.setattr(predict_mod, 'load', no_load)
+    (tmp_path/'tweets.csv').write_text('tweet,id\ni feel great,1\n')
+    (tmp_path/'empty.txt').write_text('')
+    (tmp_path/'blank.csv').write_text('text\n')
+    (tmp_path/'no-weights').mkdir(); (tmp_path/'no-weights'/'config.json').write_text('{}')
+    m = str(trained)
+    cases = [
+        (dict(model_dir=str(tmp_path/'nothing'), text=['hi']), 'has no config.json: pass the folder a model was saved to'),
+        (dict(model_dir=str(tmp_path/'no-weights'), text=['hi']), 'has no weights'),
+        (dict(model_dir=m, data=str(tmp_path/'tweets.csv')), "has no column 'text' (its columns: tweet, id): pass the one holding the texts with --text_column NAME"),
+        (dict(model_dir=m, data=str(tmp_path/'empty.txt')), 'is empty'),
+        (dict(model_dir=m, data=str(tmp_path/'blank.csv')), 'has column names but no rows: add rows'),
+        (dict(model_dir=m, text=[]), 'holds no texts: give at least one'),
+        (dict(model_dir=m, text=['hi'], output=str(tmp_path/'p.txt')), 'ends with .txt: name a .jsonl or a .csv file'),
+        (dict(model_dir=m), 'pass the texts: --data FILE (or - for stdin), or --text'),
+        (dict(model_dir=m, text=['hi'], data=sample_data()), 'not both'),
+        (dict(model_dir=m, data=sample_data()), 'holds the splits train, validation, test: pass one with --split, e.g. --split test'),
+        (dict(model_dir=m, data=sample_data(), split='dev'), "has no split 'dev'"),
+        (dict(model_dir=m, data=str(tmp_path/'missing.csv')), 'no such file or folder'),
+        (dict(model_dir=m, text=['hi'], stride=30), '--stride 30 is out of range'),
+        (dict(model_dir=m, text=['hi'], text_column=['a', 'b', 'c']), 'name one, or two for a sentence pair'),
+    ]
+    for kw, says in cases:
+        with pytest.raises(UsageError) as e: classify(**kw)
+        assert says in str(e.value) and '\n' not in str(e.value), (kw, str(e.value))
+    with pytest.raises(UsageError, match='--batch_size 0 is out of range'): ClassifyArguments(model_dir=m, text=['hi'], batch_size=0)
+
+
+def test_the_text_column_option_and_sentence_pairs(trained, tmp_path):
+    (tmp_path/'tweets.csv').write_text('tweet,id\ni feel great,1\ni am scared,2\n')
+    res = classify(str(trained), data=str(tmp_path/'tweets.csv'), text_column=['tweet'])
+    assert [r['label'] for r in res.rows] == [p['label'] for p in predict_fn(['i feel great', 'i am scared'], model_fn(str(trained)))]
+    (tmp_path/'pairs.jsonl').write_text(json.dumps({'a': 'i feel', 'b': 'great'}) + '\n')
+    pair = classify(str(trained), data=str(tmp_path/'pairs.jsonl'), text_column=['a', 'b'])
+    want = predict_fn([{'text': 'i feel', 'text_pair': 'great'}], model_fn(str(trained)))[0]
+    assert pair.rows[0]['label'] == want['label'] and abs(pair.rows[0]['score'] - want['score']) <= SCORE_TOL
+
+
+def test_on_neuron_only_a_compiled_model_runs(trained, tmp_path, monkeypatch):
+    monkeypatch.setattr(predict_mod, 'detect', lambda: Accelerator('neuron', 2, '2 NeuronCore(s)', 2))
+    with pytest.raises(UsageError) as e: classify(str(trained), text=['hi'])
+    msg = str(e.value)
+    assert msg.startswith('on Neuron, predict runs the compiled model and') and 'from trn_tutorials.torchscript import trace; trace(' in msg
+    assert msg.endswith("neuron=True)\"") and '\n' not in msg
+    d = tmp_path/'compiled'
+    import shutil; shutil.copytree(trained, d)
+    (d/TORCHSCRIPT).write_bytes(b'')
+    (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch_neuronx 2.9.0', 'lengths': [40]}))
+    assert predict_mod.check_model(str(d), 'neuron') == EMOTION_LABELS
+    assert predict_mod.default_batch_size('neuron', 128) == 128 and predict_mod.default_batch_size('cpu', 40) == 102
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the command
+# ---------------------------------------------------------------------------------------------------------------
+def test_stdin_through_the_command(trained, tmp_path):
+    r = cli('--model_dir', trained, '--data', '-', stdin='i feel so happy today\n\ni am scared of the dark\n')
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in r.stdout.splitlines()]
+    want = predict_fn(['i feel so happy today', 'i am scared of the dark'], model_fn(str(trained)))
+    assert [x['row'] for x in rows] == [0, 1] and [x['label'] for x in rows] == [w['label'] for w in want]
+    assert r.stderr.startswith('classified 2 texts with the eager model on cpu') and r.stderr.count('\n') == 1
+    empty = cli('--model_dir', trained, '--data', '-', stdin='')
+    assert empty.returncode == 2 and empty.stderr == 'trn-tutorials predict: error: stdin holds no texts: give at least one (one text a line)\n'
+    inline = cli('--model_dir', trained, '--text', 'i feel great', 'i am sad', '--output', tmp_path/'p.csv')
+    assert inline.returncode == 0 and len(list(csv.DictReader(open(tmp_path/'p.csv')))) == 2 and inline.stdout == ''
