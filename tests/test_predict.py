@@ -124,6 +124,20 @@ def test_a_killed_run_and_a_half_written_line_continue_to_the_same_file(trained,
     assert again.returncode == 0 and 'holds all 6000 rows already' in again.stderr and out.read_text() == whole.read_text()
 
 
+def test_ctrl_c_leaves_whole_rows_and_says_how_to_continue(trained, many, tmp_path):
+    out = tmp_path/'p.csv'
+    p = subprocess.Popen([*CLI, '--model_dir', str(trained), '--data', str(many), '--output', str(out), '--batch_size', '16'],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    deadline = time.monotonic() + 120
+    while (not out.exists() or out.read_bytes().count(b'\n') < 300) and time.monotonic() < deadline and p.poll() is None: time.sleep(0.02)
+    p.send_signal(signal.SIGINT)
+    err = p.communicate(timeout=60)[1]
+    rows = out.read_bytes().count(b'\n') - 1
+    assert p.returncode == 130 and err.count('\n') == 1, err
+    assert f"trn-tutorials predict: interrupted: {out} keeps {rows} complete rows: run the same command again to continue after them: `" in err
+    assert out.read_bytes().endswith(b'\n') and 0 < rows < 6000
+
+
 def test_csv_continues_after_a_cut_header_and_rows(trained, tmp_path):
     out, whole = tmp_path/'p.csv', tmp_path/'whole.csv'
     classify(str(trained), data=sample_data(), split='train', output=str(whole))

@@ -255,6 +255,7 @@ def classify(model_dir:str='runs/emotion-model', # the trained model folder (tra
                          "or save a fast tokenizer there (AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained(...))")
     res.model = f"{('Neuron-compiled ' if neuron_model(model_dir) else 'TorchScript ') + TORCHSCRIPT if clf.traced else 'eager model'} on {clf.device}"
     res.max_length, kind = clf.max_length, Path(output).suffix.lower() if output else None
+    if output: Path(output).parent.mkdir(parents=True, exist_ok=True)
     f = open(output, 'a', encoding='utf-8', newline='') if output else None
     from tqdm.auto import tqdm
     bar = tqdm(total=len(texts), initial=done, unit='text', file=sys.stderr, dynamic_ncols=True,
