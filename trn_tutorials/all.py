@@ -8,7 +8,7 @@ __all__ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scr
            'InstanceArguments', 'launch_instance', 'find_instance', 'find_instances', 'ssh_command', 'run_remote',
            'Tunnel', 'stop_all', 'open_jupyter', 'EMOTION_LABELS', 'load_raw', 'sample_data', 'DataArguments',
            'prepare', 'load_prepared', 'rows_for_texts', 'TrainArguments', 'train', 'launch', 'stop', 'Results',
-           'precompile', 'classify', 'ClassifyArguments', 'JobArguments', 'sm_train', 'submit', 'wait_job',
+           'precompile', 'classify', 'ClassifyArguments', 'verify', 'JobArguments', 'sm_train', 'submit', 'wait_job',
            'job_results', 'deploy', 'predict', 'delete', 'hf_deploy', 'cleanup', 'leftovers']
 
 # %% ../nbs/reference/architecture.ipynb #7c2f1bd6
@@ -28,6 +28,7 @@ from .train import train
 from .launch import launch, stop, Results
 from .precompile import precompile
 from .predict import classify, ClassifyArguments
+from .verify import verify
 from .training_job import JobArguments, sm_train, submit, wait_job, job_results
 from .endpoint import deploy, predict, delete
 from .hf_endpoint import hf_deploy
@@ -39,5 +40,5 @@ _all_ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scrat
          'InstanceArguments', 'launch_instance', 'find_instance', 'find_instances', 'ssh_command',
          'run_remote', 'Tunnel', 'stop_all', 'open_jupyter', 'EMOTION_LABELS', 'load_raw', 'sample_data',
          'DataArguments', 'prepare', 'load_prepared', 'rows_for_texts', 'TrainArguments', 'train', 'launch',
-         'stop', 'Results', 'precompile', 'classify', 'ClassifyArguments', 'JobArguments', 'sm_train', 'submit',
+         'stop', 'Results', 'precompile', 'classify', 'ClassifyArguments', 'verify', 'JobArguments', 'sm_train', 'submit',
          'wait_job', 'job_results', 'deploy', 'predict', 'delete', 'hf_deploy', 'cleanup', 'leftovers']

@@ -16,11 +16,11 @@ from .core import (Limit, UsageError, arguments_of, check_folder, check_numbers,
 from .models import default_model, hub_reachable, short_path
 
 # %% auto #0
-__all__ = ['StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'detect_cmd', 'interrupted',
-           'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'predict_kept', 'predict_cmd',
-           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd',
-           'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data', 'packs_by_default', 'packed_batch',
-           'quickstart', 'command', 'disk_full', 'run', 'main']
+__all__ = ['VerifyArguments', 'StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS',
+           'detect_cmd', 'interrupted', 'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd',
+           'predict_kept', 'predict_cmd', 'verify_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'stop_cmd',
+           'sm_train_cmd', 'sm_deploy_cmd', 'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data',
+           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
 
 # %% ../nbs/reference/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
@@ -103,6 +103,37 @@ def predict_cmd(a:ClassifyArguments) -> dict:
     print(res, file=sys.stderr)
     return {k: v for k, v in asdict(res).items() if k != 'rows'}
 
+# %% ../nbs/reference/07_cli.ipynb #9ca7a055
+def verify_cmd(model_dir:str='runs/emotion-model', # the trained model folder (train's --output_dir)
+               dataset_path:str|None=None, # the prepared data to score; default: the folder the model was trained on (its metrics.json)
+               split:str='test', # the split to score
+               endpoint_url:str|None=None, # a model server to score too: its invocations URL, e.g. http://127.0.0.1:8080/invocations
+               endpoint_name:str|None=None, # a SageMaker endpoint to score too (your AWS credentials)
+               region:str|None=None, # the endpoint's AWS region; default: your AWS configuration
+               max_f1_drop:float=0.01, # how far below the eager model's F1 a form may score
+               batch_size:int=32 # rows a forward pass (and texts a request)
+              ) -> dict:
+    "Score the test split with every served form against the eager model; print the table; refuse (status 2) a form scored too low."
+    from trn_tutorials.verify import verify
+    if endpoint_url and endpoint_name: raise UsageError('pass --endpoint_url or --endpoint_name, not both')
+    endpoint = endpoint_url
+    if endpoint_name:
+        from trn_tutorials.endpoint import predict
+        endpoint = lambda texts: predict(endpoint_name, texts, region)
+    import datasets, transformers
+    datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
+    v = verify(model_dir, dataset_path, split, endpoint, max_f1_drop, batch_size)
+    print(v)
+    fix = {'torchscript': f"make {v.model_dir}/model.pt again with trace('{v.model_dir}'), or delete it to serve the eager weights",
+           'neuron': f"compile {v.model_dir}/model.pt again with trace('{v.model_dir}', neuron=True), or delete it",
+           'endpoint': 'the endpoint serves something else than this folder: deploy the folder again'}
+    if (bad := v.failing()):
+        raise UsageError(f"{', '.join(bad)} scored more than --max_f1_drop {max_f1_drop} below the eager model ({v.metric}, table above): "
+                         f"{'; '.join(fix[b] for b in bad)}; then run this command again")
+    return v.forms
+
+VerifyArguments = arguments_of(verify_cmd, name='VerifyArguments')
+
 # %% ../nbs/reference/07_cli.ipynb #4fb7cf2d
 def up_cmd(a:InstanceArguments) -> dict:
     "Launch a Trn1 instance (see the setup chapter)."
@@ -170,6 +201,7 @@ def sm_deploy_cmd(container:Literal['pytorch', 'huggingface']='pytorch', # pytor
     "Deploy a fine-tuned model to a real-time endpoint (see the endpoint chapter)."
     from trn_tutorials.endpoint import deploy
     from trn_tutorials.hf_endpoint import hf_deploy
+    if container == 'huggingface': kw.pop('max_f1_drop', None)   # its pipeline serves the eager weights: nothing to check against them
     ep = (hf_deploy if container == 'huggingface' else deploy)(model_dir, **kw); print(ep)
     print(f'next: trn-tutorials sm-predict --endpoint_name {ep.name} --text "i feel great"')
     return asdict(ep)
@@ -187,8 +219,9 @@ class DeployArguments:
     run_id: str|None = None   # the run it belongs to (tags, S3 prefix); default: a new one
     bucket: str|None = None   # S3 bucket for model.tar.gz; default: SageMaker's default bucket
     region: str|None = None   # AWS region; default: your AWS configuration
+    max_f1_drop: float = 0.01   # how far below the eager model's F1 the served form may score in the folder's verify.json (`trn-tutorials verify`)
 
-    def __post_init__(self): check_numbers(self, {'instance_count': Limit(1, 100, example=1)})
+    def __post_init__(self): check_numbers(self, {'instance_count': Limit(1, 100, example=1), 'max_f1_drop': Limit(0, 1, example=0.01)})
 
 # %% ../nbs/reference/07_cli.ipynb #c11a0002
 def sm_predict_cmd(endpoint_name:str|None=None, # the endpoint to ask
@@ -337,6 +370,7 @@ COMMANDS = {   # name: (function, its options: 'module:Class' imported when the 
     'tunnel':     ('tunnel_cmd', ['instance:StatusArguments', 'remote_jupyter:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
     'down':       ('down_cmd', ['cleanup:CleanupArguments'], 'terminate and delete what up created; prove nothing is left'),
     'predict':    ('predict_cmd', ['predict:ClassifyArguments'], 'classify texts here with a trained model folder: JSON lines or CSV, long texts in windows'),
+    'verify':     ('verify_cmd', ['VerifyArguments'], 'score the test split with every served form (eager, TorchScript, Neuron, an endpoint) against the trained model'),
     'sm-train':   ('sm_train_cmd', ['arguments:TrainArguments', 'training_job:JobArguments'], 'train as a SageMaker training job on ml.trn1 (--dry_run: print the request)'),
     'sm-deploy':  ('sm_deploy_cmd', ['DeployArguments'], 'deploy a fine-tuned model to a SageMaker real-time endpoint'),
     'sm-predict': ('sm_predict_cmd', ['PredictArguments'], 'ask an endpoint to classify texts'),

@@ -18,6 +18,7 @@ from .models import short_path
 from .inference import JSON, TORCHSCRIPT, TRACE_INFO, RequestError, texts_of
 from .aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .torchscript import model_labels
+from .verify import check_verified, served_form
 from .sagemaker_aws import DLC_ACCOUNTS, SageMakerFinder, check_role, default_bucket, dlc_registry, project_buckets, run_prefix, sm_finder
 
 # %% auto #0
@@ -329,7 +330,8 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
            run_id:str|None=None, # the run it belongs to (tags, S3 prefix); default: a new one
            bucket:str|None=None, # S3 bucket for model.tar.gz; default: SageMaker's default bucket
            region:str|None=None, # AWS region; default: your AWS configuration
-           wait:bool=True # wait until the endpoint is in service
+           wait:bool=True, # wait until the endpoint is in service
+           max_f1_drop:float=0.01 # how far below the eager model's F1 the served form may score in the folder's verify.json (`trn-tutorials verify`)
           ) -> Endpoint:
     "Package `model_dir`, upload it and create a tagged model, endpoint configuration and endpoint; wait until it serves."
     check_number('instance_count', instance_count, int, INSTANCES)
@@ -338,6 +340,8 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
     check_instance_type(instance_type)
     image = inference_image(instance_type, region)
     _ships_trace(model_dir, instance_type, True) if image_kind(instance_type) == 'neuron' else None   # Neuron: a compiled model, or one line
+    form = served_form(model_dir)   # what the archive will serve: a Neuron-compiled model.pt only on a Neuron type
+    check_verified(model_dir, 'eager' if form == 'neuron' and image_kind(instance_type) != 'neuron' else form, max_f1_drop)
     run_id = check_run_id(run_id) if run_id else new_run_id()
     name = check_endpoint_name(endpoint_name or re.sub(r'[^a-zA-Z0-9-]', '-', f'{PROJECT}-{run_id}'), region)
     role_arn = check_role(role, region)
