@@ -9,7 +9,8 @@ starts TorchServe (Java) with the toolkit's handler service. Changed from the im
 folder (the toolkit's own `SAGEMAKER_BASE_DIR`), the port a free one (`SAGEMAKER_BIND_TO_PORT`), the configuration file
 outside /etc and its addresses 127.0.0.1 instead of 0.0.0.0 (the toolkit has no setting for either: its module constant and
 generated text are replaced in the launcher below). Then `/ping`, and `/invocations` with the request `endpoint.predict`
-sends; the answer must be the handler's answer here. The server is always stopped, and no process is left.
+sends; the answer must be the handler's answer here. Then `verify` scores the bundled sample's test split through it beside
+the eager model and the trace: no answer may flip. The server is always stopped, and no process is left.
 
 The stage `STAGES=sm-pytorch-inference bash tools/test.sh` hands this test a fresh copy of the stand-in (the pip install
 goes into that copy, never into the base).
@@ -20,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.verify import verify
 from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package
 from trn_tutorials.torchscript import trace
 from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
@@ -73,7 +76,8 @@ def test_archive_served_by_the_images_torchserve(tmp_path):
     if not shutil.which('java'): pytest.fail('TorchServe needs a Java runtime (Debian: default-jre-headless)', pytrace=False)
 
     # host side: a folder as train leaves it, traced here (this venv's torch), packaged for ml.m5.large, unpacked as /opt/ml/model
-    folder = Path(tiny_bert(tmp_path/'model', 'i feel happy sad angry scared today so very'.split(), labels=EMOTION_LABELS))
+    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})   # verify's texts decode whole
+    folder = Path(tiny_bert(tmp_path/'model', words, labels=EMOTION_LABELS))
     (folder/'metrics.json').write_text(json.dumps({'max_length': 16, 'bucket_lengths': [8, 16], 'label_names': EMOTION_LABELS}))
     want = json.loads(output_fn(predict_fn(TEXTS, model_fn(str(folder))), JSON)[0])   # the eager model's answer, here
     info = trace(str(folder))
@@ -117,6 +121,13 @@ def test_archive_served_by_the_images_torchserve(tmp_path):
         assert status == 200 and ctype.startswith(JSON)
         assert [g['label'] for g in got] == [w['label'] for w in want]
         assert max(abs(g['score'] - w['score']) for g, w in zip(got, want)) <= SCORE_TOL
+        # `verify` through TorchServe: the bundled sample's test split, the served answers beside the eager model and the trace here
+        prepare(DataArguments(data=sample_data(), model_id=str(folder), dataset_path=str(tmp_path/'data'), buckets=2))
+        v = verify(str(folder), str(tmp_path/'data'), endpoint=url + '/invocations', record=False)
+        served = v.forms['endpoint']
+        assert served['status'] == 'ran' and served['flips'] == 0 and served['f1'] == v.forms['eager']['f1'] and not v.failing(), v.table()
+        assert served['max_score_diff'] <= SCORE_TOL and served['texts_as_trained'] == v.rows == 72, served
+        print(v.table())
         bad = urllib.request.Request(url + '/invocations', data=b'{"inputs": [', method='POST', headers={'Content-Type': JSON, 'Accept': JSON})
         with pytest.raises(urllib.error.HTTPError) as e: urllib.request.urlopen(bad, timeout=60)
         assert e.value.code == 400 and e.value.reason.startswith('malformed JSON')
