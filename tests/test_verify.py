@@ -189,3 +189,15 @@ def test_deploy_refuses_a_form_verify_failed_before_anything_is_made(trained, mo
         deploy(str(d), role='arn:aws:iam::123456789012:role/r', region='us-east-1')
     assert boto3.client('sagemaker', region_name='us-east-1').list_models()['Models'] == []
     assert boto3.client('s3', region_name='us-east-1').list_buckets()['Buckets'] == []
+
+
+def test_verify_json_leaves_predicts_record_of_the_model_alone(trained, monkeypatch):
+    "An output `predict` is writing continues after `verify` ran on its model: verify.json is not a file the answers come from."
+    from trn_tutorials.predict import model_fingerprint
+    monkeypatch.chdir(trained)
+    d = copy(trained/'model', trained/'fingerprint')
+    before = model_fingerprint(str(d))
+    verify(str(d), record=True)
+    assert (d/RECORD).exists() and model_fingerprint(str(d)) == before
+    trace(str(d))
+    assert model_fingerprint(str(d)) != before   # a trace changes what predict runs

@@ -18,9 +18,9 @@ from .inference import (TORCHSCRIPT, TRACE_INFO, Classifier, ModelFolderError, b
 from .models import short_path
 
 # %% auto #0
-__all__ = ['OUTPUT_KINDS', 'TOKENS_PER_BATCH', 'NEURON', 'BLOCK', 'ClassifyArguments', 'read_texts', 'default_batch_size',
-           'neuron_model', 'load', 'check_model', 'windows', 'probabilities', 'answer', 'fingerprint',
-           'model_fingerprint', 'window_length', 'record_path', 'rows_done', 'Predictions', 'classify']
+__all__ = ['OUTPUT_KINDS', 'TOKENS_PER_BATCH', 'NEURON', 'BLOCK', 'MODEL_FILES', 'ClassifyArguments', 'read_texts',
+           'default_batch_size', 'neuron_model', 'load', 'check_model', 'windows', 'probabilities', 'answer',
+           'fingerprint', 'model_fingerprint', 'window_length', 'record_path', 'rows_done', 'Predictions', 'classify']
 
 # %% ../nbs/train/05c_predict.ipynb #b41f1f19
 def read_texts(data:str|None, # a file or folder `prep` reads, or '-' for stdin (one text a line)
@@ -139,10 +139,12 @@ def fingerprint(*parts) -> str:
     for p in parts: h.update(json.dumps(p, sort_keys=True).encode()); h.update(b'\0')
     return h.hexdigest()[:16]
 
+MODEL_FILES = ('config.json', 'torchscript.json', 'tokenizer.json', 'tokenizer_config.json', 'vocab.txt', 'special_tokens_map.json')   # what answers depend on, besides the weights
+
 def model_fingerprint(model_dir:str) -> str:
-    "The model's fingerprint: its config, and the size and time of each weights file (a new training run changes them)."
+    "The model's fingerprint: its config, and the size and time of each file its answers come from (weights, trace, tokenizer): a new training run or trace changes it, a record such as verify.json does not."
     d = Path(model_dir)
-    files = sorted(f.name for f in d.iterdir() if f.suffix in ('.safetensors', '.bin', '.pt', '.json') and f.name != 'metrics.json')
+    files = sorted(f.name for f in d.iterdir() if f.is_file() and (f.suffix in ('.safetensors', '.bin', '.pt') or f.name in MODEL_FILES))
     return fingerprint((d/'config.json').read_text(), [(f, (d/f).stat().st_size, (d/f).stat().st_mtime_ns) for f in files
                                                        if f != 'config.json'])
 

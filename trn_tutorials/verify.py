@@ -20,10 +20,10 @@ from .progress import (MAIN_METRIC, MULTI_LABEL, REGRESSION, classification_metr
 from .torchscript import trace
 
 # %% auto #0
-__all__ = ['FORMS', 'RECORD', 'WEIGHTS', 'NO_NEURON', 'split_rows', 'view', 'quiet_load', 'compiled_for', 'served_form',
-           'texts_of_rows', 'served_rows', 'logits_of', 'predictions', 'scores', 'flipped', 'score_form',
-           'http_endpoint', 'handler', 'answers_as_predictions', 'file_hash', 'weights_hash', 'Verification', 'verify',
-           'check_verified']
+__all__ = ['FORMS', 'RECORD', 'WEIGHTS', 'NO_NEURON', 'split_rows', 'view', 'quiet_load', 'quiet_tokenizer', 'compiled_for',
+           'served_form', 'texts_of_rows', 'served_rows', 'logits_of', 'predictions', 'scores', 'flipped', 'score_form',
+           'http_endpoint', 'handler', 'answers_as_predictions', 'endpoint_line', 'file_hash', 'weights_hash',
+           'Verification', 'verify_inputs', 'verify', 'check_verified']
 
 # %% ../nbs/sagemaker/11c_verify.ipynb #8c745010
 def split_rows(dataset_path:str, # the folder `prepare` wrote (the model's `metrics.json` names it)
@@ -65,6 +65,12 @@ def quiet_load(model_dir # a model folder (or a folder of links to one)
               ) -> Classifier:
     "The form in `model_dir` as `model_fn` loads it, without the serving log's line."
     with contextlib.redirect_stderr(io.StringIO()): return model_fn(str(model_dir))
+
+def quiet_tokenizer(model_dir # a model folder
+                   ):
+    "The folder's tokenizer, without transformers' notes."
+    from transformers import AutoTokenizer
+    with contextlib.redirect_stderr(io.StringIO()): return AutoTokenizer.from_pretrained(str(model_dir))
 
 def compiled_for(model_dir) -> str|None:
     "What compiled the folder's `model.pt`: 'neuron', 'torchscript', or None when it has none."
@@ -186,6 +192,25 @@ def answers_as_predictions(answers:list[dict], label_names:list[str], problem_ty
         v = np.array([a['score'] for a in answers], dtype=float); return v, v
     return np.array([label_names.index(a['label']) for a in answers]), np.array([a['score'] for a in answers], dtype=float)
 
+# %% ../nbs/sagemaker/11c_verify.ipynb #76a97cf4
+def endpoint_line(ask:Callable[[list], list[dict]], # sends texts, returns the answers (`http_endpoint`, `handler`, an endpoint's predict)
+                  rows:list[dict], # the split's rows (`split_rows`)
+                  labels, # their labels
+                  ref, # the eager model's logits
+                  eager:Classifier, # the eager model: its tokenizer, labels and problem type
+                  batch_size:int=32 # texts a request
+                 ) -> dict:
+    "The endpoint's line: its scores on the rows sent as texts, the answers that differ from the eager model's, the largest difference of a score, and the texts whose tokens are the trained rows' own."
+    import torch
+    texts, problem, tok = texts_of_rows(rows, eager.tokenizer), eager.problem_type, eager.tokenizer
+    answers = [a for b in range(0, len(texts), batch_size) for a in ask(texts[b:b + batch_size])]
+    pred, given = answers_as_predictions(answers, eager.labels, problem)
+    top = ref[:, 0].numpy() if problem == REGRESSION else torch.softmax(ref, -1).max(-1).values.numpy()
+    same = sum(tok(*((t['text'], t['text_pair']) if isinstance(t, dict) else (t,)))['input_ids'] == r['input_ids'] for t, r in zip(texts, rows))
+    return {'status': 'ran', **scores(labels, pred, problem, eager.labels),
+            'flips': None if problem == REGRESSION else flipped(pred, predictions(ref, problem, eager.threshold)),
+            'max_score_diff': None if given is None else float(f'{abs(given - top).max():.3g}'), 'texts_as_trained': same}
+
 # %% ../nbs/sagemaker/11c_verify.ipynb #8e7e6177
 def file_hash(path) -> str|None:
     "A short sha256 of a file's bytes, or None when it does not exist."
@@ -202,7 +227,7 @@ def weights_hash(model_dir) -> str|None:
     "The eager weights' hash: what a record of the model is bound to."
     return next((h for f in WEIGHTS if (h := file_hash(Path(model_dir)/f))), None)
 
-# %% ../nbs/sagemaker/11c_verify.ipynb #e03e2b26
+# %% ../nbs/sagemaker/11c_verify.ipynb #e410cc45
 @dataclass
 class Verification:
     "What `verify` found: each form's scores on the split against the eager model's, and what it could not run."
@@ -232,19 +257,14 @@ class Verification:
     def _repr_markdown_(self): return f"{self.rows} texts of {self.dataset_path} ({self.split}):\n\n" + self.table()
     def __str__(self): return self._repr_markdown_()
 
-NO_NEURON = ("not run: this Python has no torch-neuronx (no NeuronCore here); run verify on a Trn1 or Inf2 instance, "
-             "in the Neuron DLAMI's PyTorch venv")
-
-def verify(model_dir:str='runs/emotion-model', # the trained model folder (train's --output_dir)
-           dataset_path:str|None=None, # the prepared data to score; default: the folder the model was trained on (its metrics.json)
-           split:str='test', # the split to score
-           endpoint:str|Callable|None=None, # a served endpoint: a model server's invocations URL, or a function `texts -> answers`
-           max_f1_drop:float=0.01, # how far below the eager model's F1 (the main metric) a form may score before `deploy` refuses it
-           batch_size:int=32, # rows a forward pass (and texts a request)
-           record:bool=True # write the result into the model folder as verify.json
-          ) -> Verification:
-    "Score the split with every form the model is served in (eager, TorchScript, Neuron-compiled, an endpoint) and compare each with the eager model."
-    import torch
+# %% ../nbs/sagemaker/11c_verify.ipynb #5c095bf2
+def verify_inputs(model_dir:str, # the trained model folder
+                  dataset_path:str|None, # the prepared data; `None`: the folder the model's metrics.json names
+                  split:str, # the split to score
+                  max_f1_drop:float, # how far below the eager model a form may score
+                  batch_size:int # rows a forward pass
+                 ) -> tuple[list[str], str, list[dict], list, str]:
+    "What `verify` scores (the label names, the data's folder, the split's rows and labels, the problem type), checked before any model loads: one line naming the fix otherwise."
     if not Path(model_dir).is_dir(): raise UsageError(f"no model folder at {model_dir}: pass --model_dir, the folder train wrote (its --output_dir)")
     try: names = check_model_folder(model_dir)
     except ModelFolderError as e: raise UsageError(str(e)) from None
@@ -263,40 +283,43 @@ def verify(model_dir:str='runs/emotion-model', # the trained model folder (train
     if problem != REGRESSION and manifest.get('label_names') and manifest['label_names'] != names:
         raise UsageError(f"{dataset_path} has the labels {', '.join(manifest['label_names'])} and {model_dir} has {', '.join(names)}: "
                          "pass --dataset_path, the folder the model was trained on")
+    return names, dataset_path, rows, labels, problem
+
+# %% ../nbs/sagemaker/11c_verify.ipynb #1796125a
+NO_NEURON = ("not run: this Python has no torch-neuronx (no NeuronCore here); run verify on a Trn1 or Inf2 instance, "
+             "in the Neuron DLAMI's PyTorch venv")
+
+def verify(model_dir:str='runs/emotion-model', # the trained model folder (train's --output_dir)
+           dataset_path:str|None=None, # the prepared data to score; default: the folder the model was trained on (its metrics.json)
+           split:str='test', # the split to score
+           endpoint:str|Callable|None=None, # a served endpoint: a model server's invocations URL, or a function `texts -> answers`
+           max_f1_drop:float=0.01, # how far below the eager model's F1 (the main metric) a form may score before `deploy` refuses it
+           batch_size:int=32, # rows a forward pass (and texts a request)
+           record:bool=True # write the result into the model folder as verify.json
+          ) -> Verification:
+    "Score the split with every form the model is served in (eager, TorchScript, Neuron-compiled, an endpoint) and compare each with the eager model."
+    import torch
+    names, dataset_path, rows, labels, problem = verify_inputs(model_dir, dataset_path, split, max_f1_drop, batch_size)
     forms, own = {}, compiled_for(model_dir)
     ask = http_endpoint(endpoint) if isinstance(endpoint, str) else endpoint
-    if ask is not None:   # asked once before the slow part: an endpoint that does not answer stops here
-        from transformers import AutoTokenizer
-        ask(texts_of_rows(rows[:1], AutoTokenizer.from_pretrained(model_dir)))
+    if ask is not None: ask(texts_of_rows(rows[:1], quiet_tokenizer(model_dir)))   # asked once before the slow part
     with tempfile.TemporaryDirectory() as tmp:
-        def fresh(name):
-            (Path(tmp)/name).mkdir(); return view(model_dir, Path(tmp)/name)
+        def fresh(name, neuron=None):   # a folder of links to the model's files, traced (or compiled) there when `neuron` is given
+            (Path(tmp)/name).mkdir(); d = view(model_dir, Path(tmp)/name)
+            if neuron is not None:
+                with contextlib.redirect_stderr(io.StringIO()): trace(str(d), tolerance=1e6, neuron=neuron)   # measured on the split itself
+            return d
         eager = quiet_load(fresh('eager'))
         forms['eager'], ref = score_form(eager, rows, labels, None, batch_size)
-        if own == 'torchscript': ts = Path(model_dir)   # the folder's own trace: the one deploy ships
-        else:
-            ts = fresh('torchscript')
-            with contextlib.redirect_stderr(io.StringIO()): trace(str(ts), tolerance=1e6)   # measured below, on the split itself
+        ts = Path(model_dir) if own == 'torchscript' else fresh('torchscript', neuron=False)   # the folder's own trace is the one deploy ships
         forms['torchscript'] = score_form(quiet_load(ts), rows, labels, ref, batch_size)[0]
         try:
             import torch_neuronx  # noqa: F401
-            nd = Path(model_dir) if own == 'neuron' else fresh('neuron')
-            if own != 'neuron':
-                with contextlib.redirect_stderr(io.StringIO()): trace(str(nd), tolerance=1e6, neuron=True)
+            nd = Path(model_dir) if own == 'neuron' else fresh('neuron', neuron=True)
             forms['neuron'] = score_form(quiet_load(nd), rows, labels, ref, batch_size)[0]
         except ImportError: forms['neuron'] = {'status': NO_NEURON}
-        if endpoint is None: forms['endpoint'] = {'status': 'not run: no endpoint given (--endpoint_url, or endpoint= a function)'}
-        else:
-            texts = texts_of_rows(rows, eager.tokenizer)
-            answers = [a for b in range(0, len(texts), batch_size) for a in ask(texts[b:b + batch_size])]
-            pred, given = answers_as_predictions(answers, names, problem)
-            top = ref[:, 0].numpy() if problem == REGRESSION else torch.softmax(ref, -1).max(-1).values.numpy()
-            same = sum(eager.tokenizer(*((t['text'], t['text_pair']) if isinstance(t, dict) else (t,)))['input_ids'] == r['input_ids']
-                       for t, r in zip(texts, rows))
-            forms['endpoint'] = {'status': 'ran', **scores(labels, pred, problem, names),
-                                 'flips': None if problem == REGRESSION else flipped(pred, predictions(ref, problem, eager.threshold)),
-                                 'max_score_diff': None if given is None else float(f'{abs(given - top).max():.3g}'),
-                                 'texts_as_trained': same}   # texts whose tokens are the trained rows' own
+        forms['endpoint'] = ({'status': 'not run: no endpoint given (--endpoint_url, or endpoint= a function)'} if ask is None
+                             else endpoint_line(ask, rows, labels, ref, eager, batch_size))
     v = Verification(short_path(model_dir), short_path(dataset_path), split, len(rows), MAIN_METRIC[problem], forms, max_f1_drop)
     if record:
         rec = {'date': date.today().isoformat(), 'weights': weights_hash(model_dir), 'model_pt': file_hash(Path(model_dir)/TORCHSCRIPT),

