@@ -94,7 +94,7 @@ def main():
     from transformers import AutoTokenizer
     from trn_tutorials.models import local_model
     from trn_tutorials.torchscript import trace
-    from trn_tutorials.verify import quiet_load
+    from trn_tutorials.predict import load
     transformers.utils.logging.set_verbosity_error()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     base = a.model or local_model()
@@ -116,7 +116,7 @@ def main():
                 if not (d/'model.pt').exists():
                     import shutil; shutil.copytree(folder, d, dirs_exist_ok=True)
                     with contextlib.redirect_stderr(io.StringIO()): trace(str(d))
-            clf = quiet_load(d)
+            clf = load(d)
             device = str(clf.device)
             for b in a.batch_sizes:
                 with torch.inference_mode(): s = timed(clf, plan[b], a.warmup)

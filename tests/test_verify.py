@@ -13,7 +13,8 @@ from trn_tutorials.launch import launch
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.inference import JSON, RequestError, input_fn, output_fn, predict_fn
 from trn_tutorials.torchscript import trace
-from trn_tutorials.verify import (NO_NEURON, RECORD, check_verified, handler, quiet_load, served_form, split_rows, texts_of_rows,
+from trn_tutorials.predict import load
+from trn_tutorials.verify import (NO_NEURON, RECORD, check_verified, handler, served_form, split_rows, texts_of_rows,
                                   verify, weights_hash)
 
 CLI = [sys.executable, '-c', 'from trn_tutorials.cli import main; main()']
@@ -106,7 +107,7 @@ class _Server(BaseHTTPRequestHandler):
 @pytest.fixture
 def server(trained):
     srv = ThreadingHTTPServer(('127.0.0.1', 0), _Server)
-    _Server.clf, _Server.fn = quiet_load(trained/'model'), staticmethod(lambda t: t)
+    _Server.clf, _Server.fn = load(trained/'model'), staticmethod(lambda t: t)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv, f'http://127.0.0.1:{srv.server_address[1]}/invocations'
     srv.shutdown(); srv.server_close()
@@ -131,7 +132,7 @@ def test_an_endpoint_that_cuts_texts_is_caught(trained, monkeypatch, server):
 def test_a_function_endpoint_and_the_rows_decoded(trained, monkeypatch):
     monkeypatch.chdir(trained)
     rows, labels, m = split_rows('data')
-    texts = texts_of_rows(rows, quiet_load('model').tokenizer)
+    texts = texts_of_rows(rows, load('model').tokenizer)
     raw = load_raw(sample_data())['test']
     names = m['label_names']
     assert sorted(zip(texts, (names[l] for l in labels))) == sorted(zip(raw['text'], raw['label']))   # the test split's texts, each with its label

@@ -14,14 +14,15 @@ from .core import Limit, UsageError, check_number
 from .models import short_path
 from .data import load_prepared
 from .inference import (JSON, TORCHSCRIPT, TRACE_INFO, Classifier, ModelFolderError, batch_logits, check_model_folder,
-                                     input_fn, model_fn, output_fn, predict_fn)
+                                     input_fn, output_fn, predict_fn)
 from .progress import (MAIN_METRIC, MULTI_LABEL, REGRESSION, classification_metrics, multi_label_metrics, problem_of,
                                     regression_metrics)
 from .torchscript import trace
+from .predict import load   # the model as model_fn loads it, without the serving log's line
 
 # %% auto #0
-__all__ = ['FORMS', 'RECORD', 'WEIGHTS', 'NO_NEURON', 'split_rows', 'view', 'quiet_load', 'quiet_tokenizer', 'compiled_for',
-           'served_form', 'texts_of_rows', 'served_rows', 'logits_of', 'predictions', 'scores', 'flipped', 'score_form',
+__all__ = ['FORMS', 'RECORD', 'WEIGHTS', 'NO_NEURON', 'split_rows', 'view', 'quiet_tokenizer', 'compiled_for', 'served_form',
+           'texts_of_rows', 'served_rows', 'logits_of', 'predictions', 'scores', 'flipped', 'score_form',
            'http_endpoint', 'handler', 'answers_as_predictions', 'endpoint_line', 'file_hash', 'weights_hash',
            'Verification', 'verify_inputs', 'verify', 'check_verified']
 
@@ -60,11 +61,6 @@ def view(model_dir:str, # a model folder
     for f in Path(model_dir).iterdir():
         if f.is_file() and f.name not in (TORCHSCRIPT, TRACE_INFO, RECORD): (into/f.name).symlink_to(f.resolve())
     return into
-
-def quiet_load(model_dir # a model folder (or a folder of links to one)
-              ) -> Classifier:
-    "The form in `model_dir` as `model_fn` loads it, without the serving log's line."
-    with contextlib.redirect_stderr(io.StringIO()): return model_fn(str(model_dir))
 
 def quiet_tokenizer(model_dir # a model folder
                    ):
@@ -180,7 +176,7 @@ def http_endpoint(url:str, # a model server's invocations address, e.g. http://1
 def handler(model_dir:str # a model folder
            ) -> Callable[[list], list[dict]]:
     "The serving container's request path, in this process: a function that sends texts through `input_fn`, `predict_fn` and `output_fn`."
-    clf = quiet_load(model_dir)
+    clf = load(model_dir)
     return lambda texts: json.loads(output_fn(predict_fn(input_fn(json.dumps({'inputs': texts}), JSON), clf), JSON)[0])
 
 def answers_as_predictions(answers:list[dict], label_names:list[str], problem_type:str):
@@ -309,14 +305,14 @@ def verify(model_dir:str='runs/emotion-model', # the trained model folder (train
             if neuron is not None:
                 with contextlib.redirect_stderr(io.StringIO()): trace(str(d), tolerance=1e6, neuron=neuron)   # measured on the split itself
             return d
-        eager = quiet_load(fresh('eager'))
+        eager = load(fresh('eager'))
         forms['eager'], ref = score_form(eager, rows, labels, None, batch_size)
         ts = Path(model_dir) if own == 'torchscript' else fresh('torchscript', neuron=False)   # the folder's own trace is the one deploy ships
-        forms['torchscript'] = score_form(quiet_load(ts), rows, labels, ref, batch_size)[0]
+        forms['torchscript'] = score_form(load(ts), rows, labels, ref, batch_size)[0]
         try:
             import torch_neuronx  # noqa: F401
             nd = Path(model_dir) if own == 'neuron' else fresh('neuron', neuron=True)
-            forms['neuron'] = score_form(quiet_load(nd), rows, labels, ref, batch_size)[0]
+            forms['neuron'] = score_form(load(nd), rows, labels, ref, batch_size)[0]
         except ImportError: forms['neuron'] = {'status': NO_NEURON}
         forms['endpoint'] = ({'status': 'not run: no endpoint given (--endpoint_url, or endpoint= a function)'} if ask is None
                              else endpoint_line(ask, rows, labels, ref, eager, batch_size))
