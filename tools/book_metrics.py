@@ -7,7 +7,7 @@ cell that uses it, how long the exported cells are, and how long the sentences a
 Definitions (cells counted from 0, as in the notebook's JSON):
 - result: the first visible code cell that shows the chapter's step working: it calls a name the chapter's own module
   exports (`#| default_exp`; for a notebook without a module, any name the package exports), runs that module
-  (`!torchrun ... -m trn_tutorials.MODULE`) or a CLI command it defines (`!trn-tutorials CMD` for `CMD_cmd`), and it or the
+  (`!torchrun ... -m trn_tutorials.MODULE`, after any `VAR=value` the shell sets for it) or a CLI command it defines (`!trn-tutorials CMD` for `CMD_cmd`), and it or the
   next visible code cell has a stored output (a `#| neuron`/`#| aws` call whose output the next cell shows). `-` when
   there is none.
 - shown: the same cell's place among the cells the page renders (markdown, visible code, and exported cells that
@@ -134,7 +134,7 @@ def measure(nb_path, pkg=None):
         shell = {c.replace('-', '_') + '_cmd' for c in re.findall(r'^\s*!trn-tutorials\s+([a-z][\w-]*)', s, re.M)}   # `!trn-tutorials detect` uses `detect_cmd`
         if run and (used(tree) | shell) & run_names: run, run_names = 0, set()
         if result is None:
-            runs_module = module is not None and re.search(rf'^\s*!torchrun\b.*-m\s+trn_tutorials\.{module}\b', s, re.M | re.S)
+            runs_module = module is not None and re.search(rf'^\s*!(?:\w+=\S*\s+)*torchrun\b.*-m\s+trn_tutorials\.{module}\b', s, re.M | re.S)
             step = bool(called(tree) & own or shell & own or runs_module)
             if c.get('outputs') and step: result = i
             elif c.get('outputs') and pending is not None: result = pending   # the call's output, shown by the next cell
