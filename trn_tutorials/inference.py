@@ -251,7 +251,7 @@ def batch_logits(enc:list[dict], # the rows of one batch, tokenized and unpadded
     pad = lambda key, fill: torch.tensor([e[key] + [fill] * (n - len(e[key])) for e in enc], device=model.device)
     input_ids = pad('input_ids', tok.pad_token_id)
     mask = torch.tensor([[1] * len(e['input_ids']) + [0] * (n - len(e['input_ids'])) for e in enc], device=model.device)
-    with torch.inference_mode():
+    with torch.no_grad() if str(model.device).startswith('xla') else torch.inference_mode():   # an XLA device refuses inference tensors
         if model.traced: res = model.model(input_ids, mask)   # a trace of a model with segment ids derives them from the [SEP]
         else:
             types = {'token_type_ids': pad('token_type_ids', getattr(tok, 'pad_token_type_id', 0))} if model.segment_ids else {}
