@@ -47,7 +47,7 @@ setuptools.setup(
         'Natural Language :: ' + cfg['language'].title(),
     ] + ['Programming Language :: Python :: '+o for o in py_versions[py_versions.index(min_python):]] + (['License :: ' + lic[1] ] if lic[1] else []),
     url = cfg['git_url'],
-    packages = setuptools.find_packages(),
+    packages = setuptools.find_namespace_packages(include=['trn_tutorials', 'trn_tutorials.*']),   # samples/emotion holds data, no __init__.py
     include_package_data = True,
     install_requires = requirements,
     extras_require={ 'dev': dev_requirements, 'sagemaker': sagemaker_requirements, **env_extras },
