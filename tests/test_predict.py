@@ -35,12 +35,16 @@ def trained(tmp_path_factory):
     return tmp/'model'
 
 
+N_MANY = 20_000
+
+
 @pytest.fixture(scope='module')
 def many(trained):
-    "A text file of 6,000 tweets (the sample's train split, repeated), in emotion's `text;label` lines."
+    """A text file of 20,000 tweets (the sample's train split, repeated), in emotion's `text;label` lines: seconds of work, so a
+    signal sent once the first rows are written finds the run in the middle even when the test shares a busy machine."""
     lines = Path(sample_data(), 'train.txt').read_text().splitlines()
     f = trained.parent/'many.txt'
-    f.write_text('\n'.join((lines * 17)[:6000]) + '\n')
+    f.write_text('\n'.join((lines * 56)[:N_MANY]) + '\n')
     return f
 
 
@@ -108,26 +112,27 @@ def test_a_killed_run_and_a_half_written_line_continue_to_the_same_file(trained,
     classify(str(trained), data=str(many), output=str(whole), batch_size=16)
     out = tmp_path/'stopped.jsonl'
     p = subprocess.Popen([*CLI, '--model_dir', str(trained), '--data', str(many), '--output', str(out), '--batch_size', '16'],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, 'OMP_NUM_THREADS': '1'}, preexec_fn=lambda: os.nice(10))
     deadline = time.monotonic() + 120
     while (not out.exists() or out.read_bytes().count(b'\n') < 512) and time.monotonic() < deadline and p.poll() is None: time.sleep(0.02)
     p.send_signal(signal.SIGKILL); p.wait()
     kept = out.read_bytes().count(b'\n')
-    assert 512 <= kept < 6000, kept   # killed in the middle
+    assert 512 <= kept < N_MANY, kept   # killed in the middle
     with open(out, 'a') as f: f.write('{"row": ' + str(kept) + ', "label": "jo')   # and a line cut in the middle
     res = cli('--model_dir', trained, '--data', many, '--output', out, '--batch_size', 16)
     assert res.returncode == 0, res.stderr
     assert res.stderr.count('\n') == 1, res.stderr   # the summary only: no progress bars where stderr is not a terminal
-    assert f"({kept} were there already)" in res.stderr and f"classified {6000 - kept} texts" in res.stderr
+    assert f"({kept} were there already)" in res.stderr and f"classified {N_MANY - kept} texts" in res.stderr
     assert out.read_text() == whole.read_text()
     again = cli('--model_dir', trained, '--data', many, '--output', out)   # complete: nothing to do, nothing changed
-    assert again.returncode == 0 and 'holds all 6000 rows already' in again.stderr and out.read_text() == whole.read_text()
+    assert again.returncode == 0 and f'holds all {N_MANY} rows already' in again.stderr and out.read_text() == whole.read_text()
 
 
 def test_ctrl_c_leaves_whole_rows_and_says_how_to_continue(trained, many, tmp_path):
     out = tmp_path/'p.csv'
     p = subprocess.Popen([*CLI, '--model_dir', str(trained), '--data', str(many), '--output', str(out), '--batch_size', '16'],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'},
+                         preexec_fn=lambda: os.nice(10))   # the poller below must see it mid-run
     deadline = time.monotonic() + 120
     while (not out.exists() or out.read_bytes().count(b'\n') < 300) and time.monotonic() < deadline and p.poll() is None: time.sleep(0.02)
     p.send_signal(signal.SIGINT)
@@ -135,7 +140,7 @@ def test_ctrl_c_leaves_whole_rows_and_says_how_to_continue(trained, many, tmp_pa
     rows = out.read_bytes().count(b'\n') - 1
     assert p.returncode == 130 and err.count('\n') == 1, err
     assert f"trn-tutorials predict: interrupted: {out} keeps {rows} complete rows: run the same command again to continue after them: `" in err
-    assert out.read_bytes().endswith(b'\n') and 0 < rows < 6000
+    assert out.read_bytes().endswith(b'\n') and 0 < rows < N_MANY
 
 
 def test_csv_continues_after_a_cut_header_and_rows(trained, tmp_path):
