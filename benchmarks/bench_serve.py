@@ -25,7 +25,7 @@ what static shapes cost a server; its times are those of XLA's CPU backend, not 
 Writes `results.json` in `--out` and the key `serving.<device>` of `--results` (default `benchmarks/results.json`; other
 keys are kept). The emotion data is licensed for research and education: it is read from where it lies, never copied here.
 """
-import argparse, contextlib, io, json, os, platform, random, sys, time
+import argparse, contextlib, io, json, os, platform, random, shlex, sys, time
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -100,6 +100,12 @@ def price_per_million(texts_per_s: float) -> dict:
     return {t: round(run_cost(t, 1e6 / texts_per_s), 4) for t, it in CATALOG.items() if it.usd_per_hour}
 
 
+def python_used() -> str:
+    "The Python running this, as the command line names it from the repo's root (`.venv/bin/python`, `.venv-trn1/bin/python`)."
+    exe = Path(sys.executable).absolute()
+    return str(exe.relative_to(HERE.parent.absolute())) if exe.is_relative_to(HERE.parent.absolute()) else str(exe)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--data', required=True, help='the emotion files (train.txt, test.txt: text;label lines)')
@@ -158,7 +164,8 @@ def main():
     from trn_tutorials.backends import CATALOG
     r = Path(a.results)
     allres = json.loads(r.read_text()) if r.exists() else {}
-    if a.reuse and (old := allres.get('serving', {}).get(device)):   # the rows of what was not run now, then all in the settings' order
+    old = allres.get('serving', {}).get(device)
+    if a.reuse and old:   # the rows of what was not run now, then all in the settings' order
         kept = [x for x in old['rows'] if not (x['setting'] in a.settings and x['form'] in a.forms)]
         rows = sorted(kept + rows, key=lambda x: (SETTINGS.index(x['setting']), ['eager', 'torchscript'].index(x['form']), x['batch_size']))
     res = {'date': time.strftime('%Y-%m-%d'), 'device': device,
@@ -170,7 +177,9 @@ def main():
            'test_lengths': {'p50': pct(test_lengths, 50), 'p99': pct(test_lengths, 99), 'max': max(test_lengths)},
            'settings': chosen, 'warmup': a.warmup, 'prices': {t: {'usd_per_hour': it.usd_per_hour, 'date': it.price_date} for t, it in CATALOG.items() if it.usd_per_hour},
            'rows': rows, 'wall_s': round(time.monotonic() - t0, 1),
-           'command': ' '.join(['.venv/bin/python', 'benchmarks/bench_serve.py', *sys.argv[1:]])}
+           'command': shlex.join([python_used(), 'benchmarks/bench_serve.py', *sys.argv[1:]])}
+    if a.reuse and old:   # the runs the kept rows came from
+        res['earlier_commands'] = old.get('earlier_commands', []) + [old['command']]
     (out/'results.json').write_text(json.dumps(res, indent=2) + '\n')
     allres.setdefault('serving', {})[device] = res
     r.write_text(json.dumps(allres, indent=2) + '\n')

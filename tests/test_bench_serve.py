@@ -37,6 +37,7 @@ def test_every_setting_form_and_size_is_timed_priced_and_written_where_asked(tin
     assert res == json.loads((tmp/'out/results.json').read_text())
     assert [(x['setting'], x['form'], x['batch_size']) for x in res['rows']] == \
         [(s, f, b) for s in SETTINGS for f in ('eager', 'torchscript') for b in (1, 8)]
+    assert res['command'].startswith(f"{Path(sys.executable).absolute().relative_to(ROOT.absolute())} benchmarks/bench_serve.py --data ")
     assert res['settings']['fixed 128'] == [128] and len(res['settings']['4 buckets']) == 4
     assert res['settings']['chosen'] == res['settings']['2 buckets'][-1:] == res['settings']['4 buckets'][-1:]
     for x in res['rows']:
@@ -48,7 +49,9 @@ def test_every_setting_form_and_size_is_timed_priced_and_written_where_asked(tin
     before = {(x['setting'], x['form'], x['batch_size']): x for x in res['rows']}
     r = bench(tmp, model, '--settings', 'chosen', '--forms', 'eager', '--reuse')
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = json.loads((tmp/'results.json').read_text())['serving']['cpu']['rows']
+    again = json.loads((tmp/'results.json').read_text())['serving']['cpu']
+    assert again['earlier_commands'] == [res['command']] and again['command'].endswith('--reuse')
+    rows = again['rows']
     assert [(x['setting'], x['form'], x['batch_size']) for x in rows] == list(before)
     assert all(x == before[k] for x in rows if (k := (x['setting'], x['form'], x['batch_size']))[:2] != ('chosen', 'eager'))
 
