@@ -78,6 +78,31 @@ def flagged(fn:Path, flags:set) -> list[str]:
     nb = json.loads(fn.read_text())
     return [c['id'] for c in nb['cells'] if c['cell_type'] == 'code' and flags & run_nb._directives(''.join(c['source'])).keys()]
 
+NETNS_MARK = 'TRN_TUTORIALS_JOURNEY_NETNS'   # the network namespace the laptop walk made for itself (`own_network`)
+
+def _netns() -> str:
+    return os.readlink('/proc/self/ns/net')
+
+def in_own_network() -> bool:
+    "Whether this process runs in the network namespace `own_network` made (not the machine's)."
+    return os.environ.get(NETNS_MARK) == _netns()
+
+def own_network(argv:list[str]) -> int|None:
+    """Run this walk again inside a new network namespace (`unshare --net`, its loopback up), where the instance stand-ins'
+    public addresses may go on `lo`: nothing is added to this machine's interfaces, nothing leaves the namespace. Returns
+    the walk's exit status, or `None` when this process already is in that namespace."""
+    if in_own_network(): return None
+    import shutil as sh
+    if not (sh.which('unshare') and sh.which('ip')):
+        print("FAILED the laptop journey needs `unshare` (util-linux) and `ip` (iproute2) for a network namespace of its own: "
+              "apt-get install util-linux iproute2", flush=True); return 1
+    script = f'ip link set lo up && export {NETNS_MARK}="$(readlink /proc/self/ns/net)" && exec "$@"'
+    r = subprocess.run(['unshare', '--net', 'sh', '-c', script, 'journey', sys.executable, *sys.argv[:1], *argv])
+    if r.returncode and not os.environ.get(NETNS_MARK):
+        print(f"(the laptop journey ran under `unshare --net`: exit {r.returncode}; a FAILED line above says why, "
+              "or unshare could not make the namespace: it needs root with CAP_SYS_ADMIN)", flush=True)
+    return r.returncode
+
 def main(argv=None):
     import argparse
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -90,6 +115,8 @@ def main(argv=None):
     walk, flags = a.chapters or t['notebooks'], set(t['flags'])
     work = Path(tempfile.mkdtemp(prefix='trn-tutorials-journey-'))
     is_laptop = t.get('kind') == 'laptop'
+    if is_laptop and (rc := own_network(sys.argv[1:] if argv is None else list(argv))) is not None:
+        shutil.rmtree(work, ignore_errors=True); return rc
     laptop = Laptop(work) if is_laptop else None   # the laptop's chapters: AWS and the instance stood in for
     aws = InstanceAws(work) if 'aws' in flags and not is_laptop else None   # the instance's endpoint chapters: AWS stood in for
     if laptop or aws: signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a stopped walk still stops its stand-ins
@@ -191,8 +218,10 @@ class Instances(threading.Thread):
     instance of this project is `running` (and its key file, which setup writes before launching, is in the walk's
     `~/.ssh`), it "boots" it:
 
-    - its public address is put on this machine's loopback (`ip addr add <ip>/32 dev lo`: root with CAP_NET_ADMIN), so
-      the chapters reach `<ip>:22` as they would reach the instance, with no edit to a cell;
+    - its public address is put on the loopback of the walk's own network namespace (`own_network`: the laptop walk
+      runs under `unshare --net`, so no address is ever added to this machine's interfaces and no packet to that
+      address leaves the namespace), so the chapters reach `<ip>:22` as they would reach the instance, with no edit to
+      a cell;
     - a real OpenSSH sshd (tests/local_services.py `Sshd`) listens on `<ip>:22`, accepting the run's key only (and its
       own client key), in a mount namespace of its own (`unshare --mount`) where `/opt` is the instance's: the DLAMI's
       environment `/opt/aws_neuronx_venv_pytorch_2_9` (`make_venv`: this machine's Python and its Jupyter server as
@@ -236,9 +265,12 @@ class Instances(threading.Thread):
         (root/'home'/'ubuntu').mkdir(parents=True, mode=0o755); (root/'sshd').mkdir()
         users = [l for l in Path('/etc/passwd').read_text().splitlines() if not l.startswith('ubuntu:')]
         (root/'passwd').write_text('\n'.join(users + [f"ubuntu:x:0:0:the DLAMI's user (stand-in):{root/'home'/'ubuntu'}:/bin/bash"]) + '\n')
+        if not in_own_network():
+            raise RuntimeError(f"refusing to put the instance's address {ip} on this machine's loopback: run the laptop journey "
+                               "as `python tools/journey.py --table laptop`, which starts itself in a network namespace of its own")
         r = subprocess.run(['ip', 'addr', 'add', f'{ip}/32', 'dev', 'lo'], capture_output=True, text=True)
-        if r.returncode: raise RuntimeError(f"cannot put the instance's address {ip} on the loopback (`ip addr add {ip}/32 dev lo`: "
-                                            f"{r.stderr.strip()}): the laptop journey needs root with CAP_NET_ADMIN")
+        if r.returncode: raise RuntimeError(f"cannot put the instance's address {ip} on the walk's loopback (`ip addr add {ip}/32 dev lo`: "
+                                            f"{r.stderr.strip()})")
         self.up[iid] = (ip, None, root)
         wrap = ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
                 f'mount --bind {shlex.quote(str(root/"opt"))} /opt && mount --bind {shlex.quote(str(root/"passwd"))} /etc/passwd && exec "$@"',
