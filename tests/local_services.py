@@ -28,6 +28,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def one_line(e) -> str:
+    "The message of the exception `pytest.raises` caught as `e`, checked to be one non-empty line without surrounding spaces."
+    msg = str(e.value)
+    assert msg and msg == msg.strip() and '\n' not in msg, repr(msg)
+    return msg
+
+
 def port_open(port: int, host: str = '127.0.0.1') -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5): return True

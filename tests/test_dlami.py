@@ -1,4 +1,4 @@
-"""Which Neuron DLAMI a reader gets, and what happens when AWS deprecates it or the instance lacks its environment.
+"""Checks of `trn_tutorials.dlami`: which Neuron DLAMI a reader gets (found by SSM parameter, name and SDK filters, or given), and what happens when AWS deprecates it or the instance lacks its environment.
 
 - Deprecation: AWS hides a deprecated image from `DescribeImages` unless the request names its id or sets
   `IncludeDeprecated`, and still launches it by id. moto 5.2 does not model deprecation (no `EnableImageDeprecation`,
@@ -19,23 +19,17 @@ from pathlib import Path
 import boto3, pytest
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.dlami import DLAMI, find_ami
+from trn_tutorials.backends import instance_family
+from trn_tutorials.dlami import DLAMI, Dlami, dlami_for, find_ami
 from trn_tutorials.instance import launch_instance
 from trn_tutorials.aws import tag_filters
-from local_services import AMIS, TRN1_DLAMI, free_port, procs_mentioning
+from local_services import AMIS, MY_IP, NO_XLA_DLAMI, TRN1_DLAMI, TRN2_DLAMI, free_port, one_line, procs_mentioning
 
 ROOT = Path(__file__).resolve().parents[1]
-IP = '203.0.113.7'
 PAIR = ('torch-neuronx==2.9.0.2.15.32035', 'neuronx-cc==2.26.6360.0')   # the Neuron 2.31 release manifest's pair
 PAST, FUTURE = '2026-11-01T00:00:00.000Z', '2028-08-12T00:00:00.000Z'    # a deprecation that happened, one still to come
 SDK_231 = [a['ami_id'] for a in AMIS if 'Neuron SDK 2.31' in a.get('description', '')]
 OLDER_PT = 'ami-0dl4m1pt2310707'   # the older SDK 2.31 PyTorch 2.9 DLAMI
-
-
-def one_line(e) -> str:
-    msg = str(e.value)
-    assert msg and '\n' not in msg, msg
-    return msg
 
 
 class AwsDeprecation:
@@ -105,7 +99,7 @@ def test_ssm_image_deprecated(deprecate):
 
 def test_launch_says_deprecated_in_one_line(deprecate, tmp_path, capsys):
     deprecate({i: PAST for i in SDK_231})
-    inst = launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
+    inst = launch_instance('trn1.2xlarge', my_ip=MY_IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
     assert inst.image_id == TRN1_DLAMI
     out = capsys.readouterr().out.strip()
     assert '\n' not in out and out, out
@@ -114,7 +108,7 @@ def test_launch_says_deprecated_in_one_line(deprecate, tmp_path, capsys):
 
 def test_current_image_launches_quietly(deprecate, tmp_path, capsys):
     deprecate({TRN1_DLAMI: FUTURE})
-    launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
+    launch_instance('trn1.2xlarge', my_ip=MY_IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
     assert capsys.readouterr().out == ''
 
 
@@ -127,7 +121,7 @@ def test_no_image_message_is_accurate(deprecate, tmp_path):
     msg = one_line(e)
     assert 'may have retired' not in msg and 'deprecated ones included' in msg and 'deregistered' in msg, msg
     assert 'pass --ami with an image that has /opt/aws_neuronx_venv_pytorch_2_9' in msg and all(p in msg for p in PAIR), msg
-    with pytest.raises(UsageError): launch_instance('trn1.2xlarge', my_ip=IP, key_dir=str(tmp_path), wait_ssh=False)
+    with pytest.raises(UsageError): launch_instance('trn1.2xlarge', my_ip=MY_IP, key_dir=str(tmp_path), wait_ssh=False)
     assert ec2.describe_key_pairs()['KeyPairs'] == [] and list(tmp_path.iterdir()) == []
     assert ec2.describe_security_groups(Filters=tag_filters())['SecurityGroups'] == []
 
@@ -222,3 +216,87 @@ def test_the_canonical_stack_block():
         if nb.name == '01a_dlami.ipynb': continue
         heads = [l for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'markdown' for l in ''.join(c['source']).splitlines()]
         assert not any(l.startswith('#') and 'which stack is current' in l.lower() for l in heads), nb
+
+
+def test_find_ami(moto_server):
+    image = find_ami(instance_type='trn1.2xlarge')
+    assert (image['found_by'], image['sdk'], image['venv']) == ('filter', '2.31.1', '/opt/aws_neuronx_venv_pytorch_2_9')
+    assert image['name'] == 'Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04) 20260812'
+    assert find_ami(ami=image['id'])['found_by'] == 'given'
+    with pytest.raises(UsageError, match="leave --ami out"): find_ami(ami='ami-0123456789abcdef0')
+    trn2 = find_ami(instance_type='trn2.48xlarge')
+    assert (trn2['name'], trn2['venv']) == ('Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04) 20261019',
+                                            '/opt/aws_neuronx_venv_torch_neuronx_2_14_0')
+
+
+def test_ami_lookup(moto_server):
+    # AWS's public parameters are not in moto (names under /aws/ are reserved), so the name and SDK filters find the DLAMI
+    im = find_ami()
+    assert (im['id'], im['found_by'], im['root_device'], im['sdk']) == (TRN1_DLAMI, 'filter', '/dev/sda1', '2.31.1')
+    assert im['venv'] == '/opt/aws_neuronx_venv_pytorch_2_9'
+    assert find_ami(ami=NO_XLA_DLAMI)['found_by'] == 'given'     # an explicit id wins, whatever it is
+    with pytest.raises(UsageError) as e: find_ami(ami='ami-0123456789abcdef0')
+    assert 'leave --ami out' in one_line(e)
+
+
+def test_trn1_never_takes_latest(moto_server):
+    "Newer DLAMIs (SDK 2.32, 2.33: JAX and vLLM only) exist; a Trn1 still gets the newest SDK 2.31 PyTorch 2.9 image."
+    ec2 = boto3.client('ec2')
+    newest = max(ec2.describe_images(Owners=['amazon'], Filters=[{'Name': 'name', 'Values': ['Deep Learning AMI Neuron*']}])['Images'],
+                 key=lambda i: i['CreationDate'])
+    assert newest['ImageId'] not in (TRN1_DLAMI, TRN2_DLAMI) and 'Neuron SDK 2.3' in newest['Description']
+    for t in ('trn1.2xlarge', 'trn1.32xlarge', 'trn1n.32xlarge'):
+        assert find_ami(instance_type=t)['id'] == TRN1_DLAMI, t
+    # the PyTorch 2.9 DLAMI preferred; without it, the 2.31 multi-framework DLAMI (which has the same environment)
+    only_mf = dataclasses.replace(DLAMI['trn1'], names=DLAMI['trn1'].names[1:])
+    assert find_ami(dlami=only_mf)['name'] == 'Deep Learning AMI Neuron (Ubuntu 24.04) 20260707'
+
+
+def test_trn2_and_trn3_take_torchneuron(moto_server):
+    for t in ('trn2.3xlarge', 'trn2.48xlarge', 'trn2u.48xlarge', 'trn3.48xlarge'):
+        im = find_ami(instance_type=t)
+        assert (im['id'], im['venv'], im['sdk']) == (TRN2_DLAMI, '/opt/aws_neuronx_venv_torch_neuronx_2_14_0', '2.33.0'), t
+    assert find_ami(region='us-east-2', instance_type='trn2.48xlarge')['id'] == TRN2_DLAMI
+
+
+def test_families():
+    assert [instance_family(t) for t in ('trn1.2xlarge', 'trn1n.32xlarge', 'trn2.3xlarge', 'trn2u.48xlarge', 'trn3.48xlarge')] == \
+           ['trn1', 'trn1', 'trn2', 'trn2', 'trn3']
+    assert dlami_for('trn1.32xlarge').venv == '/opt/aws_neuronx_venv_pytorch_2_9' and dlami_for('trn1.2xlarge').sdk == '2.31'
+    assert dlami_for('trn3.48xlarge') is DLAMI['trn2']
+    assert DLAMI['trn1'].description == '*Neuron SDK 2.31*'
+    with pytest.raises(UsageError) as e: instance_family('inf2.xlarge')
+    assert 'not a Trainium instance type' in one_line(e)
+
+
+def test_no_image_names_ami(moto_server, tmp_path):
+    gone = Dlami(('Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04) *',), '2.30', '/opt/aws_neuronx_venv_pytorch_2_9')
+    with pytest.raises(UsageError) as e: find_ami(dlami=gone)
+    msg = one_line(e)
+    assert 'no Neuron SDK 2.30 DLAMI with /opt/aws_neuronx_venv_pytorch_2_9 in us-east-1' in msg and 'pass --ami' in msg
+    # a launch in a region where the image is gone stops there, before anything is created
+    ec2 = boto3.client('ec2')
+    for im in ec2.describe_images(Owners=['amazon'], Filters=[{'Name': 'name', 'Values': ['Deep Learning AMI Neuron*']}])['Images']:
+        ec2.deregister_image(ImageId=im['ImageId'])
+    with pytest.raises(UsageError) as e: launch_instance('trn1.2xlarge', my_ip=MY_IP, key_dir=str(tmp_path), wait_ssh=False)
+    assert 'pass --ami with an image that has /opt/aws_neuronx_venv_pytorch_2_9' in one_line(e)
+    assert ec2.describe_key_pairs()['KeyPairs'] == [] and list(tmp_path.iterdir()) == []
+    assert ec2.describe_security_groups(Filters=tag_filters())['SecurityGroups'] == []
+
+
+def test_ssm_parameter_is_checked(moto_server):
+    "The SSM parameter is read first, but its image is taken only if it passes the name and SDK filters."
+    ssm = boto3.client('ssm')
+    with_param = lambda name: dataclasses.replace(DLAMI['trn1'], ssm=name)
+    ssm.put_parameter(Name='/trn-tutorials-test/pytorch-2.9/image_id', Value='ami-0dl4m1pt2310707', Type='String')
+    im = find_ami(dlami=with_param('/trn-tutorials-test/pytorch-2.9/image_id'))
+    assert (im['id'], im['found_by']) == ('ami-0dl4m1pt2310707', 'ssm')
+    # a parameter that moved on to an image without PyTorch/XLA is not followed
+    ssm.put_parameter(Name='/trn-tutorials-test/moved/image_id', Value=NO_XLA_DLAMI, Type='String')
+    im = find_ami(dlami=with_param('/trn-tutorials-test/moved/image_id'))
+    assert (im['id'], im['found_by']) == (TRN1_DLAMI, 'filter')
+    # a parameter that does not exist (a region without it), or names a deleted image
+    assert find_ami(dlami=with_param('/trn-tutorials-test/missing/image_id'))['found_by'] == 'filter'
+    ssm.put_parameter(Name='/trn-tutorials-test/deleted/image_id', Value='ami-0123456789abcdef0', Type='String')
+    assert find_ami(dlami=with_param('/trn-tutorials-test/deleted/image_id'))['found_by'] == 'filter'
+    assert DLAMI['trn1'].ssm == '/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id'

@@ -308,3 +308,30 @@ def test_hidden_helpers_used_finds_one(tmp_path):
     code = lambda s: {'cell_type': 'code', 'source': s, 'outputs': []}
     nb.write_text(json.dumps({'cells': [code('#| hide\ndef said(e): print(e)'), code('said(1)'), code('#| export\ndef f(): pass'), code('f()')]}))
     assert hidden_helpers_used(nb) == [(1, ['said'])]
+
+
+def _flags(c): return {l.split('|', 1)[1].split()[0] for l in ''.join(c['source']).splitlines() if l.startswith('#|') and l[2:].strip()}
+
+
+def _out(c): return ''.join(''.join(o.get('text', '')) + ''.join(o.get('data', {}).get('text/plain', '')) for o in c.get('outputs', []))
+
+
+def longest_unused_run(cells) -> int:
+    "The longest run of exported cells with no visible, non-exported code cell between them."
+    run = longest = 0
+    for c in cells:
+        if c['cell_type'] != 'code': continue
+        f = _flags(c)
+        if f & {'export', 'exports'}: run += 1; longest = max(longest, run)
+        elif not f & {'hide', 'default_exp'} and 'import' not in ''.join(c['source']).split('\n')[0]: run = 0
+    return longest
+
+
+@pytest.mark.parametrize('name, shows', [('01_setup.ipynb', "Instance(instance_id='i-"), ('02_ssh.ipynb', 'ssh -L 8888:localhost:8888 -i ~/.ssh/')])
+def test_chapters_show_their_result_first(name, shows):
+    "Each chapter opens with its step working: the CLI line, then the call's stored output within the first ten cells."
+    cs = cells(ROOT/'nbs/instance'/name)
+    assert ''.join(cs[0]['source']).startswith('# ') and '> **Where:** your laptop' in ''.join(cs[2]['source'])
+    assert 'trn-tutorials ' in ''.join(cs[2]['source'])   # the command line
+    assert any(shows in _out(c) for c in cs[:10]), name
+    assert longest_unused_run(cs) <= 4
