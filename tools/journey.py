@@ -110,8 +110,12 @@ def main(argv=None):
     p.add_argument('--chapters', nargs='*', help='these chapters instead of the journey (in the order given)')
     p.add_argument('--table', default='trn1-dlami', help='the environment (tools/environments.toml) whose notebooks and flags to run')
     p.add_argument('--folder', help="the reader's folder to walk in (kept); default: a new one, removed afterwards")
+    p.add_argument('--ci-cap', action='store_true', help="CI's cap: in the flagged cells, the table's `ci_cap` replacements "
+                   "(fewer epochs: the same code path, less training); never with --store, so no stored output comes from it")
     a = p.parse_args(argv)
     t = table(a.table)
+    if a.ci_cap and a.store: p.error("--ci-cap changes what the flagged cells train: stored outputs come from the chapters as written (drop --ci-cap)")
+    cap = [x for pair in t.get('ci_cap', []) for x in ('--replace', *pair)] if a.ci_cap else []
     walk, flags = a.chapters or t['notebooks'], set(t['flags'])
     work = Path(tempfile.mkdtemp(prefix='trn-tutorials-journey-'))
     is_laptop = t.get('kind') == 'laptop'
@@ -123,7 +127,7 @@ def main(argv=None):
     folder = Path(a.folder).resolve() if a.folder else work/'reader'
     os.environ['TRN_TUTORIALS_DIR'] = str(folder)
     print(f"journey: {' -> '.join(Path(c).stem for c in walk)}, in one reader's folder; "
-          f"flagged cells run: {', '.join(sorted(flags))}")
+          f"flagged cells run: {', '.join(sorted(flags))}" + (f"; CI cap: {'; '.join(f'{o!r} -> {n!r}' for o, n in t.get('ci_cap', []))}" if cap else ''))
     failed, t_all = 0, time.time()
     try:
         if laptop:
@@ -142,7 +146,7 @@ def main(argv=None):
             store = a.store and bool(keep)   # (run_nb's --keep with no id would store every cell's output)
             how = ['--keep', *keep] if store else ['--check']   # one Python per chapter, as Jupyter gives each its own kernel
             # a reader's Run All (--reader): no hidden rehearsal (the walk's stand-ins are up)
-            try: rc = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nb.py'), '--reader', '--flags', *sorted(flags), *how, '--', str(fn)],
+            try: rc = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nb.py'), '--reader', '--flags', *sorted(flags), *how, *(cap if not store else []), '--', str(fn)],
                                      timeout=600 if laptop else None).returncode
             except subprocess.TimeoutExpired: rc = 'timeout (600 s)'
             if rc != 0:

