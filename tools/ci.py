@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT/'tools'/'ci.toml'
 COMMITTED = ROOT/'tools'/'ci_times.json'
+STAGE_CMD = ['bash', str(ROOT/'tools'/'test.sh'), '--stage']   # + the job's name
 CACHED = Path(os.environ.get('XDG_CACHE_HOME', Path.home()/'.cache'))/'trn-tutorials'/'ci-times.json'
 
 
@@ -90,6 +91,16 @@ def slowest(junit_dir:Path, job:str, n:int=10) -> list[str]:
     return [f"{t:7.1f} s  {name}" for t, name in sorted(rows, reverse=True)[:n]]
 
 
+def critical_paths(jobs:dict) -> dict:
+    "Each job's expected seconds plus the longest chain of jobs that need it: the order to start them in (longest first)."
+    out = {}
+    def path(n):
+        if n not in out: out[n] = jobs[n].expected + max((path(m) for m, j in jobs.items() if n in j.spec.get('needs', [])), default=0)
+        return out[n]
+    for n in jobs: path(n)
+    return out
+
+
 class Job:
     def __init__(self, name:str, spec:dict, expected:float, ci_dir:Path, port:int):
         self.name, self.spec, self.expected, self.ci_dir, self.port = name, spec, expected, ci_dir, port
@@ -107,7 +118,7 @@ class Job:
                    TRN_TUTORIALS_DIR=str(self.ci_dir/'reader'/self.name))
         self.t0, self.state = time.monotonic(), 'running'
         with open(self.log, 'w') as out:
-            self.proc = subprocess.Popen(['bash', str(ROOT/'tools'/'test.sh'), '--stage', self.name], stdout=out, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen([*STAGE_CMD, self.name], stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, cwd=ROOT, env=env, start_new_session=True)
 
     def stop(self, why:str):
@@ -143,9 +154,10 @@ def expand(cfg:dict, names:list[str]) -> list[str]:
     return [j for j in jobs if j in want]
 
 
-def main(argv=None) -> int:
+def main(argv=None, config:Path=CONFIG) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    cfg = load_config()
+    try: cfg = load_config(config)
+    except SystemExit as e: print(f"FAILED: {e}"); print("0 passed, 1 failed"); return 1
     if argv[:1] == ['--expand']: print(' '.join(expand(cfg, argv[1:]))); return 0
     if argv[:1] == ['--bases']: print(' '.join(dict.fromkeys(b for n in argv[1:] if (b := cfg['jobs'][n].get('base'))))); return 0
     try: names = expand(cfg, argv)
@@ -159,7 +171,8 @@ def main(argv=None) -> int:
     k = len([n for n in cfg['jobs'] if re.fullmatch(r'pytest-\d+', n)])
     if k: (ci_dir/'pytest-shards.json').write_text(json.dumps(shards(cfg, k, file_times()), indent=1))
     jobs = {n: Job(n, cfg['jobs'][n], times.get(n, cfg['jobs'][n]['budget']), ci_dir, 29500 + 11 * i) for i, n in enumerate(names)}
-    print(f"ci: {len(jobs)} jobs on {slots} slots, longest first (expected seconds from the last run: "
+    priority = critical_paths(jobs)
+    print(f"ci: {len(jobs)} jobs on {slots} slots, longest chain first (expected seconds from the last run: "
           f"{'this machine' if CACHED.exists() else 'tools/ci_times.json' if COMMITTED.exists() else 'the budgets'}); "
           f"the jobs stop past {total} s (the run's {cfg['total_budget']} s less the set-up's {setup_s} s)", flush=True)
     t_start, done = time.monotonic(), {}
@@ -186,7 +199,7 @@ def main(argv=None) -> int:
         for j in blocked:   # what it needs failed: it cannot run, and says so
             j.state, j.why, j.failed, done[j.name] = 'failed', f"not run: {', '.join(j.spec['needs'])} failed", 1, j
             print(f"FAILED: {j.name}: {j.why}", flush=True)
-        ready = sorted((j for j in waiting if j not in blocked and j.ready(done)), key=lambda j: -j.expected)
+        ready = sorted((j for j in waiting if j not in blocked and j.ready(done)), key=lambda j: -priority[j.name])
         for j in ready[:max(0, slots - len(running))]:
             print(f"ci: start {j.name} (expected {j.expected:.0f} s) at {time.monotonic() - t_start:.0f} s", flush=True)
             j.start()
