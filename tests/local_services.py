@@ -35,6 +35,15 @@ def one_line(e) -> str:
     return msg
 
 
+def queue_answer(moto, body, region: str = 'us-east-1'):
+    "Queue what the next invoke_endpoint on `moto` (a MotoServer, or its URL) returns: moto runs no container. `body`: text, or JSON-able."
+    import urllib.request
+    url = moto if isinstance(moto, str) else moto.url
+    data = json.dumps({'region': region, 'results': [{'Body': body if isinstance(body, str) else json.dumps(body),
+                                                      'ContentType': 'application/json'}]}).encode()
+    urllib.request.urlopen(urllib.request.Request(url + '/moto-api/static/sagemaker/endpoint-results', data=data, method='POST'), timeout=10).read()
+
+
 def port_open(port: int, host: str = '127.0.0.1') -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5): return True

@@ -1,7 +1,7 @@
 """The Hugging Face inference container path (hf_endpoint): the archive, the image, the requests, and deploy/predict/delete
 against a real moto_server on 127.0.0.1 (moto starts no container: invoke_endpoint answers from a queue of canned results,
 here what transformers' pipeline answers for the same folder). tests/containers/test_sm_hf_inference.py serves the archive."""
-import io, json, tarfile, urllib.request
+import io, json, shutil, tarfile
 from pathlib import Path
 
 import boto3
@@ -14,15 +14,15 @@ from trn_tutorials.endpoint import delete, predict
 from trn_tutorials.hf_endpoint import HF_IMAGES, HF_REGIONS, HF_TASK, hf_deploy, hf_image, hf_package, hf_requests
 from trn_tutorials.aws import run_tags
 from trn_tutorials.sagemaker_aws import DLC_ACCOUNTS
-from local_services import sagemaker_role as role
+from local_services import queue_answer, sagemaker_role as role
 
 REGION, BUCKET = 'us-east-1', 'sagemaker-us-east-1-123456789012'
 WORDS = 'i feel happy sad angry scared today so very'.split()
 
 
 @pytest.fixture
-def folder(tmp_path):
-    d = Path(tiny_bert(tmp_path/'model', WORDS, labels=EMOTION_LABELS))
+def folder(tmp_path, prepared):
+    d = Path(shutil.copytree(prepared/'tiny-bert', tmp_path/'model'))   # conftest's tiny BERT, copied: the fixture is read-only
     for f in ('metrics.json', 'curves.png', 'train.log', 'training_args.bin', 'model.pt'): (d/f).write_bytes(b'{}')
     (d/'checkpoint-10').mkdir()
     return d
@@ -101,8 +101,7 @@ def test_deploy_predict_delete(moto_server, folder, capsys):
     from transformers import pipeline
     texts = ['i feel happy today', 'so very scared']
     answer = json.dumps(pipeline(task=HF_TASK, model=str(folder), device=-1)(texts))
-    data = json.dumps({'region': REGION, 'results': [{'Body': answer, 'ContentType': 'application/json'}]}).encode()
-    urllib.request.urlopen(urllib.request.Request(moto_server.url + '/moto-api/static/sagemaker/endpoint-results', data=data, method='POST'), timeout=10).read()
+    queue_answer(moto_server, answer, REGION)
     got = predict(ep.name, texts)
     assert got == json.loads(answer) and all(r['label'] in EMOTION_LABELS for r in got)
     assert delete(ep.name) == [f'endpoint {ep.name}', f'endpoint config {ep.name}', f'model {ep.name}']

@@ -7,10 +7,9 @@ import pytest
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.data import DataArguments, prepare
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data_files import load_raw, sample_data
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.launch import launch
-from trn_tutorials.models import tiny_bert
 from trn_tutorials.inference import JSON, RequestError, input_fn, output_fn, predict_fn
 from trn_tutorials.torchscript import trace
 from trn_tutorials.predict import load
@@ -21,12 +20,10 @@ CLI = [sys.executable, '-c', 'from trn_tutorials.cli import main; main()']
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, prepared):
     "A tiny BERT fine-tuned by `launch` (torchrun, CPU) for 10 epochs on the bundled sample in three buckets (the chapter's: F1 0.825), and the untrained one it started from."
     tmp = tmp_path_factory.mktemp('verify')
-    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
-    prepare(DataArguments(data=sample_data(), model_id=tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS),
-                          dataset_path=str(tmp/'data'), buckets=3))
+    (tmp/'data').symlink_to(prepared/'data-3'); (tmp/'tiny-bert').symlink_to(prepared/'tiny-bert')   # conftest's, read-only
     launch(TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), num_train_epochs=10, learning_rate=3e-3,
                           per_device_train_batch_size=16, save_steps=0), echo=False)
     return tmp
@@ -140,11 +137,9 @@ def test_a_function_endpoint_and_the_rows_decoded(trained, monkeypatch):
     assert v.forms['endpoint']['flips'] == 0
 
 
-def test_packed_rows_are_taken_apart_into_their_texts(trained, tmp_path):
-    from trn_tutorials.models import local_model
-    prepare(DataArguments(data=sample_data(), model_id=str(trained/'tiny-bert'), dataset_path=str(tmp_path/'plain')))
-    prepare(DataArguments(data=sample_data(), model_id=str(trained/'tiny-bert'), dataset_path=str(tmp_path/'packed'), pack=True))
-    plain, packed = split_rows(str(tmp_path/'plain')), split_rows(str(tmp_path/'packed'))
+def test_packed_rows_are_taken_apart_into_their_texts(prepared, tmp_path):
+    prepare(DataArguments(data=sample_data(), model_id=str(prepared/'tiny-bert'), dataset_path=str(tmp_path/'packed'), pack=True))
+    plain, packed = split_rows(str(prepared/'data')), split_rows(str(tmp_path/'packed'))   # conftest's `data`: the plain prep
     assert packed[2]['packing']['rows']['test'] < len(packed[0]) == len(plain[0]) == 72
     key = lambda rl: sorted(zip((tuple(r['input_ids']) for r in rl[0]), rl[1]))
     assert key(packed) == key(plain)   # the same texts and labels; packed rows hold them longest first
