@@ -325,3 +325,73 @@ def test_option_classes_match_the_functions_they_configure():
     assert {f.name: f.default for f in fields(DeployArguments)} == {**params(sm_deploy_cmd, ()), **params(deploy, ('model_dir', 'wait'))}
     with pytest.raises(UsageError, match='--nproc_per_node 0'): LaunchArguments(nproc_per_node=0)
     with pytest.raises(UsageError, match='--instance_count 0'): DeployArguments(instance_count=0)
+
+
+# issue 55: a refusal that needs no model comes in under a second: before torch, transformers or datasets is imported
+REFUSALS = [   # (command line, the words of its one line): each of the six commands that train, prepare, serve or submit
+    (['train', '--dataset_path', 'nowhere'], 'no prepared data at nowhere: run `trn-tutorials prep --dataset_path nowhere` first'),
+    (['prep', '--buckets', '0'], '--buckets 0 is out of range: use 1 to 8 (e.g. --buckets 2) (see --help)'),
+    (['predict', '--model_dir', 'nowhere', '--text', 'hi'], 'nowhere has no config.json: pass the folder a model was saved to'),
+    (['verify', '--model_dir', 'nowhere'], 'no model folder at nowhere: pass --model_dir'),
+    (['precompile', '--lr', '0'], '--learning_rate 0.0 is out of range: use a number in (0, 1000]'),
+    (['sm-train', '--dataset_path', 'nowhere', '--instance_count', '2'], 'no prepared data at nowhere'),
+]
+HEAVY = ('torch', 'transformers', 'datasets')
+
+@pytest.mark.parametrize('args,words', REFUSALS, ids=[a[0] for a, _ in REFUSALS])
+def test_a_refusal_loads_no_library_and_takes_under_a_second(args, words, tmp_path):
+    """One process per command, as a user runs it: status 2, one line, and at exit neither torch, transformers nor datasets was
+    imported. The second counted is CPU time (import and refusal): on a loaded machine the wall clock says more about the others."""
+    code = (f"import sys, time\nt0 = time.process_time()\nfrom trn_tutorials.cli import run\n"
+            f"try: run({args!r})\nexcept SystemExit as e: code = e.code\n"
+            f"print('EXIT', code, round(time.process_time() - t0, 3), sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    exit_, code_, s, loaded = r.stdout.split()[-4:] if r.stdout.strip() else ('', '', '', '')
+    assert (exit_, code_) == ('EXIT', '2') and loaded == '[]', r.stdout[-500:] + r.stderr[-1500:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f'trn-tutorials {args[0]}: error: ') and words in lines[0], r.stderr
+    assert float(s) < 1, f'{args[0]} took {s} CPU seconds to refuse'
+
+
+@pytest.mark.parametrize('args,words', REFUSALS + [
+    (['train', '--epochs', '0'], '--num_train_epochs 0.0 is out of range'), (['train', '--per_device_train_batch_size=0'], 'use 1 to 65536'),
+    (['train', '--learning_rate', 'nan'], 'not a finite number'),
+    (['sm-train', '--max_run_hours', '0'], '--max_run_hours 0.0 is out of range'), (['predict', '--batch_size', '0', '--text', 'hi'], '--batch_size 0'),
+    (['prep', '--max_length', '4'], '--max_length 4 is out of range')], ids=lambda x: ' '.join(x) if isinstance(x, list) else None)
+def test_the_early_line_is_the_full_checks_line(args, words, tmp_path, monkeypatch, capsys):
+    "`early` says what the option classes and the commands say when they refuse the same input: run in-process with and without it."
+    import trn_tutorials.cli as cli_mod
+    monkeypatch.chdir(tmp_path); monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    assert cli_mod.early(args[0], args[1:]) is not None, 'refused only by the full checks'
+    said = []
+    for early in (cli_mod.EARLY, {}):
+        monkeypatch.setattr(cli_mod, 'EARLY', early)
+        with pytest.raises(SystemExit) as e: cli_mod.run(args)
+        said.append((e.value.code, capsys.readouterr().err.strip()))
+    assert said[0] == said[1] and said[0][0] == 2 and words in said[0][1] and len(said[0][1].splitlines()) == 1, said
+
+
+def test_early_reads_only_what_is_given_as_given():
+    "Abbreviations, a value that is no number of its kind and --help are left to the parser; an alias and --name=value are read."
+    from trn_tutorials.cli import early
+    assert early('train', ['--dataset', 'nowhere']) is None                       # an abbreviation: the parser's
+    assert early('train', ['--per_device_train_batch_size', '0.5']) is None       # "invalid int value": the parser's
+    assert early('train', ['--dataset_path', 'nowhere', '--help']) is None
+    assert early('train', ['--lr=0']).startswith('--learning_rate 0.0 is out of range')
+    assert early('detect', ['--anything']) is None
+
+
+def test_the_whole_numbers_are_the_classes_ints():
+    "`WHOLE` names exactly the limited options the classes type `int`: the early checks read a number as its class would."
+    import typing
+    from trn_tutorials.core import CLASSIFY_LIMITS, JOB_LIMITS, SHAPE_LIMITS, TRAIN_LIMITS, VARIES, WHOLE, _number_kind
+    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.data import DataArguments
+    from trn_tutorials.predict import ClassifyArguments
+    from trn_tutorials.training_job import JobArguments
+    for cls, limits in ((TrainArguments, TRAIN_LIMITS), (DataArguments, SHAPE_LIMITS), (ClassifyArguments, CLASSIFY_LIMITS), (JobArguments, JOB_LIMITS)):
+        hints = typing.get_type_hints(cls)
+        for k in limits:
+            if k in VARIES or k not in hints: continue
+            assert (_number_kind(hints[k]) is int) == (k in WHOLE), (cls.__name__, k, hints[k])

@@ -11,23 +11,15 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
 from .backends import BACKENDS, XLA_BACKENDS
 from .core import Limit, UsageError, check_numbers, documented, field_help
+from .core import ALIASES, TRAIN_LIMITS
 
 # %% auto #0
-__all__ = ['TRAIN_LIMITS', 'ALIASES', 'SECRETS', 'TRAINER_FIELDS', 'OUR_FIELDS', 'DONE_ANYWAY', 'REFUSED', 'TRACKERS',
-           'FUSED_ADAMW', 'DDP_FIELDS', 'TrainArguments', 'no_secrets', 'refused_option', 'check_args', 'alias_notes',
-           'check_services', 'check_flags', 'needs_use_cpu', 'training_arguments', 'changed_options', 'option_text',
-           'option_argv']
+__all__ = ['SECRETS', 'TRAINER_FIELDS', 'OUR_FIELDS', 'DONE_ANYWAY', 'REFUSED', 'TRACKERS', 'FUSED_ADAMW', 'DDP_FIELDS',
+           'TrainArguments', 'no_secrets', 'refused_option', 'check_args', 'alias_notes', 'check_services',
+           'check_flags', 'needs_use_cpu', 'training_arguments', 'changed_options', 'option_text', 'option_argv']
 
 # %% ../nbs/internals/04_arguments.ipynb #16cac8f9
-TRAIN_LIMITS = {   # the values the numeric options may take (`check_numbers`), by TrainingArguments' names; `xla_loop` shares them
-    'learning_rate': Limit(0, 1000, lo_open=True, example=5e-05),   # above ~1000 no optimizer trains; below 1 is usual
-    'num_train_epochs': Limit(0, 10000, lo_open=True, example=3),
-    'per_device_train_batch_size': Limit(1, 65536, example=16), 'per_device_eval_batch_size': Limit(1, 65536, example=64),
-    'gradient_accumulation_steps': Limit(1, 65536, example=1), 'max_steps': Limit(1, special=((-1, 'all epochs'),), example=-1),
-    'warmup_ratio': Limit(0, 1, hi_open=True, example=0.1), 'warmup_steps': Limit(0, example=0.1), 'weight_decay': Limit(0, 1, example=0.01),
-    'logging_steps': Limit(1, example=50), 'seed': Limit(0, 2**32 - 1, example=42),
-    'save_steps': Limit(1, special=((0, 'no checkpoints'),), example=500), 'save_total_limit': Limit(1, example=2)}
-ALIASES = {'--epochs': '--num_train_epochs', '--lr': '--learning_rate'}  # the original tutorial's flags: still understood
+# `TRAIN_LIMITS` and `ALIASES` live in `trn_tutorials.core`, which the command line reads before transformers is imported
 if 'warmup_ratio' not in TrainingArguments.__dataclass_fields__: ALIASES['--warmup_ratio'] = '--warmup_steps'   # transformers 5 folded it in
 
 class _BoolHelp(str):

@@ -14,13 +14,15 @@ from .backends import CATALOG, check_backend, detect, instance_type
 from .core import (Limit, UsageError, arguments_of, check_folder, check_numbers, check_owner, documented,
                                 folder_lock, folder_record, given_options, parse_args, stop_signals_as_ctrl_c)
 from .models import default_model, hub_reachable, short_path
+from .core import (ALIASES, CLASSIFY_LIMITS, JOB_LIMITS, SHAPE_LIMITS, TRAIN_LIMITS, check_given_numbers,
+                                check_model_path, check_prepared_path, given_text)
 
 # %% auto #0
-__all__ = ['VerifyArguments', 'StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS',
+__all__ = ['VerifyArguments', 'StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'EARLY',
            'detect_cmd', 'interrupted', 'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd',
            'predict_kept', 'predict_cmd', 'verify_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'stop_cmd',
            'sm_train_cmd', 'sm_deploy_cmd', 'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data',
-           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'disk_full', 'run', 'main']
+           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'early', 'disk_full', 'run', 'main']
 
 # %% ../nbs/reference/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
@@ -389,6 +391,29 @@ def _usage() -> str:
     return 'usage: trn-tutorials COMMAND [--help] [options]\n\ncommands:\n' + '\n'.join(
         f'  {k:11} {v[2]}' for k, v in COMMANDS.items())
 
+# %% ../nbs/reference/07_cli.ipynb #12dbab00
+EARLY = {   # command: the limits of its numbers and the check of each folder it reads, made before torch or transformers is imported (`early`)
+    'prep':       (SHAPE_LIMITS, {}),
+    'train':      (TRAIN_LIMITS, {'dataset_path': check_prepared_path}),
+    'precompile': (TRAIN_LIMITS, {}),   # its data is read only where it compiles (not on the CPU, where it is not needed)
+    'sm-train':   ({**TRAIN_LIMITS, **JOB_LIMITS}, {'dataset_path': check_prepared_path}),
+    'predict':    (CLASSIFY_LIMITS, {'model_dir': check_model_path}),
+    'verify':     ({}, {'model_dir': lambda p: check_model_path(p, folder=True)}),
+}
+
+def early(name:str, # a key of `COMMANDS`
+          argv:list[str] # the command's arguments
+         ) -> str|None:
+    "The line refusing `argv` for what needs no model (a number out of range, a folder missing), or `None`; it imports no library."
+    if name not in EARLY or {'-h', '--help'} & set(argv): return None
+    limits, folders = EARLY[name]
+    try: check_given_numbers(argv, limits, ALIASES)
+    except UsageError as e: return f"{e} (see --help)"   # as the parser says it when the option classes refuse the number
+    for k, v in given_text(argv, folders).items():
+        if not v.strip(): continue   # an empty folder name: the full checks say what it stands for (the working folder)
+        try: folders[k](os.path.expanduser(v) if v.startswith('~') else v)   # `~` as the option classes expand it
+        except UsageError as e: return str(e)
+
 # %% ../nbs/reference/07_cli.ipynb #c11a0003
 def _existing(p) -> Path:
     "The nearest existing folder of `p` (itself if it exists)."
@@ -449,6 +474,8 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"trn-tutorials: error: unknown command {name!r}: use one of {', '.join(COMMANDS)}", file=sys.stderr); sys.exit(2)
+    if (said := early(name, rest)) is not None:   # before `command` imports the option classes, and with them torch and transformers
+        print(f"trn-tutorials {name}: error: {said}", file=sys.stderr); sys.exit(2)
     fn, types = command(name)
     if 'datasets' in sys.modules: sys.modules['datasets'].disable_progress_bars()   # they draw on stderr, which is for the one line of an error
     parsed = parse_args(types, rest, prog=f'trn-tutorials {name}')

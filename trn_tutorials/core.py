@@ -10,11 +10,13 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'UsageError', 'field_help', 'documented',
-           'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers', 'arguments_of', 'check_type',
-           'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent', 'placeholders', 'reading',
-           'stop_signals_as_ctrl_c', 'folder_record', 'write_record', 'check_owner', 'reader_path', 'reader_folder',
-           'reader_contents', 'made_before', 'scratch']
+__all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'TRAIN_LIMITS', 'ALIASES', 'MAX_BUCKETS',
+           'SHAPE_LIMITS', 'CLASSIFY_LIMITS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'WHOLE', 'VARIES', 'UsageError',
+           'field_help', 'documented', 'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers',
+           'arguments_of', 'check_type', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent',
+           'placeholders', 'reading', 'stop_signals_as_ctrl_c', 'folder_record', 'write_record', 'check_owner',
+           'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch', 'given_text',
+           'check_given_numbers', 'check_prepared_path', 'check_model_path']
 
 # %% ../nbs/reference/90_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -541,3 +543,83 @@ class scratch:
         shutil.rmtree(self.path, ignore_errors=True)
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
+
+# %% ../nbs/reference/90_core.ipynb #02786afc
+TRAIN_LIMITS = {   # the values the numeric options of training may take (`check_numbers`), by TrainingArguments' names; `xla_loop` shares them
+    'learning_rate': Limit(0, 1000, lo_open=True, example=5e-05),   # above ~1000 no optimizer trains; below 1 is usual
+    'num_train_epochs': Limit(0, 10000, lo_open=True, example=3),
+    'per_device_train_batch_size': Limit(1, 65536, example=16), 'per_device_eval_batch_size': Limit(1, 65536, example=64),
+    'gradient_accumulation_steps': Limit(1, 65536, example=1), 'max_steps': Limit(1, special=((-1, 'all epochs'),), example=-1),
+    'warmup_ratio': Limit(0, 1, hi_open=True, example=0.1), 'warmup_steps': Limit(0, example=0.1), 'weight_decay': Limit(0, 1, example=0.01),
+    'logging_steps': Limit(1, example=50), 'seed': Limit(0, 2**32 - 1, example=42),
+    'save_steps': Limit(1, special=((0, 'no checkpoints'),), example=500), 'save_total_limit': Limit(1, example=2)}
+ALIASES = {'--epochs': '--num_train_epochs', '--lr': '--learning_rate'}  # the original tutorial's flags: still understood
+
+MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
+SHAPE_LIMITS = {  # the values the options of the data's shapes may take: `DataArguments` adds the validation split's (`DATA_LIMITS`)
+    'percentile': Limit(0, 100, lo_open=True, example=99.9),
+    'pad_multiple': Limit(1, 512, example=8),
+    'max_length': Limit(8, example=128),   # shorter leaves no room for text between [CLS] and [SEP]
+    'buckets': Limit(1, MAX_BUCKETS, example=2),
+    'row_length': Limit(8, example=128), 'max_texts': Limit(1, 512, example=12),   # packed rows: see the packing chapter
+}
+
+CLASSIFY_LIMITS = {'batch_size': Limit(1, example=32), 'stride': Limit(0, example=8)}   # `predict`'s numbers (`ClassifyArguments`)
+
+SM_MAX_HOURS = 28 * 24   # SageMaker's longest training job: 28 days
+JOB_LIMITS = {'instance_count': Limit(1, example=2), 'volume_gb': Limit(1, 16384, example=100),   # an EBS volume: 1 GB to 16 TiB
+              'max_run_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=2),
+              'max_wait_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=4), 'poll_s': Limit(0, 3600, lo_open=True, example=15)}
+
+WHOLE = frozenset({   # the options above that are typed `int` (the others are `float`), as the classes that declare them say; tests/test_cli.py holds the two together
+    'per_device_train_batch_size', 'per_device_eval_batch_size', 'gradient_accumulation_steps', 'max_steps', 'seed', 'save_total_limit',
+    'pad_multiple', 'max_length', 'buckets', 'row_length', 'max_texts', 'batch_size', 'stride', 'instance_count', 'volume_gb'})
+VARIES = ('warmup_steps',)   # typed `int` by transformers 4.57, `float` by 5: left to the parser
+
+# %% ../nbs/reference/90_core.ipynb #1299bfa1
+def given_text(argv:list[str], # a command's arguments, e.g. ['--dataset_path', 'nowhere']
+               names, # the option names to read, without `--`
+               aliases:dict|None=None # other spellings, e.g. `ALIASES`
+              ) -> dict[str, str]:
+    "Name -> the text `argv` gives that option, as `--name value` or `--name=value` (the last one wins, as in argparse); abbreviations are left to the parser."
+    spell = {f'--{n}': n for n in names} | {a: o[2:] for a, o in (aliases or {}).items() if o[2:] in names}
+    out = {}
+    for i, a in enumerate(argv):
+        k, eq, v = a.partition('=')
+        if k not in spell: continue
+        if eq: out[spell[k]] = v
+        elif i + 1 < len(argv) and not argv[i + 1].startswith('--'): out[spell[k]] = argv[i + 1]
+    return out
+
+# %% ../nbs/reference/90_core.ipynb #14fc25b6
+def check_given_numbers(argv:list[str], # a command's arguments
+                        limits:dict[str, Limit], # option name -> its `Limit`, e.g. `TRAIN_LIMITS`
+                        aliases:dict|None=None # other spellings, e.g. `ALIASES`
+                       ):
+    "Refuse, in `check_number`'s words, a number `argv` gives that `limits` does not allow; a text that is no number of its kind is left to the parser, whose message says so."
+    for name, text in given_text(argv, [k for k in limits if k not in VARIES], aliases).items():
+        kind = int if name in WHOLE else float
+        try: value = kind(text)
+        except ValueError: continue   # argparse says "invalid int value"
+        check_number(name, value, kind, limits[name])
+
+# %% ../nbs/reference/90_core.ipynb #b4c87f89
+def check_prepared_path(dataset_path # the folder a run reads its prepared data from
+                       ):
+    "A one-line `UsageError` if `dataset_path` is empty, lies under a file, or does not exist; what else a prepared folder needs, `load_prepared` checks."
+    if dataset_path is None or not str(dataset_path).strip():
+        raise UsageError("--dataset_path is empty: pass the folder `trn-tutorials prep` wrote, e.g. --dataset_path runs/emotion-data")
+    p = Path(dataset_path).expanduser()
+    up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
+    if up is not None and not up.is_dir():
+        raise UsageError(f"no prepared data at {dataset_path}: it lies under the file {up}; pass the folder `trn-tutorials prep` wrote")
+    if not p.exists(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
+
+def check_model_path(model_dir, # a trained model folder (train's --output_dir)
+                     folder:bool=False # first refuse a path that is no folder, in those words (`verify`'s)
+                    ):
+    "A one-line `UsageError` if `model_dir` holds no config.json: the model a command serves or scores must be there."
+    if folder and not Path(model_dir).is_dir():
+        raise UsageError(f"no model folder at {model_dir}: pass --model_dir, the folder train wrote (its --output_dir)")
+    if not (Path(model_dir)/'config.json').is_file():
+        raise UsageError(f"{model_dir} has no config.json: pass the folder a model was saved to (trn_tutorials.train's output_dir)")

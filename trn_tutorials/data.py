@@ -15,11 +15,11 @@ from . import __version__
 from .core import (Limit, UsageError, check_number, check_numbers, check_owner, check_type, documented,
                                 folder_lock, folder_record)
 from .models import default_model, local_model, short_path
+from .core import MAX_BUCKETS, SHAPE_LIMITS, check_prepared_path
 
 # %% auto #0
-__all__ = ['MAX_BUCKETS', 'DATA_LIMITS', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
-           'padding_share', 'plot_lengths', 'tokenize', 'DataArguments', 'prepare', 'prep_command', 'data_fingerprint',
-           'load_prepared']
+__all__ = ['DATA_LIMITS', 'token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths', 'padding_share',
+           'plot_lengths', 'tokenize', 'DataArguments', 'prepare', 'prep_command', 'data_fingerprint', 'load_prepared']
 
 # %% ../nbs/data/03_data.ipynb #d0a7a001
 from .data_files import (EMOTION_LABELS, HUB_DATA, KNOWN_DATA, KnownData, data_files, default_data, known_defaults, load_raw, sample_data, PROBLEM_TYPES,
@@ -68,14 +68,8 @@ def length_stats(lengths # token lengths, e.g. from `token_lengths`
     return {'rows': len(s), 'mean': round(float(s.mean()), 1), **{f'p{p:g}': _covering(s, p) for p in (50, 95, 99, 99.9)}, 'max': int(s[-1])}
 
 # %% ../nbs/data/03_data.ipynb #650ef876
-MAX_BUCKETS = 8  # more buckets mean more compiled graphs on Neuron and smaller per-bucket remainders
-
 DATA_LIMITS = {  # the values each numeric option of `DataArguments` may take
-    'percentile': Limit(0, 100, lo_open=True, example=99.9),
-    'pad_multiple': Limit(1, 512, example=8),
-    'max_length': Limit(8, example=128),   # shorter leaves no room for text between [CLS] and [SEP]
-    'buckets': Limit(1, MAX_BUCKETS, example=2),
-    'row_length': Limit(8, example=128), 'max_texts': Limit(1, 512, example=12),   # packed rows: see the packing chapter
+    **SHAPE_LIMITS,   # percentile, pad_multiple, max_length, buckets (at most `MAX_BUCKETS`), row_length, max_texts: in `trn_tutorials.core`, read by the command line before anything loads
     **SPLIT_LIMITS,   # eval_fraction, split_seed, min_label_rows: see the data checks chapter
 }
 
@@ -582,15 +576,10 @@ def _again(p:Path) -> str:
 def load_prepared(dataset_path:str # folder written by `prepare`
                  ) -> tuple[DatasetDict, dict]:
     "The tokenized splits saved by `prepare`, and its manifest; a one-line `UsageError` naming the fix for anything else."
-    if dataset_path is None or not str(dataset_path).strip():
-        raise UsageError("--dataset_path is empty: pass the folder `trn-tutorials prep` wrote, e.g. --dataset_path runs/emotion-data")
+    check_prepared_path(dataset_path)   # empty, under a file, missing: the command line checks this before anything loads
     p = Path(dataset_path).expanduser()
-    up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
-    if p.exists() and not p.is_dir():
+    if not p.is_dir():
         raise UsageError(f"no prepared data at {dataset_path}: it is a file; pass the folder `trn-tutorials prep` wrote, or {prep_into_own(p)}")
-    if up is not None and not up.is_dir():
-        raise UsageError(f"no prepared data at {dataset_path}: it lies under the file {up}; pass the folder `trn-tutorials prep` wrote")
-    if not p.is_dir(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
     if not (p/MANIFEST).exists(): raise UsageError(f"{dataset_path} has no {MANIFEST}, so it was not made by prepare: {unprepared_fix(p, dataset_path)}")
     again = _again(p)
     m = read_manifest(p, again)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .core import Limit, UsageError, arguments_of, check_number
+from .core import CLASSIFY_LIMITS
 from .backends import detect
 from .data_files import datasets_quiet, load_raw
 from .inference import (TORCHSCRIPT, TRACE_INFO, Classifier, ModelFolderError, batch_logits,
@@ -289,4 +290,4 @@ def classify(model_dir:str='runs/emotion-model', # the trained model folder (tra
         if f: f.close()
     return res
 
-ClassifyArguments = arguments_of(classify, {'batch_size': Limit(1, example=32), 'stride': Limit(0, example=8)}, name='ClassifyArguments')
+ClassifyArguments = arguments_of(classify, CLASSIFY_LIMITS, name='ClassifyArguments')   # its limits: in `trn_tutorials.core`, read before anything loads

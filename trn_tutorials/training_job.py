@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .backends import CATALOG
 from .core import Limit, UsageError, check_number, check_numbers, documented
+from .core import JOB_LIMITS, SM_MAX_HOURS
 from .models import short_path
 from .data import load_prepared
 from .aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
@@ -24,11 +25,11 @@ if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded 
 
 # %% auto #0
 __all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'NEURON_TRAINING_REGIONS',
-           'SM_MAX_HOURS', 'JOB_LIMITS', 'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'SM_EFA_INSTANCES', 'EFA_ENV',
-           'IMAGE_DATASETS', 'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image',
-           'JobArguments', 'check_job', 'job_hyperparameters', 'stage_source', 'export_model', 'job_argv', 'job_main',
-           'compile_cache_url', 'efa_environment', 'model_trainer', 'job_session', 'image_can_read', 'check_submit',
-           'check_name_free', 'job_channels', 'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
+           'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'SM_EFA_INSTANCES', 'EFA_ENV', 'IMAGE_DATASETS',
+           'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image', 'JobArguments', 'check_job',
+           'job_hyperparameters', 'stage_source', 'export_model', 'job_argv', 'job_main', 'compile_cache_url',
+           'efa_environment', 'model_trainer', 'job_session', 'image_can_read', 'check_submit', 'check_name_free',
+           'job_channels', 'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
 
 # %% ../nbs/sagemaker/09_training_job.ipynb #b77160aa
 SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
@@ -82,10 +83,7 @@ def training_image(region:str, # the job's AWS region
     return f'{dlc_registry(region)}/{NEURON_TRAINING_IMAGE}'
 
 # %% ../nbs/sagemaker/09_training_job.ipynb #9244c80c
-SM_MAX_HOURS = 28 * 24   # SageMaker's longest training job: 28 days
-JOB_LIMITS = {'instance_count': Limit(1, example=2), 'volume_gb': Limit(1, 16384, example=100),   # an EBS volume: 1 GB to 16 TiB
-              'max_run_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=2),
-              'max_wait_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=4), 'poll_s': Limit(0, 3600, lo_open=True, example=15)}
+# `JOB_LIMITS` (and `SM_MAX_HOURS`, SageMaker's longest job) live in `trn_tutorials.core`: the command line reads them before anything loads
 
 @documented
 @dataclass
