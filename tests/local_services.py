@@ -11,7 +11,7 @@ Nothing here is imported by the library. Missing programs raise `MissingService`
 to run `.ci/services.sh`; tests turn that into a failure, never a skip.
 """
 from __future__ import annotations
-import atexit, ctypes, getpass, json, os, shlex, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import atexit, ctypes, getpass, json, os, re, shlex, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
 
 HINT = "install it with `bash .ci/services.sh .venv` (as root, from the repository root)"
@@ -42,6 +42,75 @@ def queue_answer(moto, body, region: str = 'us-east-1'):
     data = json.dumps({'region': region, 'results': [{'Body': body if isinstance(body, str) else json.dumps(body),
                                                       'ContentType': 'application/json'}]}).encode()
     urllib.request.urlopen(urllib.request.Request(url + '/moto-api/static/sagemaker/endpoint-results', data=data, method='POST'), timeout=10).read()
+
+
+REPR = re.compile(r"\b(Value|ClassLabel|List|LargeList|Sequence|Features|Json)\(|Traceback")   # a datasets feature's repr, a traceback
+
+
+def refused(fn, *a, **kw) -> str:
+    "The one line of the `UsageError` that `fn(*a, **kw)` raises: no datasets feature's repr, no traceback in it."
+    import pytest
+    from trn_tutorials.core import UsageError
+    with pytest.raises(UsageError) as e: fn(*a, **kw)
+    msg = str(e.value)
+    assert '\n' not in msg and not REPR.search(msg), msg
+    return msg
+
+
+def prep_args(tmp_path, data=None, **kw):
+    "`DataArguments` preparing `data` (default: the bundled sample) with the offline MiniLM into `tmp_path/prep`, changed by `kw`."
+    from trn_tutorials.data import DataArguments
+    from trn_tutorials.data_files import sample_data
+    from trn_tutorials.models import local_model
+    return DataArguments(**{'data': data or sample_data(), 'model_id': local_model(), 'dataset_path': str(tmp_path/'prep'), **kw})
+
+
+def hold_lock(folder, option:str='dataset_path', seconds:float=60) -> subprocess.Popen:
+    "A real helper process holding `folder`'s lock until it is killed, `seconds` pass, or its parent (this process) ends."
+    code = ("import sys, time\nfrom trn_tutorials.core import die_with_parent, folder_lock\ndie_with_parent()\n"
+            "with folder_lock(sys.argv[1], sys.argv[2]):\n    print('held', flush=True); time.sleep(float(sys.argv[3]))")
+    p = subprocess.Popen([sys.executable, '-c', code, str(folder), option, str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == 'held', 'the helper did not take the lock'
+    atexit.register(stop, p)
+    return p
+
+
+def stop(p:subprocess.Popen, sig:int=signal.SIGTERM):
+    "End the helper `p` (started here) and reap it."
+    if p.poll() is None:
+        p.send_signal(sig)
+        try: p.wait(10)
+        except subprocess.TimeoutExpired: p.kill(); p.wait()
+    if p.stdout: p.stdout.close()
+
+
+def damage(d:Path, how:str):
+    "Damage the prepared folder `d` as `how` says: what `load_prepared` must refuse (tests/test_data.py lists the ways)."
+    m = d/'trn_tutorials.json'
+    if how == 'no manifest': m.unlink()
+    elif how == 'not JSON': m.write_text('{"model_id": "x", ')
+    elif how == 'a list': m.write_text('[]')
+    elif how == 'no label_names':
+        j = json.loads(m.read_text()); del j['label_names']; del j['model_id']; m.write_text(json.dumps(j))
+    elif how == 'max_length 0':
+        j = json.loads(m.read_text()); j['max_length'] = 0; j['bucket_lengths'] = [0]; m.write_text(json.dumps(j))
+    elif how == 'one label':
+        j = json.loads(m.read_text()); j['label_names'] = ['joy']; m.write_text(json.dumps(j))
+    elif how == 'truncated arrow':
+        a = next((d/'train').glob('*.arrow')); a.write_bytes(a.read_bytes()[:10_000])
+    elif how == 'no dataset_dict.json': (d/'dataset_dict.json').unlink()
+    elif how == 'no train split': shutil.rmtree(d/'train'); (d/'dataset_dict.json').write_text('{"splits": ["validation", "test"]}')
+    elif how == 'other rows':
+        shutil.rmtree(d/'test'); shutil.copytree(d/'train', d/'test')
+    elif how == 'other labels':
+        j = json.loads(m.read_text()); j['label_names'] = sorted(j['label_names']); m.write_text(json.dumps(j))
+
+
+def damaged(d:Path, prepared, how:str) -> str:
+    "A copy of the prepared folder `prepared` in `d`, damaged as `how` says (see `damage`)."
+    c = Path(shutil.copytree(prepared, d/'data')); damage(c, how)
+    return str(c)
+
 
 
 def port_open(port: int, host: str = '127.0.0.1') -> bool:
