@@ -1,6 +1,10 @@
-"Checks of `trn_tutorials.data`: the ones the data chapter used to carry, crash safety of `prepare`, the real emotion files."
+"""Checks of `trn_tutorials.data`: the ones the data chapter used to carry, crash safety of `prepare`, the real emotion files;
+`prepare`'s record and the fixes it suggests; numbers checked when `DataArguments` is made, the folder `prepare` writes
+(checked, locked, nothing left on refusal) and a prepared folder that `load_prepared` cannot trust (real processes hold the
+locks, real files are damaged; nothing is mocked)."""
 from __future__ import annotations
-import collections, itertools, json, math
+import collections, itertools, json, math, os, re, shlex, shutil, signal, subprocess, sys
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -8,18 +12,18 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from transformers import AutoTokenizer, HfArgumentParser
 
-from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.models import local_model
-from trn_tutorials.data import (DataArguments, _rounded, choose_buckets, choose_length, length_stats, load_prepared,
-                                padded_lengths, padding_share, plot_lengths, prepare, token_lengths, tokenize)
+from careless import ENV, TRN
+from local_services import damage, freeze, hold_lock, one_line, prep_args, stop, unfreeze
+from test_data_checks import TRAIN, two   # a train split of two labels, and a DatasetDict of made-up texts
+from trn_tutorials.core import UsageError, lock_holder, lock_path, parse_args
+from trn_tutorials.models import local_model, tiny_bert
+from trn_tutorials.data import (DATA_LIMITS, MAX_BUCKETS, DataArguments, _rounded, choose_buckets, choose_length, data_fingerprint,
+                                length_stats, load_prepared, padded_lengths, padding_share, plot_lengths, prep_command, prepare,
+                                token_lengths, tokenize)
 from trn_tutorials.data_files import EMOTION_LABELS, default_data, load_raw, row_lengths, sample_data
 from trn_tutorials.data_checks import label_maps, tokenizer_fingerprint, validate
 
 EMOTION = Path(__file__).resolve().parents[2]/'shared'/'data'/'emotion'  # research licence: read here, never copied
-
-
-def _args(tmp_path, **kw):
-    return DataArguments(**{'data': sample_data(), 'model_id': local_model(), 'dataset_path': str(tmp_path/'prep'), **kw})
 
 
 def test_parser_types_and_defaults():
@@ -40,17 +44,17 @@ def test_split_seed_is_its_own_option():
 
 def test_split_seed_decides_the_validation_rows(tmp_path):
     one = sample_data() + '/train.txt'
-    a, b, c = (prepare(_args(tmp_path/str(i), data=one, split_seed=s)) for i, s in enumerate((1, 1, 2)))
+    a, b, c = (prepare(prep_args(tmp_path/str(i), data=one, split_seed=s)) for i, s in enumerate((1, 1, 2)))
     va, vb, vc = (load_prepared(str(tmp_path/str(i)/'prep'))[0]['validation']['input_ids'] for i in range(3))
     assert va == vb and va != vc
 
 
 def test_failed_save_leaves_old_result_and_no_temp(tmp_path, monkeypatch):
-    first = prepare(_args(tmp_path))
+    first = prepare(prep_args(tmp_path))
     import datasets
     def boom(self, *a, **k): raise RuntimeError('disk full')
     monkeypatch.setattr(datasets.DatasetDict, 'save_to_disk', boom)
-    with pytest.raises(RuntimeError): prepare(_args(tmp_path, max_length=128))
+    with pytest.raises(RuntimeError): prepare(prep_args(tmp_path, max_length=128))
     assert [p.name for p in tmp_path.iterdir()] == ['prep']
     assert load_prepared(str(tmp_path/'prep'))[1] == first
 
@@ -58,13 +62,13 @@ def test_failed_save_leaves_old_result_and_no_temp(tmp_path, monkeypatch):
 def test_failed_first_save_leaves_nothing(tmp_path, monkeypatch):
     import datasets
     monkeypatch.setattr(datasets.DatasetDict, 'save_to_disk', lambda self, *a, **k: 1/0)
-    with pytest.raises(ZeroDivisionError): prepare(_args(tmp_path))
+    with pytest.raises(ZeroDivisionError): prepare(prep_args(tmp_path))
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(UsageError, match='run `trn-tutorials prep'): load_prepared(str(tmp_path/'prep'))
 
 
 def test_manifest_is_json_with_the_interface_keys(tmp_path):
-    m = prepare(_args(tmp_path, percentile=100))
+    m = prepare(prep_args(tmp_path, percentile=100))
     assert set(m) == {'model_id', 'max_length', 'percentile', 'label_names', 'rows', 'truncated', 'length_stats', 'data',
                       'text_column', 'label_column', 'trn_tutorials_version', 'bucket_lengths', 'bucket_rows', 'padding_share',
                       'tokenizer', 'label_rows', 'left_out', 'kind', 'options', 'content_sha256',
@@ -367,3 +371,435 @@ def test_every_data_option_has_help_and_the_modules_layer():
     assert all(field_help(DataArguments).values()), field_help(DataArguments)
     code = "import sys, trn_tutorials.data_checks, trn_tutorials.data_files; print('trn_tutorials.data' in sys.modules)"
     assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == 'False'
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checks of `prepare`'s record and the fixes it suggests: `prep_command`, `data_fingerprint`, owned folders, looks-valid inputs.
+# (was test_data_prep.py)
+
+@pytest.fixture(scope='module')
+def csv_prepared(tmp_path_factory):
+    d = tmp_path_factory.mktemp('csvprep')
+    rows = ''.join(f'tweet {i} about {l},{l}\n' for i in range(20) for l in ('good', 'bad'))
+    (d/'my data.csv').write_text('review,stars\n' + rows)
+    m = prepare(DataArguments(data=str(d/'my data.csv'), text_column='review', label_column='stars', model_id=local_model(),
+                              dataset_path=str(d/'prep'), max_length=32, buckets=2))
+    return d, m
+
+
+def test_record_kind_and_options(csv_prepared):
+    d, m = csv_prepared
+    assert m['kind'] == 'prepared data'
+    o = m['options']
+    assert o['data'] == str((d/'my data.csv').resolve()) and Path(o['model_id']).is_absolute() and o['dataset_path'] == str(d/'prep')
+    assert (o['text_column'], o['label_column'], o['max_length'], o['buckets']) == (['review'], 'stars', 32, 2)
+
+
+def test_prep_command_is_complete_and_quoted(csv_prepared):
+    d, m = csv_prepared
+    cmd = prep_command(m)
+    argv = shlex.split(cmd)
+    assert argv[:4] == ['trn-tutorials', 'prep', '--dataset_path', str(d/'prep')]
+    assert argv[argv.index('--data') + 1] == str((d/'my data.csv').resolve())   # the space survives the shell
+    assert {'--text_column', '--label_column', '--max_length', '--buckets', '--model_id'} <= set(argv)
+    assert '--percentile' not in argv and '--split_seed' not in argv   # defaults, and a percentile a fixed length ignores
+    other = shlex.split(prep_command(m, model_id='/models/other one', max_length=None))
+    assert other[other.index('--model_id') + 1] == '/models/other one' and '--max_length' not in other
+
+
+def test_prep_command_runs_as_printed(csv_prepared, tmp_path):
+    "Run as printed (into another folder), it prepares the same data again: same fingerprint but for nothing."
+    d, m = csv_prepared
+    argv = shlex.split(prep_command(m, dataset_path=str(tmp_path/'again')))
+    r = subprocess.run([sys.executable, '-c', 'from trn_tutorials.cli import main; main()', *argv[1:]], capture_output=True, text=True,
+                       env={**os.environ, 'HF_HUB_OFFLINE': '1'})
+    assert r.returncode == 0, r.stderr
+    m2 = load_prepared(str(tmp_path/'again'))[1]
+    assert data_fingerprint(m2) == data_fingerprint(m)
+
+
+def test_prep_command_of_an_old_manifest():
+    old = {'model_id': '/m', 'data': '/d/train.csv', 'text_column': ['text'], 'label_column': 'y', 'max_length': 64, 'percentile': None}
+    assert prep_command(old, dataset_path='/p') == 'trn-tutorials prep --dataset_path /p --data /d/train.csv --model_id /m --label_column y --max_length 64'
+
+
+def test_data_fingerprint(csv_prepared):
+    d, m = csv_prepared
+    fp = data_fingerprint(m)
+    assert fp['label_names'] == ['bad', 'good'] and fp['rows'] == m['rows'] and fp['tokenizer'] == m['tokenizer']
+    assert fp['bucket_lengths'] == m['bucket_lengths'] and fp['data'] == m['options']['data'] and len(fp['sha256']) == 16
+    assert data_fingerprint({**m, 'label_names': ['good', 'bad']})['sha256'] != fp['sha256']   # the ids mean other classes
+    assert data_fingerprint({**m, 'rows': {**m['rows'], 'train': 1}})['sha256'] != fp['sha256']
+    assert data_fingerprint({**m, 'content_sha256': 'x'})['sha256'] != fp['sha256']
+
+
+def test_load_prepared_suggests_the_complete_command(csv_prepared, tmp_path):
+    import shutil
+    d, m = csv_prepared
+    shutil.copytree(d/'prep', tmp_path/'copy')
+    (tmp_path/'copy'/'validation'/'state.json').unlink()
+    with pytest.raises(UsageError) as e: load_prepared(str(tmp_path/'copy'))
+    assert f"run `{prep_command(m, dataset_path=str(tmp_path/'copy'))}` again" in str(e.value) and '--data' in str(e.value)
+    (tmp_path/'copy'/'trn_tutorials.json').write_text('{oops')
+    with pytest.raises(UsageError) as e: load_prepared(str(tmp_path/'copy'))
+    assert '`' not in str(e.value).split(':')[-1] and 'with the --data (and options) it was prepared from' in str(e.value)
+
+
+def test_prepare_writes_only_where_it_owns(tmp_path, csv_prepared):
+    d, m = csv_prepared
+    (tmp_path/'mine').mkdir(); (tmp_path/'mine'/'notes.txt').write_text('mine')
+    model = Path(tiny_bert(tmp_path/'model', ['i', 'feel']))
+    (tmp_path/'outer').mkdir(); (tmp_path/'outer'/'inner').mkdir()
+    prepare(prep_args(tmp_path, dataset_path=str(tmp_path/'outer'/'inner'/'prep')))
+    for path, words in [(tmp_path/'mine', 'holds files trn-tutorials did not write (notes.txt)'),
+                        (model, 'holds files trn-tutorials did not write'),
+                        (model/'sub', 'lies inside'), (d/'prep'/'more', 'lies inside'),
+                        (tmp_path/'outer', 'holds')]:
+        before = sorted(str(p) for p in tmp_path.rglob('*'))
+        with pytest.raises(UsageError, match=re.escape(words)): prepare(prep_args(tmp_path, dataset_path=str(path)))
+        assert sorted(str(p) for p in tmp_path.rglob('*')) == before
+
+
+def test_default_data_does_not_replace_other_data(csv_prepared, tmp_path):
+    import shutil
+    d, m = csv_prepared
+    shutil.copytree(d/'prep', tmp_path/'prep')
+    before = (tmp_path/'prep'/'trn_tutorials.json').read_text()
+    with pytest.raises(UsageError) as e: prepare(DataArguments(model_id=local_model(), dataset_path=str(tmp_path/'prep'), buckets=3))
+    msg = str(e.value)
+    assert f"holds data prepared from {m['options']['data']}" in msg and 'pass --data' in msg
+    redo = shlex.split(msg.split('`')[1])
+    assert redo[redo.index('--data') + 1] == m['options']['data'] and redo[redo.index('--buckets') + 1] == '3'   # the options given now
+    assert (tmp_path/'prep'/'trn_tutorials.json').read_text() == before
+    m2 = prepare(DataArguments(data=sample_data(), model_id=local_model(), dataset_path=str(tmp_path/'prep')))   # an explicit --data replaces it
+    assert m2['options']['data'] == str(Path(sample_data()).resolve())
+    prepare(DataArguments(model_id=local_model(), dataset_path=str(tmp_path/'prep')))   # the default again over the default: fine
+
+
+def _no_tokenizer(tmp_path, name='bare', keep=()):
+    "A tiny model folder (config.json and weights) whose tokenizer files were removed, but `keep`."
+    p = Path(tiny_bert(tmp_path/name, ['i', 'feel', 'happy', 'sad']))
+    for f in ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json', 'special_tokens_map.json'):
+        if f not in keep and (p/f).exists(): (p/f).unlink()
+    return str(p)
+
+
+@pytest.mark.parametrize('keep', [(), ('tokenizer_config.json',)])
+def test_model_folder_without_tokenizer_files_refused(tmp_path, keep):
+    model = _no_tokenizer(tmp_path, keep=keep)
+    with pytest.raises(UsageError) as e: prepare(prep_args(tmp_path, model_id=model))
+    msg = str(e.value)
+    assert f"{model} has no tokenizer files (tokenizer.json or vocab.txt)" in msg and f"e.g. --model_id {local_model()}" in msg, msg
+    assert not (tmp_path/'prep').exists()
+
+
+def test_tokenizer_that_maps_most_words_to_unk_refused(tmp_path):
+    model = tiny_bert(tmp_path/'few-words', ['zebra', 'quartz'])   # tokenizer files, but not one word of the data
+    with pytest.raises(UsageError, match=r"maps 100% of the train tokens to \[UNK\]") as e: prepare(prep_args(tmp_path, model_id=model))
+    assert f"e.g. --model_id {local_model()}" in str(e.value) and not (tmp_path/'prep').exists()
+
+
+def _state(tmp_path):
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*') if not p.name.endswith('.lock'))
+
+
+def test_too_little_free_space_refused_before_saving(tmp_path, monkeypatch, csv_prepared):
+    import shutil
+    from collections import namedtuple
+    first = prepare(prep_args(tmp_path)); before = _state(tmp_path)
+    usage = namedtuple('usage', 'total used free')
+    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**9, 10**9 - 50_000, 50_000))
+    with pytest.raises(UsageError, match=r"needs about [\d.]+ [kM]B free at .* but 50 kB are free: free some space there, or pass another --dataset_path"):
+        prepare(prep_args(tmp_path, max_length=128))
+    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep'))[1] == first
+
+
+@pytest.mark.parametrize('stage', ['save_to_disk', 'datasets3_form'])
+@pytest.mark.parametrize('what', ['disk full', 'Ctrl-C'])
+def test_full_disk_or_ctrl_c_while_saving_keeps_the_old_data(tmp_path, monkeypatch, stage, what):
+    import errno, datasets, trn_tutorials.data as data
+    first = prepare(prep_args(tmp_path)); before = _state(tmp_path)
+    def boom(*a, **k):
+        real(*a, **k) if stage == 'datasets3_form' else Path(a[1] if stage == 'save_to_disk' else a[0]).mkdir(parents=True, exist_ok=True)
+        raise OSError(errno.ENOSPC, 'No space left on device') if what == 'disk full' else KeyboardInterrupt()
+    if stage == 'save_to_disk': real = None; monkeypatch.setattr(datasets.DatasetDict, 'save_to_disk', boom)
+    else: real = data.datasets3_form; monkeypatch.setattr(data, 'datasets3_form', boom)
+    if what == 'disk full':
+        with pytest.raises(UsageError, match="the disk filled while saving the prepared data to .*: the previous prepared data is kept as it was; free some space"):
+            prepare(prep_args(tmp_path, max_length=128))
+    else:
+        with pytest.raises(KeyboardInterrupt): prepare(prep_args(tmp_path, max_length=128))
+    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep'))[1] == first   # no temp folder, the old data whole
+
+
+def test_ctrl_c_while_replacing_keeps_a_whole_folder(tmp_path, monkeypatch):
+    "Ctrl-C while the old folder is removed after the swap: the new data is whole and in place."
+    import shutil
+    prepare(prep_args(tmp_path))
+    real = shutil.rmtree
+    def rm(p, *a, **k):
+        if '.old-' in str(p) and not rm.done: rm.done = True; raise KeyboardInterrupt
+        return real(p, *a, **k)
+    rm.done = False
+    monkeypatch.setattr(shutil, 'rmtree', rm)
+    with pytest.raises(KeyboardInterrupt): prepare(prep_args(tmp_path, max_length=128))
+    monkeypatch.setattr(shutil, 'rmtree', real)
+    assert load_prepared(str(tmp_path/'prep'))[1]['max_length'] == 128
+
+
+def test_summary_names_labels_validation_lacks(tmp_path, capsys):
+    (tmp_path/'one.csv').write_text('text,label\n' + ''.join(f'i feel {i},{l}\n' for i, l in enumerate(['joy'] * 20 + ['sadness'] * 20 + ['anger'])))
+    prepare(prep_args(tmp_path, data=str(tmp_path/'one.csv'), accept_labels=['anger']))
+    assert "\n  validation has no rows of 'anger': its score cannot tell how well the model knows it\n" in capsys.readouterr().out
+
+
+def test_a_prep_killed_mid_save_is_finished_by_the_next(csv_prepared, tmp_path, capsys):
+    """Killed between its two renames (the old data moved aside, the new not yet in place) and, earlier, while saving a copy: the
+    next prep puts the old data back before anything else (so a refused prep loses nothing) and removes what was left beside it."""
+    import shutil
+    d, m = csv_prepared
+    dest = tmp_path/'prep'
+    shutil.copytree(d/'prep', tmp_path/'.prep.old-0a1b2c3d')   # the data prepared before, moved aside: nothing at its path
+    (tmp_path/'.prep.tmp-4e5f6a7b').mkdir(); (tmp_path/'.prep.tmp-4e5f6a7b'/'data-00000-of-00001.arrow').write_bytes(b'half')
+    with pytest.raises(UsageError, match=r'holds data prepared from'):   # no --data: the default would replace the csv's data
+        prepare(DataArguments(model_id=local_model(), dataset_path=str(dest)))
+    out = capsys.readouterr().out
+    assert 'note: put back the data prepared before in' in out and 'removed .prep.tmp-4e5f6a7b' in out, out
+    assert load_prepared(str(dest))[1] == m and sorted(p.name for p in tmp_path.iterdir()) == ['prep']
+    prepare(DataArguments(data=m['options']['data'], text_column='review', label_column='stars', model_id=local_model(),
+                          dataset_path=str(dest), max_length=32, buckets=2))   # then the same prep runs as it did
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['prep']
+
+
+def test_a_test_split_that_repeats_train_is_warned_once(tmp_path, capsys):
+    "Issue 42: a test file that is (mostly) the train file: one warning line on stderr naming the split and the fix; the sample: none."
+    import shutil
+    (tmp_path/'raw').mkdir()
+    for f in ('train.txt', 'test.txt'): shutil.copy(Path(sample_data())/'train.txt', tmp_path/'raw'/f)
+    prepare(prep_args(tmp_path, data=str(tmp_path/'raw')))
+    err = [l for l in capsys.readouterr().err.splitlines() if 'warning' in l]   # in-process, datasets' progress bars draw there too
+    assert len(err) == 1 and err[0].startswith('warning: 324 of the 360 test rows (90%) have a text the train split has too') \
+        and err[0].endswith('remove those rows from the test data'), err
+    prepare(prep_args(tmp_path, dataset_path=str(tmp_path/'sample')))   # the bundled sample: its splits share no text
+    assert 'warning' not in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------------
+# Issue 15, the data step: numbers checked when `DataArguments` is made, labels that look like mistakes, the folder
+# `prepare` writes (checked, locked, nothing left on refusal) and a prepared folder that `load_prepared` cannot trust.
+#
+# Real processes hold the locks (a `python -c` that takes `folder_lock`), real files are damaged; nothing is mocked.
+# (was test_data_labels.py)
+
+# ------------------------------------------------------------------------------------------------------------ helpers
+def csv(d:Path, labels, name:str='d.csv', texts=None) -> str:
+    "A `text,label` CSV in `d` with one row per label (texts `row 0`, `row 1`, ... unless given)."
+    d.mkdir(parents=True, exist_ok=True)
+    texts = texts or [f'row {i}' for i in range(len(labels))]
+    (d/name).write_text('text,label\n' + ''.join(f'{t},{l}\n' for t, l in zip(texts, labels)))
+    return str(d/name)
+
+def everything(d:Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob('*'))
+
+
+@pytest.fixture
+def copy(minilm_prepared, tmp_path) -> Path:
+    "A copy of conftest's MiniLM-prepared sample, to damage."
+    return Path(shutil.copytree(minilm_prepared, tmp_path/'data'))
+
+
+# ------------------------------------------------------------------------------------------- numbers, at construction
+def test_every_numeric_field_has_a_limit():
+    import typing
+    hints = typing.get_type_hints(DataArguments)
+    numeric = {f.name for f in fields(DataArguments) if any(t in (int, float) for t in (typing.get_args(hints[f.name]) or (hints[f.name],)))}
+    assert numeric == set(DATA_LIMITS) == {'percentile', 'pad_multiple', 'max_length', 'buckets', 'eval_fraction', 'split_seed', 'min_label_rows',
+                                                'row_length', 'max_texts'}
+    assert all(DATA_LIMITS[k].example is not None and DATA_LIMITS[k].allows(getattr(DataArguments(), k) or DATA_LIMITS[k].example)
+               for k in DATA_LIMITS)   # every default is allowed, every limit suggests a value
+
+
+@pytest.mark.parametrize('kw,words', [
+    (dict(percentile='99'), "--percentile '99' is a str, not a number: pass a number (e.g. --percentile 99.9)"),
+    (dict(percentile=float('nan')), "--percentile nan is not a finite number"),
+    (dict(percentile=math.inf), "--percentile inf is not a finite number"),
+    (dict(percentile=0), "--percentile 0 is out of range: use a number in (0, 100]"),
+    (dict(percentile=100.5), "--percentile 100.5 is out of range"),
+    (dict(percentile=0.999), "--percentile 0.999 is in percent: it would pad to cover only 0.999% of the train rows and cut the rest: "
+                             "use --percentile 99.9"),   # issue 42: a share where a percentage is meant, said at once
+    (dict(pad_multiple=0), "--pad_multiple 0 is out of range: use 1 to 512"),
+    (dict(pad_multiple=8.0), "--pad_multiple 8.0 is a float, not a whole number"),
+    (dict(max_length=4), "--max_length 4 is out of range: use 8 or more"),
+    (dict(buckets=True), "--buckets True is a bool, not a whole number"),
+    (dict(buckets=MAX_BUCKETS + 1), f"--buckets {MAX_BUCKETS + 1} is out of range: use 1 to {MAX_BUCKETS}"),
+    (dict(eval_fraction=1), "--eval_fraction 1 is out of range: use a number in (0, 1)"),
+    (dict(eval_fraction=0.0), "--eval_fraction 0.0 is out of range"),
+    (dict(split_seed=-1), "--split_seed -1 is out of range: use 0 to 4294967295"),
+    (dict(split_seed=2**32), "--split_seed 4294967296 is out of range"),
+    (dict(min_label_rows=0), "--min_label_rows 0 is out of range: use 1 or more"),
+])
+def test_bad_numbers_refused_when_made(kw, words):
+    with pytest.raises(UsageError) as e: DataArguments(**kw)
+    assert words in one_line(e)
+
+
+def test_good_numbers_pass_and_ints_become_floats():
+    a = DataArguments(percentile=100, eval_fraction=0.5, max_length=None, split_seed=0, min_label_rows=1, accept_labels='Joy')
+    assert (a.percentile, type(a.percentile), a.accept_labels) == (100.0, float, ['Joy'])
+    assert HfArgumentParser(DataArguments).parse_args_into_dataclasses(['--accept_labels', 'Joy', 'very good'])[0].accept_labels == ['Joy', 'very good']
+
+
+@pytest.mark.parametrize('argv,words', [
+    (['--percentile', 'nan'], '--percentile nan is not a finite number'), (['--percentile', 'inf'], '--percentile inf is not a finite number'),
+    (['--buckets', 'inf'], "argument --buckets: invalid int value: 'inf'"), (['--eval_fraction', '1'], '--eval_fraction 1.0 is out of range'),
+    (['--min_label_rows', '0'], '--min_label_rows 0 is out of range'),
+])
+def test_parse_args_one_line(argv, words, capsys):
+    with pytest.raises(SystemExit) as e: parse_args([DataArguments], argv, prog='trn-tutorials prep')
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and words in err and err.endswith('(see --help)'), err
+
+
+def test_function_arguments_checked():
+    toy = [10] * 9 + [30]
+    for call, words in [(lambda: choose_length(toy, percentile=float('nan')), '--percentile nan is not a finite number'),
+                        (lambda: choose_length(toy, percentile='99'), "--percentile '99' is a str"),
+                        (lambda: choose_length(toy, pad_multiple=2.5), '--pad_multiple 2.5 is a float'),
+                        (lambda: choose_length(toy, limit=0), '--limit 0 is out of range'),
+                        (lambda: choose_buckets(toy, math.inf, 32), '--buckets inf is a float'),
+                        (lambda: choose_buckets(toy, 2, 4), '--max_length 4 is out of range'),
+                        (lambda: choose_buckets(toy, 2, 32, pad_multiple=0), '--pad_multiple 0 is out of range'),
+                        (lambda: length_stats([3, float('nan')]), 'lengths must be token counts'),
+                        (lambda: length_stats([3, -1]), 'lengths must be token counts'),
+                        (lambda: length_stats(['a', 'b']), 'lengths must be token counts'),
+                        (lambda: length_stats([[1, 2]]), 'lengths of shape (1, 2)'),
+                        (lambda: choose_length([]), 'no lengths to choose from'),
+                        (lambda: validate(DatasetDict(), eval_fraction=2), '--eval_fraction 2 is out of range'),
+                        (lambda: validate(DatasetDict(), min_label_rows=0), '--min_label_rows 0 is out of range')]:
+        with pytest.raises(UsageError) as e: call()
+        assert words in one_line(e)
+    assert length_stats([3.0, 5.0])['max'] == 5 and choose_length(toy, 100, 8) == (32, 0)
+
+
+def test_text_column_is_not_the_label_column(tmp_path):
+    with pytest.raises(UsageError, match="--text_column label is also the --label_column: pass the column that holds the text"):
+        validate(two(('train', TRAIN)), text_column=['text', 'label'])
+    with pytest.raises(UsageError, match="--text_column stars is also the --label_column"):
+        prepare(prep_args(tmp_path, csv(tmp_path, TRAIN), text_column=['stars'], label_column='stars'))
+    assert not (tmp_path/'prep').exists()
+
+
+def test_prepare_prints_labels_and_left_out_rows(tmp_path, capsys):
+    d = tmp_path/'raw'
+    csv(d, ['joy'] * 6 + ['sadness'] * 5, 'train.csv'); csv(d, ['joy', 'sadness'], 'validation.csv'); csv(d, ['joy', 'fear', 'fear'], 'test.csv')
+    with pytest.raises(UsageError, match="unknown label 'fear' in split 'test'"): prepare(prep_args(tmp_path, str(d)))
+    assert not (tmp_path/'prep').exists()
+    m = prepare(prep_args(tmp_path, str(d), accept_labels=['fear']))
+    out = capsys.readouterr().out
+    assert "  rows: train 11, validation 2, test 1\n  left out: 2 rows of split 'test' labelled 'fear' (not in train; --accept_labels)\n" \
+           "  labels (train rows): joy 6, sadness 5\n" in out, out
+    assert m['left_out'] == {'test': {'fear': 2}} and m['label_rows'] == {'joy': 6, 'sadness': 5}
+    many = [f'intent_{i:02d}' for i in range(20) for _ in range(5)]   # numbered names: none suspect
+    prepare(prep_args(tmp_path, csv(tmp_path/'many', many), dataset_path=str(tmp_path/'prep-many'), eval_fraction=0.2))
+    line = next(l for l in capsys.readouterr().out.splitlines() if 'labels (train rows)' in l)
+    assert line.endswith('intent_11 4, and 8 more (label_rows in trn_tutorials.json)'), line
+
+
+# ------------------------------------------------------------------------------------------------- the folder
+def test_dataset_path_checked_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path/'notes.txt').write_text('mine')
+    data = str(tmp_path/'missing.csv')   # also wrong: the folder is reported first, before anything is loaded
+    for path, words in [('notes.txt', '--dataset_path notes.txt is a file, not a folder'), ('notes.txt/prep', 'lies under the file notes.txt'),
+                        ('', '--dataset_path is empty'), ('  ', '--dataset_path is empty')]:
+        with pytest.raises(UsageError) as e: prepare(prep_args(tmp_path, data, dataset_path=path))
+        assert words in one_line(e)
+    assert everything(tmp_path) == ['notes.txt']
+
+
+def test_dataset_path_not_writable(tmp_path):
+    ro = tmp_path/'ro'; ro.mkdir()
+    if not freeze(ro): pytest.skip('cannot make a folder unwritable here')
+    try:
+        with pytest.raises(UsageError) as e: prepare(prep_args(tmp_path, sample_data(), dataset_path=str(ro/'runs'/'prep')))
+        assert 'is not writable' in one_line(e) and 'pass a folder you can write to' in str(e.value)
+    finally: unfreeze(ro)
+    assert everything(ro) == []
+
+
+def test_refused_prepare_leaves_no_folders(tmp_path):
+    "The lock file lives beside the folder; a refusal removes the folders made for it, and nothing else."
+    (tmp_path/'runs').mkdir()
+    with pytest.raises(UsageError, match='look like one label spelt two ways'):
+        prepare(prep_args(tmp_path, csv(tmp_path/'raw', TRAIN + ['Joy'] * 2, 'train.csv'), dataset_path=str(tmp_path/'runs'/'a'/'b'/'prep')))
+    csv(tmp_path/'raw', TRAIN, 'train.csv')
+    (tmp_path/'raw'/'test.csv').write_text('text,label\nx,fear\n')
+    with pytest.raises(UsageError, match="unknown label 'fear'"):
+        prepare(prep_args(tmp_path, str(tmp_path/'raw'), dataset_path=str(tmp_path/'runs'/'a'/'b'/'prep')))
+    assert everything(tmp_path/'runs') == []
+
+
+def test_lock_is_held_while_preparing_and_released(tmp_path, monkeypatch):
+    import trn_tutorials.data as data
+    dest, seen, real = tmp_path/'prep', [], data.token_lengths
+    def spy(*a, **k):   # the real function, noting who holds the lock meanwhile
+        seen.append(lock_holder(dest)); return real(*a, **k)
+    monkeypatch.setattr(data, 'token_lengths', spy)
+    prepare(prep_args(tmp_path, sample_data()))
+    assert seen and all(h and h['pid'] == os.getpid() and h['folder'] == str(dest) for h in seen)
+    assert lock_holder(dest) is None and not lock_path(dest).exists() and everything(tmp_path)[0] == 'prep'
+
+
+def test_busy_folder_refused_then_taken_over(minilm_prepared, tmp_path):
+    dest = Path(shutil.copytree(minilm_prepared, tmp_path/'prep'))
+    before = (dest/'trn_tutorials.json').read_text()
+    helper = hold_lock(dest)
+    try:
+        with pytest.raises(UsageError) as e: prepare(prep_args(tmp_path, sample_data(), max_length=128))
+        msg = one_line(e)
+        assert f'is in use by pid {helper.pid}' in msg and f'trn-tutorials stop --dataset_path {dest}' in msg, msg
+        r = subprocess.run([TRN, 'prep', '--data', sample_data(), '--model_id', local_model(), '--dataset_path', str(dest)],
+                           capture_output=True, text=True, env=ENV, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and f'pid {helper.pid}' in r.stderr, r.stderr
+    finally: stop(helper, signal.SIGKILL)   # killed: its lock goes with it
+    assert (dest/'trn_tutorials.json').read_text() == before
+    assert prepare(prep_args(tmp_path, sample_data(), max_length=128))['max_length'] == 128
+    assert not lock_path(dest).exists()
+
+
+# ------------------------------------------------------------------------------------------------- load_prepared
+
+
+@pytest.mark.parametrize('how,words', [
+    ('no manifest', 'has no trn_tutorials.json, so it was not made by prepare: its record is lost'),
+    ('not JSON', 'trn_tutorials.json is damaged (Expecting'), ('a list', 'trn_tutorials.json holds list, not a manifest'),
+    ('no label_names', 'trn_tutorials.json lacks model_id, label_names, which training needs'),
+    ('max_length 0', 'holds a bad bucket_lengths'), ('one label', "holds a bad label_names (['joy'])"),
+    ('truncated arrow', 'could not read the prepared data in'), ('no dataset_dict.json', 'could not read the prepared data in'),
+    ('no train split', 'holds no train and validation splits'), ('other rows', "split 'test' in"),
+    ('other labels', 'differ from its trn_tutorials.json'),
+])
+def test_load_prepared_refuses_what_training_cannot_trust(copy, how, words):
+    damage(copy, how)
+    with pytest.raises(UsageError) as e: load_prepared(str(copy))
+    msg = one_line(e)
+    assert words in msg, msg
+    if how == 'no manifest':   # tokenized rows without their record: no --data to guess, nothing in backticks to paste
+        assert msg.endswith('prepare your raw data again into a new folder (trn-tutorials prep --data YOUR_DATA --dataset_path NEW_FOLDER)'), msg
+    elif how in ('not JSON', 'a list'):   # no record to read the data from: what to pass, no guessed --data
+        assert msg.endswith(f"prepare it again: trn-tutorials prep --dataset_path {copy} with the --data (and options) it was prepared from"), msg
+    else:   # the complete command from the record, its --data included
+        redo = prep_command(json.loads((copy/'trn_tutorials.json').read_text()), dataset_path=str(copy))
+        assert msg.endswith(f"run `{redo}` again") and ' --data ' in redo, msg
+
+
+def test_load_prepared_paths(tmp_path, copy):
+    (tmp_path/'notes.txt').write_text('x')
+    for path, words in [(str(tmp_path/'notes.txt'), f'no prepared data at {tmp_path}/notes.txt: it is a file; pass the folder'),
+                        (str(tmp_path/'notes.txt'/'data'), 'it lies under the file'), ('', '--dataset_path is empty: pass the folder'),
+                        (str(tmp_path/'none'), f'no prepared data at {tmp_path}/none: run `trn-tutorials prep --dataset_path {tmp_path}/none` first')]:
+        with pytest.raises(UsageError) as e: load_prepared(path)
+        assert words in one_line(e)
+    ds, m = load_prepared(str(copy))
+    assert m['tokenizer'] == tokenizer_fingerprint(AutoTokenizer.from_pretrained(local_model())) and len(ds['train']) == m['rows']['train']
