@@ -8,7 +8,7 @@ What moto does not do, and how each test deals with it:
 - its CreateEndpointConfig knows an older list of instance types than botocore (no ml.inf2): deploying to ml.inf2.xlarge
   therefore fails after CreateModel succeeded — a real failure in the middle, used as such.
 """
-import io, json, os, re, tarfile, urllib.request
+import io, json, os, re, shutil, tarfile
 from pathlib import Path
 
 import boto3
@@ -23,7 +23,7 @@ from trn_tutorials.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, che
 from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
 from trn_tutorials.cleanup import leftovers
 from trn_tutorials.aws import run_tags
-from local_services import sagemaker_role as role
+from local_services import queue_answer, sagemaker_role as role
 
 REGION, ACCOUNT = 'us-east-1', '123456789012'   # moto's default account
 BUCKET = f'sagemaker-{REGION}-{ACCOUNT}'
@@ -36,9 +36,9 @@ def tagged(run_id: str) -> dict:
 
 
 @pytest.fixture
-def folder(tmp_path):
+def folder(tmp_path, prepared):
     "A model folder as `train` leaves it: model, tokenizer, label names, metrics.json, and leftovers the endpoint does not need."
-    d = Path(tiny_bert(tmp_path/'model', 'i feel happy sad angry scared today so very'.split(), labels=EMOTION_LABELS))
+    d = Path(shutil.copytree(prepared/'tiny-bert', tmp_path/'model'))   # conftest's tiny BERT, copied: the fixture is read-only
     (d/'metrics.json').write_text(json.dumps({'max_length': 16, 'bucket_lengths': [8, 16], 'label_names': EMOTION_LABELS}))
     (d/'checkpoint-10').mkdir(); (d/'checkpoint-10'/'model.safetensors').write_bytes(b'x')
     for f in ('curves.png', 'train.log', 'training_args.bin', 'old.tar.gz', '.shapes-0.json'): (d/f).write_bytes(b'x')
@@ -52,12 +52,6 @@ def everything() -> dict:
     return {'endpoints': [e['EndpointName'] for e in sm.list_endpoints()['Endpoints']],
             'endpoint_configs': [c['EndpointConfigName'] for c in sm.list_endpoint_configs()['EndpointConfigs']],
             'models': [m['ModelName'] for m in sm.list_models()['Models']], 'objects': objects}
-
-
-def queue_answer(moto, body:str):
-    "Queue what the next invoke_endpoint returns (moto runs no container)."
-    data = json.dumps({'region': REGION, 'results': [{'Body': body, 'ContentType': JSON}]}).encode()
-    urllib.request.urlopen(urllib.request.Request(moto.url + '/moto-api/static/sagemaker/endpoint-results', data=data, method='POST'), timeout=10).read()
 
 
 def tags_of(arn:str) -> dict:
@@ -388,3 +382,64 @@ def test_no_egress_said_where_packages_are_installed(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     installed = json.loads((tmp_path/'r.json').read_text())['install']
     assert [(i['metadata']['name'], i['metadata']['version'], i['download_info']['url'].rsplit('/', 2)[-2]) for i in installed] == [(name, version, 'wheels')]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# predict and sm-predict: the pair form goes out; each kind is printed
+# ---------------------------------------------------------------------------------------------------------------
+# sm-predict and predict with sentence pairs: the pair form goes out; each kind is printed
+PAIR = {'text': 'the cat sat on the mat', 'text_pair': 'a cat sat on a mat'}
+
+
+def sent_bodies():
+    "Capture the bodies `predict` sends (boto3's default session, as the CLI uses)."
+    import boto3
+    bodies = []
+    boto3.setup_default_session()
+    boto3.DEFAULT_SESSION.events.register('provide-client-params.sagemaker-runtime.InvokeEndpoint',
+                                          lambda params, **kw: bodies.append(json.loads(params['Body'])))
+    return bodies
+
+
+def test_predict_sends_pairs(moto_server):
+    import boto3
+    from trn_tutorials.endpoint import predict
+    with pytest.raises(UsageError, match=re.escape("item 0 of inputs is an object with key(s) 'text', 'second', not a sentence pair")):
+        predict('any', [{'text': 'a', 'second': 'b'}])
+    bodies = sent_bodies()
+    try:
+        queue_answer(moto_server, [{'label': 'score', 'score': 4.2}])
+        assert predict('any', [PAIR]) == [{'label': 'score', 'score': 4.2}]
+        queue_answer(moto_server, [{'label': 'score', 'score': 4.2}])
+        assert predict('any', {'inputs': PAIR}) == [{'label': 'score', 'score': 4.2}]   # a whole request
+        assert bodies == [{'inputs': [PAIR]}] * 2   # always a list: the Hugging Face image answers a list then too
+    finally: boto3.DEFAULT_SESSION = None
+
+
+def test_sm_predict_text_pair(moto_server, capsys):
+    import boto3
+    from trn_tutorials.cli import run
+    bodies = sent_bodies()
+    try:
+        queue_answer(moto_server, [{'label': 'score', 'score': 4.25}, {'label': 'score', 'score': -0.5}])
+        run(['sm-predict', '--endpoint_name', 'ep', '--text', 'the cat sat', 'i am scared', '--text_pair', 'a cat sat', 'what might happen'])
+        assert bodies[-1] == {'inputs': [{'text': 'the cat sat', 'text_pair': 'a cat sat'}, {'text': 'i am scared', 'text_pair': 'what might happen'}]}
+        assert [l.split() for l in capsys.readouterr().out.splitlines()] == [
+            ['score', '4.250', 'the', 'cat', 'sat', '||', 'a', 'cat', 'sat'], ['score', '-0.500', 'i', 'am', 'scared', '||', 'what', 'might', 'happen']]
+        queue_answer(moto_server, [{'labels': ['joy', 'love'], 'scores': {'anger': 0.01, 'joy': 0.91, 'love': 0.62}}, {'labels': [], 'scores': {'anger': 0.2}}])
+        run(['sm-predict', '--endpoint_name', 'ep', '--text', 'i feel so happy', 'meh'])
+        assert bodies[-1] == {'inputs': ['i feel so happy', 'meh']}
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].split() == ['joy', '0.910,', 'love', '0.620', 'i', 'feel', 'so', 'happy'] and out[1].split() == ['(no', 'label)', 'meh']
+        queue_answer(moto_server, [{'label': 'joy', 'score': 0.9}])
+        run(['sm-predict', '--endpoint_name', 'ep', '--text', 'i feel great'])
+        assert capsys.readouterr().out.split() == ['joy', '0.900', 'i', 'feel', 'great']
+        n = len(bodies)
+        with pytest.raises(SystemExit) as e: run(['sm-predict', '--endpoint_name', 'ep', '--text', 'a', 'b', '--text_pair', 'c'])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count('\n') == 1 and '--text_pair has 1 text(s) for 2 --text: pass one --text_pair per --text' in err
+        assert len(bodies) == n   # refused before any call
+    finally: boto3.DEFAULT_SESSION = None
+    from trn_tutorials.cli import PredictArguments
+    from trn_tutorials.core import parse_args
+    assert parse_args([PredictArguments], ['--text', 'a', '--text_pair', 'b'])[0].text_pair == ['b']

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from careless import ENV, FAST, TRN, tiny_prepared
+from careless import ENV, FAST, TRN
 from trn_tutorials.arguments import check_args
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.arguments import TrainArguments
 
 
-def test_a_token_in_the_environment_is_in_no_file_the_run_makes(tmp_path):
+def test_a_token_in_the_environment_is_in_no_file_the_run_makes(tmp_path, prepared):
     "A real run with HF_TOKEN set: the token is in no file of the run's folders, nor in what it prints; training_args.bin holds no token."
     token = 'hf_' + secrets.token_hex(16)
-    data = tiny_prepared(tmp_path)
-    r = subprocess.run([TRN, 'train', '--dataset_path', data, '--output_dir', 'model', *FAST], cwd=tmp_path, capture_output=True,
+    data = tmp_path/'data'; data.symlink_to(prepared/'data')   # conftest's, read-only: the run's lock file goes beside the link
+    r = subprocess.run([TRN, 'train', '--dataset_path', str(data), '--output_dir', 'model', *FAST, '--max_steps', '4'], cwd=tmp_path, capture_output=True,
                        text=True, env={**ENV, 'HF_TOKEN': token}, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     files = [p for p in tmp_path.rglob('*') if p.is_file()]
@@ -53,10 +53,9 @@ def test_push_to_hub_asks_for_a_token_then_for_the_hub(monkeypatch, tmp_path):
     assert check_args(args, here=False) is args   # a run elsewhere (a SageMaker job) is checked there
 
 
-def test_a_sagemaker_job_with_push_to_hub_is_refused_before_anything_is_made(tmp_path):
+def test_a_sagemaker_job_with_push_to_hub_is_refused_before_anything_is_made(tmp_path, prepared):
     from trn_tutorials.training_job import JobArguments, check_submit
-    data = tiny_prepared(tmp_path)
-    args = TrainArguments(dataset_path=data, output_dir=str(tmp_path/'out'), push_to_hub=True)
+    args = TrainArguments(dataset_path=str(prepared/'data'), output_dir=str(tmp_path/'out'), push_to_hub=True)
     with pytest.raises(UsageError, match=r'no Hugging Face token from here.*remove --push_to_hub'):
         check_submit(args, JobArguments(role='arn:aws:iam::123456789012:role/SageMakerExecution', region='us-east-1'))
     assert not (tmp_path/'out').exists()
