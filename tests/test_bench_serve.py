@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import sample_data
 
 ROOT = Path(__file__).parent.parent
 ENV = os.environ | {'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}
@@ -16,10 +15,9 @@ SETTINGS = ['fixed 128', 'chosen', '2 buckets', '4 buckets']
 
 
 @pytest.fixture(scope='module')
-def tiny(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('serve')
-    words = sorted({w for s in load_raw(sample_data()).values() for t in s['text'] for w in t.split()})
-    return tmp, tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+def tiny(prepared, tmp_path_factory):
+    "A scratch folder and the shared tiny BERT (read only: bench_serve writes its model folders under --out)."
+    return tmp_path_factory.mktemp('serve'), str(prepared/'tiny-bert')
 
 
 def bench(tmp: Path, model: str, *args: str) -> subprocess.CompletedProcess:

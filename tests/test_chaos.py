@@ -1,24 +1,30 @@
-"""Issue 15 item 6: a run killed at random moments (one of them while a checkpoint is being written), with a torn file in its
-newest checkpoint once, relaunched each time, ends with the same model as a run that was never interrupted.
+"""Kill -> resume, proven once and thoroughly: a run killed at random moments (one of them while a checkpoint is being
+written, one right after an epoch's last checkpoint), with its newest checkpoint torn once between two launches, relaunched
+each time with the same command, ends with the same model, bit for bit, as a run that was never interrupted.
 
-Real processes throughout: `trn-tutorials train` on two CPU workers, a tiny BERT, the bundled sample; SIGKILL as a crash
-sends it (to the launcher alone, whose torchrun and workers must follow it, or to every process of the run)."""
-import json, os, random, signal, subprocess, sys, time
+Real processes throughout: `trn-tutorials train` on two CPU workers (the point of two: a kill inside a save lands between
+the workers' parts of one checkpoint, and the resume restores both workers' random state and place in the data), a tiny
+BERT, the bundled sample; SIGKILL as a crash sends it, to the launcher alone (whose torchrun and workers must follow it,
+and whose stale lock the relaunch takes over) or to every process of the run. Elsewhere only what differs: `stop` and a
+stop signal's one line (tests/test_locks.py, tests/test_torchrun.py), the checkpoint checks in-process
+(tests/test_checkpoints.py)."""
+import json, os, random, shutil, signal, subprocess, sys, time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from local_services import procs_mentioning
+from test_train import linked
 
-from trn_tutorials.core import lock_holder
-from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.core import UsageError, lock_holder
 from trn_tutorials.checkpoints import COMPLETE, checkpoints
+from trn_tutorials.launch import launch
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
-EPOCHS, PER_EPOCH = 6, 12   # 360 rows, 2 workers x 16 a batch: 12 steps an epoch
+EPOCHS, PER_EPOCH = 4, 12   # 360 rows, 2 workers x 16 a batch: 12 steps an epoch, a checkpoint every 3
 
 
 def procs_of(folder) -> list[int]:
@@ -76,35 +82,29 @@ class Run:
         assert lock_holder(self.out) is None
 
 
-@pytest.fixture(scope='module')
-def prepared(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('chaos')
-    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
-    prepare(DataArguments(data=sample_data(), model_id=str(model), dataset_path=str(tmp/'data')))
-    return tmp
-
-
-def test_killed_at_random_moments_ends_with_the_same_model(prepared):
-    tmp, rng = prepared, random.Random(15)
+def test_killed_at_random_moments_ends_with_the_same_model(prepared, tmp_path):
+    tmp, rng = linked(prepared, tmp_path, 'data'), random.Random(15)
     data, whole, cut = tmp/'data', tmp/'whole', tmp/'cut'
     first = Run(data, whole, tmp/'whole.log')   # the uninterrupted run
     assert first.p.wait(timeout=600) == 0, Path(first.log).read_text()[-3000:]
 
-    during_save, killed, n = 0, [], 0
+    during_save, killed, n, last_pid = 0, [], 0, None
     # what to do to each launch (the last one runs to the end): kill it while it writes a checkpoint, right after it has
-    # sealed the one at an epoch's end (the relaunch starts a new epoch), at a random moment (then tear the newest checkpoint)
-    plan = ['save', 'epoch', 'save', 'torn', 'random']
+    # sealed the one at an epoch's end (the relaunch starts a new epoch), at a random moment (then tear the newest checkpoint);
+    # SIGKILL to every process of the run (True), or to the launcher alone (False), each at least once
+    plan = [('save', True), ('epoch', False), ('save', True), ('torn', True), ('random', False)]
     while True:
         n += 1
         run = Run(data, cut, tmp/f'cut-{n}.log')
-        what = plan.pop(0) if plan else None
+        what, everything = plan.pop(0) if plan else (None, None)
         if what is None: break
         tree = run.wait_workers()
-        everything = rng.random() < 0.5   # SIGKILL to every process of the run, or to the launcher alone
+        if last_pid:   # the killed launcher's lock went with it; its record stayed, and this launch took it over
+            assert f'taking over from pid {last_pid}' in Path(run.log).read_text(), Path(run.log).read_text()[-2000:]
+        last_pid = run.p.pid
         if what == 'save':   # poll every few ms for a new checkpoint folder without its record; freeze the run (SIGSTOP)
-            torn = None      # and look again: still no record, so the kill lands inside the save; else let it go on
-            everything = True   # and kill every process: the launcher alone would let its frozen workers finish the seal
+            torn = None      # and look again: still no record, so the kill lands inside the save; else let it go on;
+                             # and kill every process: the launcher alone would let its frozen workers finish the seal
             while run.running() and torn is None:
                 if (c := run.saving()) is None: time.sleep(0.002); continue
                 send(tree, signal.SIGSTOP)
@@ -125,11 +125,13 @@ def test_killed_at_random_moments_ends_with_the_same_model(prepared):
         if run.p.returncode == 0: break   # it finished before the kill: that was the last launch
         assert not (cut/'metrics.json').exists()
         killed.append((what, everything, [step_of(c) for c, ok in checkpoints(cut) if ok]))
-        if what == 'torn':   # a file of the newest sealed checkpoint cut short between two launches
-            sealed = [c for c, ok in checkpoints(cut) if ok]
+        if what == 'torn':   # a file of the newest sealed checkpoint cut short between two launches, and a checkpoint
+            sealed = [c for c, ok in checkpoints(cut) if ok]   # beyond it whose state the kill cut off before it was written
             assert len(sealed) >= 2, sealed
             f = sealed[0]/'optimizer.pt'
             f.write_bytes(f.read_bytes()[:f.stat().st_size // 2])
+            beyond = cut/f'checkpoint-{EPOCHS * PER_EPOCH + 100}'
+            shutil.copytree(sealed[1], beyond); (beyond/'trainer_state.json').unlink()
             expect_warning = (sealed[0].name, sealed[1].name)
 
     assert run.p.wait(timeout=600) == 0, Path(run.log).read_text()[-3000:]
@@ -138,7 +140,8 @@ def test_killed_at_random_moments_ends_with_the_same_model(prepared):
     log = Path(tmp/f'cut-{plan_index(killed, "torn") + 2}.log').read_text()
     warnings = [l for l in log.splitlines() if 'warning:' in l]
     assert len(warnings) == 1 and f'{expect_warning[0]} is incomplete (optimizer.pt: ' in warnings[0] \
-        and f'resuming from {expect_warning[1]}' in warnings[0], warnings
+        and f'{beyond.name} is incomplete (' in warnings[0] and f'resuming from {expect_warning[1]}' in warnings[0], warnings
+    assert not beyond.exists()   # removed before training went on
     m, w = (json.loads((d/'metrics.json').read_text()) for d in (cut, whole))
     assert m['train']['steps'] == w['train']['steps'] == EPOCHS * PER_EPOCH and m['train']['resumed_from']
     from safetensors.torch import load_file
@@ -150,6 +153,11 @@ def test_killed_at_random_moments_ends_with_the_same_model(prepared):
     # exact: the same batches, the same random state (a resume at an epoch's end must not skip the evaluation's draw either)
     assert max(diff.values()) == 0, f"largest difference {max(diff.values()):.3g} after resuming from {resumed} (kills: {killed})"
     for split in ('validation', 'test'): assert m[split] == w[split]
+    # its checkpoints belong to this run: refused without resuming, and on another worker count, before torchrun starts
+    same = TrainArguments(dataset_path=str(data), output_dir=str(cut), num_train_epochs=EPOCHS, learning_rate=1e-3, save_steps=3,
+                          logging_steps=4, seed=7)
+    with pytest.raises(UsageError, match='pass --resume true'): launch(replace(same, resume=False), nproc_per_node=2, echo=False)
+    with pytest.raises(UsageError, match='relaunch with that run'): launch(same, nproc_per_node=1, echo=False)
 
 
 def plan_index(killed, what) -> int: return [k[0] for k in killed].index(what)

@@ -1,4 +1,4 @@
-"Training regression and multi-label data (issue 43): the metrics, the baseline, the loss, and real torchrun runs on prepared folders made here."
+"Training regression and multi-label data: the metrics, the baseline, the loss, and real torchrun runs on variants of the shared prepared sample."
 import json, math, subprocess
 from pathlib import Path
 
@@ -7,10 +7,9 @@ import pytest
 import torch
 from transformers import EvalPrediction
 
+from test_train import linked
 from trn_tutorials.core import UsageError
-from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.data import load_prepared
 from trn_tutorials.launch import Results, launch, launch_env, torchrun_command
 from trn_tutorials.live_progress import Progress
 from trn_tutorials.progress import (MULTI_LABEL, REGRESSION, SINGLE, THRESHOLDS, split_scores, beats_baseline, best_threshold, collapse_warning,
@@ -52,14 +51,11 @@ def variant(src:Path, dst:Path, problem:str) -> dict:
 
 
 @pytest.fixture(scope='module')
-def folders(tmp_path_factory):
-    "The bundled sample prepared for a tiny BERT, and its regression and multi-label variants."
-    tmp = tmp_path_factory.mktemp('kinds')
-    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'single')))
-    variant(tmp/'single', tmp/'regression', REGRESSION)
-    variant(tmp/'single', tmp/'multi', MULTI_LABEL)
+def folders(prepared, tmp_path_factory):
+    "The shared prepared sample (linked as `data`: single-label), and its regression and multi-label variants made here."
+    tmp = linked(prepared, tmp_path_factory.mktemp('kinds'), 'data')
+    variant(tmp/'data', tmp/'regression', REGRESSION)
+    variant(tmp/'data', tmp/'multi', MULTI_LABEL)
     return tmp
 
 
@@ -203,7 +199,7 @@ def torchrun(args, n=2):
 
 def test_regression_trains_on_two_workers(folders):
     out = folders/'reg-model'
-    args = TrainArguments(dataset_path=str(folders/'regression'), output_dir=str(out), num_train_epochs=3, learning_rate=1e-3,
+    args = TrainArguments(dataset_path=str(folders/'regression'), output_dir=str(out), num_train_epochs=1, learning_rate=1e-3,
                           per_device_train_batch_size=8, logging_steps=5)
     r = torchrun(args)
     m = metrics(out)
@@ -214,7 +210,7 @@ def test_regression_trains_on_two_workers(folders):
     assert m['baseline']['label'] == 'the training mean' and m['baseline']['pearson'] == 0.0
     assert m['beats_baseline'] == (m['test']['mse'] < m['baseline']['mse'])
     evals = [h for h in m['history'] if 'eval_loss' in h]
-    assert len(evals) == 3 and all('eval_pearson' in h and 'eval_spearmanr' in h and 'eval_f1' not in h for h in evals)
+    assert len(evals) == 1 and all('eval_pearson' in h and 'eval_spearmanr' in h and 'eval_f1' not in h for h in evals)
     # the evaluation loss is the MSE over the 72 labelled rows: the filler rows of 2 workers x 8 are left out
     assert all(h['eval_loss'] == pytest.approx(h['eval_mse'], abs=1e-5) for h in evals)
     assert 'Pearson' in r.stdout and 'Spearman' in r.stdout
@@ -227,7 +223,7 @@ def test_regression_trains_on_two_workers(folders):
 
 def test_multi_label_trains_on_two_workers(folders):
     out = folders/'multi-model'
-    args = TrainArguments(dataset_path=str(folders/'multi'), output_dir=str(out), num_train_epochs=3, learning_rate=1e-3,
+    args = TrainArguments(dataset_path=str(folders/'multi'), output_dir=str(out), num_train_epochs=1, learning_rate=1e-3,
                           per_device_train_batch_size=8, logging_steps=5)
     torchrun(args)
     m = metrics(out)
@@ -241,7 +237,7 @@ def test_multi_label_trains_on_two_workers(folders):
     assert cfg['problem_type'] == MULTI_LABEL and cfg['id2label'] == {str(i): n for i, n in enumerate(MULTI_NAMES)}
     assert m['baseline']['label'] in ("each label's majority", 'every label') and m['beats_baseline'] == (m['test']['micro_f1'] > m['baseline']['micro_f1'])
     evals = [h for h in m['history'] if 'eval_loss' in h]
-    assert len(evals) == 3 and all({'eval_micro_f1', 'eval_macro_f1', 'eval_threshold'} <= set(h) for h in evals)
+    assert len(evals) == 1 and all({'eval_micro_f1', 'eval_macro_f1', 'eval_threshold'} <= set(h) for h in evals)
     assert sorted(p.name for p in out.glob('*.png')) == sorted(PLOTS_OF[MULTI_LABEL])
     # the evaluation loss is the BCE of the saved model over the 72 validation rows, fillers left out
     from datasets import load_from_disk
@@ -268,7 +264,7 @@ def test_launch_regression_results(folders, capsys):
 
 def test_single_label_unchanged(folders):
     out = folders/'single-model'
-    args = TrainArguments(dataset_path=str(folders/'single'), output_dir=str(out), max_steps=3, per_device_train_batch_size=8)
+    args = TrainArguments(dataset_path=str(folders/'data'), output_dir=str(out), max_steps=3, per_device_train_batch_size=8)
     torchrun(args, 1)
     m = metrics(out)
     assert m['problem_type'] == SINGLE and {'accuracy', 'f1', 'mcc', 'per_class', 'confusion', 'rows'} == set(m['test'])

@@ -1,31 +1,27 @@
-"Checks of the precompile chapter's pieces: where the Neuron compile cache is, what it holds, the trial's command and steps, precompile."
-import io, os
+"""`trn_tutorials.precompile`: where the Neuron compile cache is, what it holds, the trial's command and steps, precompile with a
+stand-in `neuron_parallel_compile` that runs the trial on the CPU; a packed folder's shapes planned as its trial and a real run
+feed them."""
+import io, json, os
 from contextlib import redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from fastcore.test import test_eq as eq, test_fail as fails, test_stdout as stdout_is
 
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.data import load_prepared
 from trn_tutorials.data_files import row_lengths
-from trn_tutorials.launch import torchrun_command
+from test_launch import no_weights
+from test_train import linked
+from test_packing import packed  # noqa: F401  (the packed folder, a fixture)
+from trn_tutorials.launch import launch, torchrun_command
 from trn_tutorials.torchrun import cache_status, compile_cache
 from trn_tutorials.precompile import (PrecompileError, precompile, precompile_args, precompile_command,
-                                      precompile_steps)
+                                      precompile_shapes, precompile_steps)
 from trn_tutorials.samplers import BucketBatchSampler
 from trn_tutorials.arguments import TrainArguments
 
 CPU = Accelerator('cpu', 1, 'cpu')
-
-
-def no_weights(tmp) -> str:
-    "A copy of the tiny BERT without its weights file: its tokenizer and config load, the model does not."
-    import shutil
-    if not (tmp/'no-weights').exists():
-        shutil.copytree(tmp/'tiny-bert', tmp/'no-weights'); (tmp/'no-weights'/'model.safetensors').unlink()
-    return str(tmp/'no-weights')
 
 
 def test_compile_cache_and_status(tmp_path):
@@ -89,22 +85,50 @@ def test_precompile_on_cpu_and_bad_input():
 
 def test_precompile_neuron_path_with_a_stand_in_compiler(prepared, tmp_path, monkeypatch):
     "Everything but the compiler: a stand-in `neuron_parallel_compile` runs the trial as it is, on the CPU."
-    tmp = prepared
     ncc = fake_cache(tmp_path/'neuron-compile-cache')
-    stub = tmp_path/'bin'; stub.mkdir()
-    (stub/'neuron_parallel_compile').write_text('#!/bin/sh\nfor a; do shift; [ "$a" = neuron ] && a=cpu; set -- "$@" "$a"; done\nexec "$@"\n')
-    (stub/'neuron_parallel_compile').chmod(0o755)
-    monkeypatch.setenv('PATH', f"{stub}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv('PATH', f"{stand_in_compiler(tmp_path, tmp_path/'trial.json')}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv('NEURON_COMPILE_CACHE_URL', str(ncc))
     trn = Accelerator('neuron', 1, 'stand-in')
-    trial = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp_path/'pc-model'), logging_steps=100)
+    trial = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'pc-model'), logging_steps=100)
     with redirect_stdout(out := io.StringIO()): after = precompile(trial, steps=2, echo=False, acc=trn)
     eq(after, cache_status(ncc))
     eq(out.getvalue().splitlines()[0].startswith(f"Neuron compile cache {ncc}: 2 compiled graph(s), 1 failed"), True)
     eq('2 compiled graph(s) (0 new)' in out.getvalue().splitlines()[-1], True)
     eq(sorted(os.listdir(tmp_path/'pc-model-precompile')), ['precompile.log', 'trn_tutorials.json'])   # the log, and the folder's record
     eq((tmp_path/'pc-model').exists(), False)
-    fails(lambda: precompile(replace(trial, model_id=str(tmp/'deleted-model')), steps=2, acc=trn), contains="no such model folder")
-    bad = replace(trial, model_id=no_weights(tmp))   # found out by the workers
+    fails(lambda: precompile(replace(trial, model_id=str(tmp_path/'deleted-model')), steps=2, acc=trn), contains="no such model folder")
+    bad = replace(trial, model_id=no_weights(prepared, tmp_path))   # found out by the workers
     with redirect_stdout(io.StringIO()):
         fails(lambda: precompile(bad, steps=2, echo=False, acc=trn), exc=PrecompileError, contains="neuron_parallel_compile exited with status 1")
+
+
+def stand_in_compiler(tmp, keep):
+    "A `neuron_parallel_compile` that runs the trial on the CPU, then keeps a copy of the trial's metrics as `keep`."
+    stub = tmp/'bin'; stub.mkdir(exist_ok=True)
+    (stub/'neuron_parallel_compile').write_text(
+        '#!/bin/sh\nout=\nfor a; do shift; [ "$a" = neuron ] && a=cpu; [ "$prev" = --output_dir ] && out=$a; prev=$a; set -- "$@" "$a"; done\n'
+        f'"$@"; s=$?; cp "$out/metrics.json" {keep} 2>/dev/null; exit $s\n')
+    (stub/'neuron_parallel_compile').chmod(0o755)
+    return stub
+
+
+def test_precompile_plans_the_packed_runs_shapes(packed, tmp_path, monkeypatch):
+    "A packed folder: the shapes precompile plans are those its trial feeds, and those a real packed run feeds (training and evaluation)."
+    data, rec = packed
+    L = rec['packing']['row_length']
+    # dataloader_drop_last: what the XLA backends set, so the CPU run feeds the shapes a Neuron run would
+    args = TrainArguments(dataset_path=str(data), output_dir=str(tmp_path/'model'), num_train_epochs=1, learning_rate=1e-3,
+                          per_device_train_batch_size=8, per_device_eval_batch_size=8, logging_steps=100, backend='cpu',
+                          dataloader_drop_last=True)
+    plan, steps = precompile_shapes(args, 1), precompile_steps(args, 1)
+    assert plan == {'train': [(8, L)], 'eval': [(8, L)]} and steps == 2   # one shape, and the first step and a later one
+    assert precompile_shapes(args, 2) == plan and precompile_steps(args, 2) == 2
+    real = launch(args, 1, echo=False).metrics['train']   # the whole run: every training batch, evaluation and test
+    monkeypatch.setenv('PATH', f"{stand_in_compiler(tmp_path, tmp_path/'trial.json')}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv('NEURON_COMPILE_CACHE_URL', str(tmp_path/'ncc'))
+    with redirect_stdout(io.StringIO()): precompile(replace(args, backend='neuron'), echo=False, acc=Accelerator('neuron', 1, 'stand-in'))
+    trial = json.loads((tmp_path/'trial.json').read_text())['train']   # what the trial fed
+    assert trial['steps'] == steps and real['steps'] > steps
+    for fed in (real, trial):
+        assert [tuple(s) for s in fed['input_shapes']] == plan['train'], fed['input_shapes']
+        assert [tuple(s) for s in fed['eval_shapes']] == plan['eval'], fed['eval_shapes']

@@ -11,12 +11,13 @@ backends does not import it: only an explicit import does. transformers and acce
 `hasattr(torch, "neuron")` and remember the answer. What cannot be shown without the hardware: a tensor on the device,
 a compiled graph, a collective on NeuronCores.
 """
-import importlib.metadata, json, os, socket, subprocess, sys, tomllib
+import importlib.metadata, json, os, subprocess, sys, tomllib
 from pathlib import Path
 
-import pytest
 from packaging.version import Version
 
+from local_services import free_port
+from test_train import linked
 from trn_tutorials.backends import STACKS
 
 ROOT = Path(__file__).parents[1]
@@ -65,10 +66,6 @@ def run(code:str, stub:Path, tmp:Path, **env) -> dict:
     r = subprocess.run([sys.executable, '-c', code], env=stub_env(stub, **env), cwd=tmp, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 
 def test_this_python_holds_what_torchneuron_needs():
@@ -135,18 +132,6 @@ def test_torchrun_workers_train_on_the_neuron_device(tmp_path):
         assert (out['use_cpu'], out['optim'], out['drop_last']) == (False, 'adamw_torch', False), out
 
 
-@pytest.fixture(scope='module')
-def prepared(tmp_path_factory):
-    "A tiny BERT and the bundled sample prepared for it."
-    from trn_tutorials.models import tiny_bert
-    from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-    from trn_tutorials.data import DataArguments, prepare
-    tmp = tmp_path_factory.mktemp('torchneuron')
-    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
-    prepare(DataArguments(data=sample_data(), model_id=tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS), dataset_path=str(tmp/'data')))
-    return tmp
-
-
 def train_worker(stub:Path, data:Path, tmp:Path, **env) -> subprocess.CompletedProcess:
     "`python -m trn_tutorials.train --backend torchneuron` in a torchrun worker's environment (one process, no process group)."
     argv = ['--backend', 'torchneuron', '--dataset_path', str(data), '--output_dir', str(tmp/'model'), '--per_device_train_batch_size', '4']
@@ -157,7 +142,7 @@ def train_worker(stub:Path, data:Path, tmp:Path, **env) -> subprocess.CompletedP
 def test_a_worker_without_the_device_is_refused_in_one_line(tmp_path, prepared):
     "torch_neuronx imported, but no `neuron` device registered: the Trainer would train on the CPU; refused before the model is loaded."
     from trn_tutorials.train import ERROR_PREFIX
-    r = train_worker(stub_neuronx(tmp_path/'stub', registers=False), prepared/'data', tmp_path, WORLD_SIZE='1')
+    r = train_worker(stub_neuronx(tmp_path/'stub', registers=False), linked(prepared, tmp_path, 'data')/'data', tmp_path, WORLD_SIZE='1')
     errors = [line for line in r.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
     assert r.returncode == 2 and len(errors) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
     assert "the Trainer's device is cpu, not `neuron`" in errors[0] and 'neuron-ls' in errors[0], errors[0]
@@ -167,7 +152,7 @@ def test_a_worker_without_the_device_is_refused_in_one_line(tmp_path, prepared):
 def test_a_worker_short_of_its_process_group_is_refused_in_one_line(tmp_path, prepared):
     "WORLD_SIZE 2 but no process group (a worker not started by torchrun's rendezvous): each would train alone; refused."
     from trn_tutorials.train import ERROR_PREFIX
-    r = train_worker(stub_neuronx(tmp_path/'stub'), prepared/'data', tmp_path, WORLD_SIZE='2')
+    r = train_worker(stub_neuronx(tmp_path/'stub'), linked(prepared, tmp_path, 'data')/'data', tmp_path, WORLD_SIZE='2')
     errors = [line for line in r.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
     assert r.returncode == 2 and len(errors) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
     assert 'WORLD_SIZE 2' in errors[0] and 'holds 1' in errors[0] and 'torchrun --nproc_per_node 2' in errors[0], errors[0]

@@ -1,31 +1,52 @@
-"Training through a real torchrun: a tiny BERT built here (no download), two workers, metrics.json checked."
-import json, math, os, shutil, signal, subprocess, sys, time
-from dataclasses import replace
+"""`trn_tutorials.train`, the training script: real torchrun runs of a tiny BERT (the shared `prepared` fixture, no download)
+with metrics.json checked, every worker saving, the checks before anything slow (folders, batch, model against data,
+free space, a diverged or collapsed run, the lock), Neuron's rules (no Neuron worker without torchrun; too few steps for
+the global batch), and one line for every stop. (Killed at random moments and resumed bit-exactly: tests/test_chaos.py.)"""
+import errno, json, math, os, re, shutil, signal, subprocess, sys
 from pathlib import Path
 
 import pytest
+from fastcore.test import test_eq as eq, test_fail as fails
 
-from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.data import DataArguments, load_prepared, prepare
-from trn_tutorials.launch import launch, torchrun_command, launch_env
-from trn_tutorials.torchrun import process_tree
-from trn_tutorials.core import UsageError
-from trn_tutorials.progress import PLOTS
-from trn_tutorials.samplers import BucketBatchSampler
+import trn_tutorials.checkpoints as K
+import trn_tutorials.train as T
+from careless import ctrl_c_default
 from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.checkpoints import checkpoints
+from trn_tutorials.checkpoints import COMPLETE
+from trn_tutorials.core import UsageError, lock_path, parse_args
+from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.launch import launch_env, torchrun_command
+from trn_tutorials.models import tiny_bert
+from trn_tutorials.progress import PLOTS, PROGRESS_ENV, read_progress
+from trn_tutorials.samplers import BucketBatchSampler
+from trn_tutorials.train import ERROR_PREFIX, LOCK_ENV, check_batch, check_model, check_output_dir, check_space
+
+TORCHRUN_VARS = ('TORCHELASTIC_RUN_ID', 'LOCAL_RANK', 'RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
+                 'TORCHELASTIC_USE_AGENT_STORE', 'TORCHELASTIC_RESTART_COUNT')
+ENV = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS} | {'HF_HUB_OFFLINE': '1'}
+PY = [sys.executable, '-m', 'trn_tutorials.train']
+
+
+def linked(prepared, tmp, *names) -> Path:
+    """Links in `tmp` to the shared prepared folders `names` (default `data`, and `tiny-bert`); `tmp` itself. A run holds its
+    data folder for reading with a lock file beside it: through the link it lands in `tmp`, not in the read-only fixture."""
+    for n in names or ('data', 'tiny-bert'):
+        if not (tmp/n).exists(): (tmp/n).symlink_to(prepared/n, target_is_directory=True)
+    return tmp
+
+
+@pytest.fixture
+def work(prepared, tmp_path):
+    "A scratch folder (the working directory of the script's runs) with links `data` and `tiny-bert` to the shared ones."
+    return linked(prepared, tmp_path)
 
 
 @pytest.fixture(scope='module')
-def prepared(tmp_path_factory):
-    "The bundled sample, prepared for a tiny BERT whose vocabulary is the sample's words."
-    tmp = tmp_path_factory.mktemp('train')
-    words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
-    manifest = prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data-3'), buckets=3))
-    return tmp, manifest
+def small_vocab(prepared, tmp_path_factory):
+    "A tiny BERT whose vocabulary is 40 of the sample's words: another tokenizer than the one `prepared/data` was made with."
+    words = [w for w in (prepared/'tiny-bert'/'vocab.txt').read_text().split() if not w.startswith('[')]
+    return tiny_bert(tmp_path_factory.mktemp('small')/'small-vocab', words[:40], labels=EMOTION_LABELS)
 
 
 def torchrun(args, n=2, **kw):
@@ -35,17 +56,26 @@ def torchrun(args, n=2, **kw):
 def metrics(args): return json.loads(Path(args.output_dir, 'metrics.json').read_text())
 
 
-def test_torchrun_two_workers(prepared):
-    tmp, manifest = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), num_train_epochs=2, learning_rate=1e-3,
+def test_buckets_two_workers(prepared, tmp_path):
+    "Two workers, three length buckets, two epochs: metrics.json complete; the batches, steps and input shapes are the sampler's; every row used."
+    tmp = linked(prepared, tmp_path, 'data-3')
+    args = TrainArguments(dataset_path=str(tmp/'data-3'), output_dir=str(tmp/'model'), num_train_epochs=2, learning_rate=1e-3,
                           per_device_train_batch_size=8, logging_steps=5)
-    cmd = torchrun_command(args, 2)
-    r = subprocess.run(cmd, env=launch_env('cpu', 2), capture_output=True, text=True, timeout=600)
+    r = torchrun(args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    m = json.loads((tmp/'model'/'metrics.json').read_text())
+    m = metrics(args)
+    ds, manifest = load_prepared(args.dataset_path)
     assert (m['world_size'], m['backend'], m['final_split']) == (2, 'cpu', 'test')
-    # 360 rows over 2 workers x 8 per batch = 23 steps an epoch (the sampler pads the last one)
-    assert m['train']['steps'] == 2 * 23
+    rows = [len(x) for x in ds['train']['input_ids']]
+    workers = [BucketBatchSampler(rows, 8, 2, rank) for rank in range(2)]
+    assert sorted(i for w in workers for b in w for i in b) == list(range(len(rows)))   # every row once an epoch
+    steps = 2 * len(workers[0])
+    assert m['train']['steps'] == steps
+    shapes = {tuple(s) for s in m['train']['input_shapes']}
+    assert shapes == workers[0].shapes() | workers[1].shapes(), (shapes, workers[0].shapes(), workers[1].shapes())
+    assert all(n <= len(manifest['bucket_lengths']) + 1 for n in m['train']['shapes_per_worker'])
+    assert {l for _, l in shapes} <= set(manifest['bucket_lengths']) and len(manifest['bucket_lengths']) == 3
+    assert not list(Path(args.output_dir).glob('.shapes-*'))
     assert m['train']['samples_per_second'] > 0 and m['train']['runtime_s'] > 0
     assert set(m['test']['per_class']) == set(manifest['label_names']) and len(manifest['label_names']) == 6
     assert sum(c['support'] for c in m['test']['per_class'].values()) == manifest['rows']['test']
@@ -56,110 +86,13 @@ def test_torchrun_two_workers(prepared):
     # losses are batch means, not scaled by the worker count (transformers 5 doubled them on 2 workers): about ln 6 at the start
     evals = [h for h in m['history'] if 'eval_loss' in h]
     assert len(evals) == 2 and abs(evals[0]['eval_loss'] - math.log(6)) < 0.3, evals
-    assert [h['step'] for h in m['history'] if 'loss' in h] == list(range(5, 2 * 23 + 1, 5))
+    assert [h['step'] for h in m['history'] if 'loss' in h] == list(range(5, steps + 1, 5))
     assert sum(map(sum, m['test']['confusion'])) == manifest['rows']['test']
     for name in PLOTS: assert (tmp/'model'/name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     # the saved model is complete: pipeline loads it and answers with label names
     from transformers import pipeline
     out = pipeline('text-classification', model=str(tmp/'model'))('i feel wonderful today')
     assert out[0]['label'] in manifest['label_names']
-
-
-def test_launch_returns_results(prepared, capsys):
-    tmp, _ = prepared
-    # `backend='cpu'` on purpose: with `auto`, a Trainium instance type on a machine without NeuronCores is refused
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'launched'), max_steps=3, logging_steps=1, backend='cpu')
-    res = launch(args, nproc_per_node=1, instance_type='trn1.32xlarge')
-    assert res.workers == 1 and res.metrics['train']['steps'] == 3
-    out, err = capsys.readouterr()   # in a terminal: a tqdm bar on stderr; the workers' own lines only in train.log
-    assert '3/3' in err and 'trn_tutorials.train: progress:' not in out + err and "{'loss'" not in out + err
-    assert res.cost_usd == pytest.approx(21.50 * res.wall_s / 3600)
-    assert (tmp/'launched'/'train.log').read_text().strip()
-
-
-def test_bf16_false_means_false(prepared):
-    tmp, _ = prepared
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '-m', 'trn_tutorials.train',
-           '--dataset_path', str(tmp/'data'), '--output_dir', str(tmp/'bf16'), '--max_steps', '1', '--bf16', 'false']
-    r = subprocess.run(cmd, env=launch_env('cpu', 1), capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads((tmp/'bf16'/'metrics.json').read_text())['args']['bf16'] is False
-
-
-def test_buckets_two_workers(prepared):
-    "Three length buckets on two workers: the batches, steps and input shapes are the sampler's, and every row is used."
-    tmp, _ = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data-3'), output_dir=str(tmp/'buckets'), num_train_epochs=2, learning_rate=1e-3,
-                          per_device_train_batch_size=8, logging_steps=50)
-    r = torchrun(args)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    m = metrics(args)
-    ds, manifest = load_prepared(args.dataset_path)
-    rows = [len(x) for x in ds['train']['input_ids']]
-    workers = [BucketBatchSampler(rows, 8, 2, rank) for rank in range(2)]
-    assert sorted(i for w in workers for b in w for i in b) == list(range(len(rows)))   # every row once an epoch
-    assert m['train']['steps'] == 2 * len(workers[0]) and m['world_size'] == 2
-    shapes = {tuple(s) for s in m['train']['input_shapes']}
-    assert shapes == workers[0].shapes() | workers[1].shapes(), (shapes, workers[0].shapes(), workers[1].shapes())
-    assert all(n <= len(manifest['bucket_lengths']) + 1 for n in m['train']['shapes_per_worker'])
-    assert {l for _, l in shapes} <= set(manifest['bucket_lengths']) and len(manifest['bucket_lengths']) == 3
-    assert not list(Path(args.output_dir).glob('.shapes-*'))
-
-
-def test_resume_after_kill_9(prepared):
-    "kill -9 of the whole torchrun process group mid-epoch, a half-written checkpoint, relaunch: same end as an uninterrupted run."
-    tmp, _ = prepared
-    base = TrainArguments(dataset_path=str(tmp/'data-3'), num_train_epochs=3, learning_rate=1e-3, per_device_train_batch_size=8,
-                          logging_steps=1, save_steps=5, save_total_limit=2, seed=7)
-    whole = replace(base, output_dir=str(tmp/'whole'))
-    r = torchrun(whole)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    total, per_epoch = metrics(whole)['train']['steps'], metrics(whole)['train']['steps_per_epoch']
-    assert len(checkpoints(whole.output_dir)) == 2   # save_total_limit
-
-    cut = replace(base, output_dir=str(tmp/'cut'))
-    log = open(tmp/'cut.log', 'w')
-    p = subprocess.Popen(torchrun_command(cut, 2), env=launch_env('cpu', 2), stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)
-    deadline, target = time.time() + 300, per_epoch + 5   # a checkpoint inside the second epoch
-    while time.time() < deadline and p.poll() is None:
-        done = [int(c.name.split('-')[1]) for c, ok in checkpoints(cut.output_dir) if ok]
-        if done and max(done) >= target: break
-        time.sleep(0.1)
-    assert p.poll() is None, f"training ended before it could be killed: {(tmp/'cut.log').read_text()[-2000:]}"
-    # like a host that dies: SIGKILL to torchrun's group and to every worker (torchrun starts each in its own session)
-    tree = process_tree(p.pid)
-    assert len(tree) >= 3, tree   # torchrun and two workers
-    for pid in tree: os.kill(pid, signal.SIGKILL)
-    p.wait(); log.close()
-    time.sleep(0.5)
-    assert not [pid for pid in tree if Path(f'/proc/{pid}').exists() and 'Z' not in Path(f'/proc/{pid}/stat').read_text().split()[2]]
-    assert not Path(cut.output_dir, 'metrics.json').exists()
-    newest = next(c for c, ok in checkpoints(cut.output_dir) if ok)
-    step = int(newest.name.split('-')[1])
-    assert per_epoch < step < total and step % per_epoch, (step, per_epoch)   # mid-epoch
-    # a checkpoint the kill cut short while it was being written: state missing, optimizer truncated
-    torn = Path(cut.output_dir, f'checkpoint-{step + 100}')
-    shutil.copytree(newest, torn)
-    (torn/'trainer_state.json').unlink()
-    (torn/'optimizer.pt').write_bytes((torn/'optimizer.pt').read_bytes()[:100])
-
-    r = torchrun(cut)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    out = r.stdout + r.stderr
-    assert f'warning: {torn.name} is incomplete (' in out and f'): resuming from {newest.name}' in out
-    assert not torn.exists()   # removed before training went on
-    m, w = metrics(cut), metrics(whole)
-    assert m['train']['resumed_from'] == newest.name
-    assert m['train']['steps'] == total
-    # the same batches in the same order, the same random state: the same model as the uninterrupted run
-    from safetensors.torch import load_file
-    got, want = (load_file(Path(a.output_dir, 'model.safetensors')) for a in (cut, whole))
-    assert max(float((got[k] - want[k]).abs().max()) for k in want) < 1e-6
-    for split in ('validation', 'test'): assert m[split]['accuracy'] == w[split]['accuracy'], (split, m[split], w[split])
-    # its checkpoints belong to this run: refused without resuming, and on another worker count, before torchrun starts
-    with pytest.raises(UsageError, match='pass --resume true'): launch(replace(cut, resume=False), nproc_per_node=2, echo=False)
-    with pytest.raises(UsageError, match='relaunch with that run'): launch(cut, nproc_per_node=1, echo=False)
 
 
 def test_every_worker_saves_the_model(prepared, tmp_path):
@@ -174,53 +107,11 @@ def test_every_worker_saves_the_model(prepared, tmp_path):
         "        return orig(self, output_dir, _internal_call)\n"
         "    transformers.Trainer.save_model = save_model\n")
     marks = tmp_path/'marks'; marks.mkdir()
-    tmp, _ = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp_path/'model'), max_steps=2, save_steps=0)
+    args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'model'), max_steps=2, save_steps=0)
     env = launch_env('cpu', 2) | {'SAVE_MARKS': str(marks), 'PYTHONPATH': str(tmp_path)}
     r = subprocess.run(torchrun_command(args, 2), env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in marks.iterdir()) == ['rank0', 'rank1']
-
-
-def test_graph_extraction_skips_padding_across_workers(prepared, monkeypatch):
-    "`neuron_parallel_compile`'s trial (NEURON_EXTRACT_GRAPHS_ONLY) feeds placeholders: accelerate's padding is patched out."
-    tmp, manifest = prepared
-    from transformers import AutoModelForSequenceClassification
-    from trn_tutorials.trainer import trainer_class
-    from trn_tutorials.arguments import training_arguments
-    import torch
-    model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
-    targs = training_arguments(TrainArguments(output_dir=str(tmp/'extract')), 'cpu')
-    t, ds = torch.ones(3, 2), load_prepared(str(tmp/'data'))[0]
-    make = lambda: trainer_class()(model=model, args=targs, eval_dataset=ds['validation'])
-    monkeypatch.setenv('NEURON_EXTRACT_GRAPHS_ONLY', '1')
-    acc = make().accelerator
-    assert 'pad_across_processes' in vars(acc) and acc.pad_across_processes(t, dim=1, pad_index=-100) is t
-    monkeypatch.setenv('NEURON_EXTRACT_GRAPHS_ONLY', '0')
-    assert 'pad_across_processes' not in vars(make().accelerator)   # accelerate's own, everywhere else
-
-
-def test_launcher_hands_the_backend_to_the_workers(prepared):
-    tmp, _ = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'handed'), max_steps=1)
-    res = launch(args, nproc_per_node=1, echo=False)
-    assert res.metrics['args']['backend'] == 'cpu'   # resolved once by the launcher, not 'auto' detected again per worker
-    assert res.compiled_graphs is None and res.metrics['compiled_graphs'] is None
-
-
-def test_neuron_environment_and_worker_counts():
-    from trn_tutorials.backends import Accelerator
-    from trn_tutorials.core import UsageError
-    from trn_tutorials.launch import workers
-    env = launch_env('neuron', 2, base={'NEURON_CC_FLAGS': '--retry_failed_compilation', 'PATH': '/usr/bin'}, python='/venv/bin/python')
-    assert env['NEURON_CC_FLAGS'] == '--retry_failed_compilation --model-type transformer'
-    assert env['PATH'].split(':')[0] == '/venv/bin' and env['USE_TORCH_XLA'] == '1'
-    assert launch_env('cpu', 1, base={})['USE_TORCH_XLA'] == '0'
-    trn1_32 = Accelerator('neuron', 32, '32 NeuronCore(s)')
-    assert [workers(n, trn1_32) for n in (1, 2, 8, 32)] == [1, 2, 8, 32]
-    for n in (3, 4, 16):
-        with pytest.raises(UsageError, match='1, 2, 8, 32'): workers(n, trn1_32)
-    assert workers(2, Accelerator('neuron', 2, '2 NeuronCore(s)')) == 2
 
 
 def test_torchneuron_needs_transformers_5():
@@ -234,48 +125,332 @@ def test_torchneuron_needs_transformers_5():
         with pytest.raises(UsageError, match="transformers>=5"): _check_runtime('torchneuron', 1, TrainArguments())
 
 
-def test_cpu_resume_overrides_a_pinned_private_hook():
-    "`CpuResume` overrides `Trainer._load_optimizer_and_scheduler` (no public hook loads a checkpoint's optimizer state): "
-    "its name, its one argument and its `map_location` must stay, on transformers 4.57 and 5."
-    import inspect
-    from transformers import Trainer
-    from trn_tutorials.trainer import CpuResume
-    assert [p for p in inspect.signature(Trainer._load_optimizer_and_scheduler).parameters] == ['self', 'checkpoint']
-    assert 'map_location' in inspect.getsource(Trainer._load_optimizer_and_scheduler)
-    assert '_load_optimizer_and_scheduler' in vars(CpuResume)
+def test_attention_per_backend_and_packing():
+    "Eager attention on the XLA backends, and on TorchNeuron for packed rows (their 4-D float mask); transformers' default elsewhere."
+    from trn_tutorials.train import attention_for
+    eq({b: (attention_for(b, False), attention_for(b, True)) for b in ('neuron', 'xla', 'torchneuron', 'cuda', 'cpu')},
+       {'neuron': ('eager', 'eager'), 'xla': ('eager', 'eager'), 'torchneuron': (None, 'eager'), 'cuda': (None, None), 'cpu': (None, None)})
 
 
-def test_model_columns_without_private_api(prepared):
-    "With `remove_unused_columns=False`, `BucketBatches.model_columns` keeps what `forward` takes (and the labels), via `select_columns`."
-    tmp, manifest = prepared
-    from transformers import AutoModelForSequenceClassification
-    from trn_tutorials.trainer import trainer_class
-    from trn_tutorials.arguments import training_arguments
-    model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
-    targs = training_arguments(TrainArguments(output_dir=str(tmp/'columns')), 'cpu')
-    assert targs.remove_unused_columns is False
-    ds = load_prepared(str(tmp/'data'))[0]['validation']
-    kept = trainer_class()(model=model, args=targs, eval_dataset=ds).model_columns(ds.add_column('note', ['x'] * len(ds))).column_names
-    assert 'note' not in kept and 'labels' in kept and 'input_ids' in kept and set(kept) <= set(ds.column_names)
+def test_check_device_on_torchneuron():
+    "The Trainer's device and world size, as the Trainer's arguments report them: `neuron` and every worker, or one line."
+    from types import SimpleNamespace as NS
+    from trn_tutorials.train import check_device
+    seen = lambda device, world: NS(device=NS(type=device), world_size=world)
+    eq(check_device(seen('neuron', 2), 'torchneuron', workers=2), None)
+    fails(lambda: check_device(seen('cpu', 1), 'torchneuron', workers=1), contains="the Trainer's device is cpu, not `neuron`")
+    fails(lambda: check_device(seen('neuron', 1), 'torchneuron', workers=2), contains="WORLD_SIZE 2 asks for 2 workers, but the Trainer's process group holds 1")
+    with pytest.raises(UsageError) as e: check_device(seen('cpu', 1), 'torchneuron', workers=1)
+    assert '\n' not in str(e.value) and 'neuron-ls' in str(e.value) and 'torchrun --nproc_per_node N -m trn_tutorials.train' in str(e.value)
+    eq([check_device(seen('cpu', 1), b, workers=2) for b in ('neuron', 'xla', 'cuda', 'cpu')], [None] * 4)   # the other backends: not checked here
 
 
-def test_old_checkpoints_go_only_once_a_newer_one_is_sealed(prepared):
-    "The Trainer's own rotation deletes old checkpoints before the new one is sealed: a crash there left none sealed with "
-    "`save_total_limit 1`. The guard prunes after the seal instead: whenever a checkpoint is written, the last sealed one is there."
-    tmp, manifest = prepared
-    from transformers import AutoModelForSequenceClassification, TrainerCallback
-    from trn_tutorials.trainer import trainer_class
-    from trn_tutorials.arguments import training_arguments
-    seen = []
-    class Watch(TrainerCallback):   # runs before the guard's on_save: the new checkpoint is written, not sealed yet
-        def on_save(self, args, state, control, **kw): seen.append([(c.name, ok) for c, ok in checkpoints(args.output_dir)])
-    from transformers.utils import is_torch_xla_available
-    backend = 'xla' if is_torch_xla_available() else 'cpu'   # the Trn1 stand-in's tests run in-process on torch-xla's device
-    model = AutoModelForSequenceClassification.from_pretrained(manifest['model_id'], num_labels=6, ignore_mismatched_sizes=True)
-    targs = training_arguments(TrainArguments(output_dir=str(tmp/'pruned'), max_steps=6, save_steps=2, save_total_limit=1), backend)
-    ds = load_prepared(str(tmp/'data'))[0]
-    trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], callbacks=[Watch()])
-    trainer.train()
-    assert seen == [[('checkpoint-2', False)], [('checkpoint-4', False), ('checkpoint-2', True)],
-                    [('checkpoint-6', False), ('checkpoint-4', True)]], seen
-    assert [(c.name, ok) for c, ok in checkpoints(targs.output_dir)] == [('checkpoint-6', True)]
+def test_prepared_data_read_once(prepared, tmp_path, monkeypatch):
+    "A resumed run (the path that checks the checkpoint's step count against the data) reads the prepared folder once."
+    for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'): monkeypatch.delenv(k, raising=False)
+    args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'model'), max_steps=2,
+                          save_steps=2, logging_steps=1, backend='cpu')
+    T.train(args)   # leaves checkpoint-2: the same arguments again resume from it
+    calls, real = [], T.load_prepared
+    def counting(path):
+        calls.append(path); return real(path)
+    monkeypatch.setattr(T, 'load_prepared', counting); monkeypatch.setattr(K, 'load_prepared', counting)
+    backend, ds, manifest, start, few_steps, data = T._prepare(args)
+    assert backend == 'cpu' and start is not None and start.name == 'checkpoint-2'
+    assert calls == [str(tmp_path/'data')], calls
+
+
+@pytest.fixture
+def neuron_stub(tmp_path):
+    "A folder holding an empty `torch_neuronx` package: enough for `check_backend('neuron')`, which only looks for it."
+    d = tmp_path/'stub'; (d/'torch_neuronx').mkdir(parents=True); (d/'torch_neuronx'/'__init__.py').write_text('')
+    return d
+
+
+# ------------------------------------------------------------------------------ 2. no Neuron worker without torchrun
+def test_python_m_relaunches_itself_under_torchrun(work, neuron_stub):
+    """`python -m trn_tutorials.train --backend neuron` outside torchrun starts torchrun with one worker. Here (no torch-xla)
+    that worker fails its runtime check: the failure is a torchrun worker's, and nothing trained in the first process."""
+    out = work/'relaunched'
+    env = ENV | {'PYTHONPATH': os.pathsep.join([str(neuron_stub), *filter(None, [os.environ.get('PYTHONPATH')])])}
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--backend', 'neuron', '--dataset_path', str(work/'data'),
+                        '--output_dir', str(out), '--max_steps', '2', '--save_steps', '0'],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=work)
+    said = r.stdout + r.stderr
+    relaunch = [l for l in said.splitlines() if 'torchrun' in l and 'hangs' in l]
+    assert len(relaunch) == 1 and 'transformers' in relaunch[0] and '--nproc_per_node 1' in relaunch[0], said[-3000:]
+    assert r.returncode != 0
+    # the worker's one line, then torchrun's report of its worker (rank 0, exit status 2)
+    assert any(l.startswith(ERROR_PREFIX) for l in r.stderr.splitlines()), said[-3000:]
+    assert 'local_rank: 0' in r.stderr and 'exitcode  : 2' in r.stderr, said[-3000:]
+    assert said.index(relaunch[0]) < said.index(ERROR_PREFIX)
+    assert not (out/'metrics.json').exists() and not list(out.glob('checkpoint-*'))
+
+
+@pytest.fixture
+def kernel(neuron_stub, tmp_path, monkeypatch):
+    "This Python as a notebook kernel would be: not under torchrun, torch_neuronx findable, a scratch folder as cwd."
+    monkeypatch.syspath_prepend(str(neuron_stub))
+    for k in TORCHRUN_VARS + ('USE_TORCH_XLA', 'PJRT_DEVICE'): monkeypatch.delenv(k, raising=False)
+    work = tmp_path/'work'; work.mkdir(); monkeypatch.chdir(work)
+    return work
+
+
+def test_train_in_a_kernel_refuses_neuron(kernel):
+    from trn_tutorials.train import train
+    before = dict(os.environ)
+    for backend in ('neuron',):
+        with pytest.raises(UsageError) as e: train(TrainArguments(backend=backend, dataset_path='data', output_dir='out'))
+        msg = str(e.value)
+        assert '\n' not in msg and 'torchrun --nproc_per_node 1 -m trn_tutorials.train' in msg and 'launch(' in msg, msg
+        assert '4.44' in msg, msg
+    assert list(kernel.iterdir()) == [] and dict(os.environ) == before   # nothing written, no variable set
+
+
+def test_main_in_a_kernel_refuses_neuron(kernel, capsys):
+    from trn_tutorials.train import main
+    before = dict(os.environ)
+    with pytest.raises(SystemExit) as e: main(['--backend', 'neuron', '--dataset_path', 'data', '--output_dir', 'out'])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(ERROR_PREFIX), err
+    assert 'torchrun --nproc_per_node 1 -m trn_tutorials.train' in err, err
+    assert list(kernel.iterdir()) == [] and dict(os.environ) == before
+
+
+def test_which_backends_need_torchrun(monkeypatch):
+    from trn_tutorials.train import check_torchrun, relaunch_command
+    for backend in ('cpu', 'cuda', 'xla'): assert check_torchrun(backend, env={}) is None
+    for backend in ('neuron', 'torchneuron'):
+        with pytest.raises(UsageError, match='torchrun --nproc_per_node 1'): check_torchrun(backend, env={})
+        assert check_torchrun(backend, env={'TORCHELASTIC_RUN_ID': 'x', 'LOCAL_RANK': '0'}) is None
+    cmd = relaunch_command(['--backend', 'neuron', '--epochs', '1'], port=29555)
+    assert cmd == [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '--master_addr', '127.0.0.1',
+                   '--master_port', '29555', '-m', 'trn_tutorials.train', '--backend', 'neuron', '--epochs', '1']
+
+
+def test_the_warning_reaches_metrics_and_summary(work):
+    "One CPU worker with batches of 48: 8 steps, a global batch above 32. The note at the start, then metrics and the summary."
+    out = work/'few-steps'
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(work/'data'), '--output_dir', str(out),
+                        '--num_train_epochs', '1', '--per_device_train_batch_size', '48', '--save_steps', '0', '--learning_rate', '1e-3'],
+                       env=ENV, capture_output=True, text=True, timeout=300, cwd=work)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((out/'metrics.json').read_text())
+    few = [w for w in m['warnings'] if w.startswith('warning: 8 optimizer steps')]   # beside it, maybe: no better than the majority
+    assert len(few) == 1 and all(w in few or 'majority' in w for w in m['warnings']), m['warnings']
+    assert m['torchrun'] is False
+    lines = r.stdout.splitlines()
+    assert lines.count(few[0]) == 2, r.stdout   # at the start, and in the summary at the end
+    assert lines[-1] == few[0] or few[0] in lines[-3:], lines[-5:]
+    from trn_tutorials.progress import summary
+    assert few[0] in summary(m).splitlines()
+    assert few[0] not in summary(m | {'warnings': []})
+
+
+# --------------------------------------------------------------------------------------------- folders, batch
+def test_check_output_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert check_output_dir(TrainArguments(dataset_path='data', output_dir='runs/model')) == Path('runs/model')
+    for out, words in (('data', 'is the prepared data folder data'), ('data/model', 'is inside the prepared data folder data'),
+                       ('./data/../data/m', 'inside the prepared data folder'), ('', '--output_dir is empty')):
+        with pytest.raises(UsageError, match=words): check_output_dir(TrainArguments(dataset_path='data', output_dir=out))
+    with pytest.raises(UsageError, match='holds the prepared data folder'):   # the data inside the model folder: they never nest
+        check_output_dir(TrainArguments(dataset_path='runs/data', output_dir='runs'))
+    assert list(tmp_path.iterdir()) == [], 'the check wrote nothing'
+
+
+def test_check_batch():
+    rows = {'train': 360, 'validation': 72, 'test': 72}
+    assert check_batch(TrainArguments(per_device_train_batch_size=16, per_device_eval_batch_size=8), rows, 2) is None
+    with pytest.raises(UsageError, match=r'--per_device_train_batch_size 256 on 2 worker\(s\) makes batches of 512 rows, more than the 360 '
+                                         r'training rows of .*: use --per_device_train_batch_size 180 or less'):
+        check_batch(TrainArguments(per_device_train_batch_size=256), rows, 2)
+    with pytest.raises(UsageError, match=r'use 3 worker\(s\) or fewer'): check_batch(TrainArguments(per_device_train_batch_size=1), {'train': 3}, 4)
+    note = check_batch(TrainArguments(per_device_eval_batch_size=64), {'manifest': 1, 'rows': rows}, 2)
+    assert note.startswith('note: evaluation batches of 128 rows') and 'the 72 validation and 72 test rows' in note
+
+
+def test_check_model(work, small_vocab):
+    tmp, a, b, manifest = work, str(work/'tiny-bert'), small_vocab, load_prepared(str(work/'data'))[1]
+    args = lambda **kw: TrainArguments(dataset_path=str(tmp/'data'), **kw)
+    assert check_model(args(), manifest) is None and check_model(args(model_id=a), manifest) is None
+    n = manifest['tokenizer']['vocab_size'] if 'tokenizer' in manifest else None
+    with pytest.raises(UsageError) as e: check_model(args(model_id=b), manifest)
+    msg = str(e.value)
+    assert 'was prepared with the tokenizer of' in msg and 'tiny-bert' in msg and 'small-vocab' in msg and f'vocabulary {n} vs 45' in msg, msg
+    assert msg.endswith(f"prepare it again for that model with `trn-tutorials prep --dataset_path {tmp/'data'} --data {sample_data()} "
+                        f"--model_id {b}`, or pass --allow_tokenizer_mismatch true"), msg
+    # allowed deliberately: a tokenizer that differs only in its special ids trains; a vocabulary too small for the data never does
+    with pytest.raises(UsageError, match=f'small-vocab has 45 token embeddings, fewer than the {n} token ids'):
+        check_model(args(model_id=b, allow_tokenizer_mismatch=True), manifest)
+    old = {k: v for k, v in manifest.items() if k != 'tokenizer'}   # a manifest from before the tokenizer was recorded
+    with pytest.raises(UsageError, match='vocabulary'): check_model(args(model_id=b), old)
+    assert check_model(args(model_id=b), {**old, 'model_id': str(tmp/'gone')}) is None   # the data's model is gone: nothing to compare
+
+
+def test_mismatch_refused_before_anything_is_written(work, small_vocab):
+    tmp, b = work, small_vocab
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(tmp/'out-b'),
+                        '--model_id', b], capture_output=True, text=True, env=ENV, cwd=tmp, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().startswith(ERROR_PREFIX) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp/'out-b').exists() and not lock_path(tmp/'out-b').exists() and not (tmp/'train.log').exists()
+
+
+# ------------------------------------------------------------------------------------ a run that diverges
+@pytest.mark.parametrize('where, opts', [('at a logged loss', ['--logging_steps', '5', '--save_steps', '0']),
+                                         ('before sealing a checkpoint', ['--logging_steps', '500', '--save_steps', '15'])])
+def test_a_nan_run_stops_and_saves_nothing(work, small_vocab, where, opts):
+    "A learning rate of 1000 makes the tiny BERT's loss nan within 15 steps: one line, status 2, nothing saved or sealed."
+    tmp = work
+    out = tmp/f"nan-{opts[-1]}"
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(out),
+                        '--learning_rate', '1000', '--max_steps', '40', *opts], capture_output=True, text=True, env=ENV, cwd=tmp, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+    want = 'the training loss became nan' if where == 'at a logged loss' else 'the weights became nan or inf at step 15'
+    assert lines[0].startswith(ERROR_PREFIX + want) and '--learning_rate 1000 is likely too high; use a lower --learning_rate (e.g. 5e-05)' in lines[0], lines
+    assert not (out/'metrics.json').exists() and not (out/'model.safetensors').exists()
+    assert not list(out.glob('checkpoint-*/' + COMPLETE)) and not list(out.glob('checkpoint-*')), list(out.iterdir())
+
+
+# -------------------------------------------------------------------------------------------------- the lock
+HOLD = """import sys, time
+from trn_tutorials.core import die_with_parent, folder_lock
+die_with_parent()
+with folder_lock(sys.argv[1], 'output_dir'): print('held', flush=True); time.sleep(120)"""
+
+
+def test_the_lock(work):
+    "A busy output_dir is refused; the launcher's own lock (LOCK_ENV naming the folder) is not mistaken for another run."
+    tmp = work
+    out = tmp/'locked'
+    holder = subprocess.Popen([sys.executable, '-c', HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        cmd = [sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(out), '--max_steps', '1', '--save_steps', '0']
+        r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
+        assert r.returncode == 2 and f'{out} is in use by pid {holder.pid}' in r.stderr and 'trn-tutorials stop --output_dir' in r.stderr, r.stderr
+        r = subprocess.run(cmd, capture_output=True, text=True, env=ENV | {LOCK_ENV: os.path.abspath(out)}, timeout=300)
+        assert r.returncode == 0 and (out/'metrics.json').exists(), r.stderr[-3000:]
+    finally: holder.kill(); holder.wait()
+
+
+def run(tmp, *opts, env=None):
+    return subprocess.run([*PY, *opts], capture_output=True, text=True, env=ENV | (env or {}), cwd=tmp, timeout=600)
+
+
+def one_line(r, code=2):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == code and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+    return lines[0]
+
+
+def test_no_resume_help_is_its_own(capsys):
+    with pytest.raises(SystemExit): parse_args([TrainArguments], ['--help'], prog='trn_tutorials.train')
+    out = capsys.readouterr().out
+    yes, no = out.split('options:')[1].split('--resume [RESUME]')[1].split('--no_resume, --no-resume')
+    no = no.split('--backend')[0]
+    assert 'continue from the newest' in ' '.join(yes.split()) and 'start' in no and 'continue from the newest' not in ' '.join(no.split()), out
+
+
+def test_output_dir_and_data_never_nest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for out, words in (('runs', 'holds the prepared data folder'), ('.', 'holds the prepared data folder'),
+                       ('runs/data', 'is the prepared data folder'), ('runs/data/m', 'inside the prepared data folder')):
+        with pytest.raises(UsageError, match=words) as e: check_output_dir(TrainArguments(dataset_path='runs/data', output_dir=out))
+        assert f"--output_dir {tmp_path/'runs'/'data-model'}" in str(e.value), e.value
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_free_space_checked_first(work, monkeypatch):
+    tmp, a = work, str(work/'tiny-bert')
+    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'space'), model_id=a)
+    assert check_space(args) is None
+    monkeypatch.setattr(shutil, 'disk_usage', lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(UsageError, match=r'the disk holding .*space has 1.0 kB free, and this run writes about [\d.]+ [kMG]B'): check_space(args)
+
+
+def test_a_collapsed_run_says_so_on_stderr_and_in_metrics(work):
+    "lr 5 for 5e-5: the tiny BERT predicts one class; stderr and metrics['warnings'] say lower the rate; begin shows the real epochs."
+    tmp = work
+    r = run(tmp, '--dataset_path', 'data', '--output_dir', 'lr5', '--learning_rate', '5', '--max_steps', '3', '--save_steps', '0',
+            env={PROGRESS_ENV: '1'})
+    w = one_line(r, 0)
+    assert 'no better than always predicting' in w and '--learning_rate 5e-05' in w and 'raise' not in w, w
+    m = json.loads((tmp/'lr5'/'metrics.json').read_text())
+    assert w in m['warnings'] and 'mcc' in m['test'] and 'Matthews' in r.stdout
+    begin = next(p for p in map(read_progress, r.stdout.splitlines()) if p and p['event'] == 'begin')
+    assert begin['max_steps'] == 3 and 0 < begin['epochs'] < 1, begin   # 3 steps of 23 per epoch, not the 3 epochs configured
+    assert not [p for p in (tmp/'lr5').iterdir() if '.tmp' in p.name]
+
+
+def test_a_full_disk_is_one_line(work, monkeypatch, capsys):
+    "ENOSPC while writing: one line naming the disk, what was kept and the fix; status 2."
+    tmp = work
+    import trn_tutorials.train as T
+    def full(*a, **kw): raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(T, 'save_plots', full)
+    monkeypatch.delenv('RANK', raising=False); monkeypatch.delenv('WORLD_SIZE', raising=False)
+    with pytest.raises(SystemExit) as e:
+        T.main(['--dataset_path', str(tmp/'data'), '--output_dir', str(tmp/'full'), '--max_steps', '2', '--save_steps', '0', '--backend', 'cpu'])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(ERROR_PREFIX + f"the disk holding {tmp/'full'} is full"), err
+    assert 'no checkpoint' in err[0] and 'free space' in err[0]
+
+
+def test_ctrl_c_is_one_line(work):
+    tmp = work
+    p = subprocess.Popen([*PY, '--dataset_path', 'data', '--output_dir', 'cc', '--max_steps', '100000', '--save_steps', '8'], cwd=tmp,
+                         env=ENV | {PROGRESS_ENV: '1'}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_default)
+    for line in p.stdout:
+        if (e := read_progress(line)) and e['event'] == 'step' and e['step'] >= 9: break
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    # transformers' own note when two checkpoints land within the file system's mtime resolution (a tiny model, seconds apart)
+    lines = [l for l in err.strip().splitlines() if not l.startswith('[transformers] mtime may not be reliable')]
+    assert p.returncode == 130 and len(lines) == 1 and 'Traceback' not in err, err[-3000:]
+    # the signal lands at step 9 or later (a loaded machine may reach the next save first): the newest complete checkpoint is named
+    kept = re.search(r'interrupted: kept (\S+/checkpoint-(\d+))', lines[0])
+    assert kept and int(kept[2]) >= 8 and int(kept[2]) % 8 == 0 and Path(kept[1]).is_dir(), lines
+    assert f"--dataset_path {tmp/'data'}" in lines[0], lines
+
+
+def test_resume_refuses_data_prepared_again_with_other_labels(work):
+    "The checkpoint remembers its data's fingerprint: re-prepared with other labels, the run is refused, naming them; the fix runs."
+    tmp, a = work, str(work/'tiny-bert')
+    prepare(DataArguments(data=sample_data(), model_id=a, dataset_path=str(tmp/'d2')))
+    opts = ['--dataset_path', 'd2', '--output_dir', 'r', '--max_steps', '4', '--save_steps', '2', '--logging_steps', '2']
+    assert run(tmp, *opts).returncode == 0
+    assert json.loads((tmp/'r'/'checkpoint-4'/'trn_tutorials_args.json').read_text())['data']['label_names'] == EMOTION_LABELS
+    rec = json.loads((tmp/'r'/'trn_tutorials.json').read_text())
+    assert rec['kind'] == 'model' and rec['options']['dataset_path'] == str(tmp/'d2') and rec['data']['fingerprint']['label_names'] == EMOTION_LABELS
+    csv = tmp/'pos.csv'
+    ws = sorted({w for t in load_raw(sample_data())['train']['text'] for w in t.split() if w.isalpha() and w.islower()})   # words the tiny BERT knows
+    csv.write_text('text,label\n' + ''.join(f"{ws[i % len(ws)]} {ws[(7 * i) % len(ws)]},{'pos' if i % 2 else 'neg'}\n" for i in range(96)))
+    prepare(DataArguments(data=str(csv), model_id=a, dataset_path=str(tmp/'d2')))
+    line = one_line(run(tmp, *opts))
+    assert 'was trained on other data than d2 holds now (labels were sadness, joy, love, anger, fear, surprise; now ' in line, line
+    assert line.endswith(f"pass another --output_dir, e.g. --output_dir {tmp/'r-2'} to start over"), line
+    assert run(tmp, *opts[:3], str(tmp/'r-2'), *opts[4:]).returncode == 0
+
+
+@pytest.mark.parametrize('names', [['config.json'], ['metrics.json', 'notes.txt'], ['train.log']])
+def test_output_dir_with_the_users_files_is_refused(work, names):
+    tmp = work
+    out = tmp/f"mine-{names[0]}"; out.mkdir()
+    for n in names: (out/n).write_text('mine')
+    line = one_line(run(tmp, '--dataset_path', 'data', '--output_dir', str(out), '--max_steps', '1', '--save_steps', '0'))
+    assert 'holds files trn-tutorials did not write' in line and names[0] in line, line
+    assert sorted(p.name for p in out.iterdir()) == sorted(names) and all((out/n).read_text() == 'mine' for n in names)
+
+
+def test_the_torchrun_fix_is_a_complete_command(tmp_path, monkeypatch):
+    "Outside torchrun on a NeuronCore: the command printed is the run's own, paths in full, not a sketch with '...'."
+    from trn_tutorials.train import check_torchrun
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as e:
+        check_torchrun('neuron', env={}, args=TrainArguments(dataset_path='d', learning_rate=3e-5, bf16=True, backend='neuron'))
+    assert str(e.value).endswith(f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --dataset_path {tmp_path/'d'} "   # both folders, in full
+                                 f"--output_dir {tmp_path/'runs'/'emotion-model'} --learning_rate 3e-05 --bf16 true --backend neuron`"), e.value
+    with pytest.raises(UsageError) as e: check_torchrun('neuron', env={}, args=['--output_dir=m', '--epochs', '2'])
+    assert f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --output_dir={tmp_path/'m'} --epochs 2`" in str(e.value)

@@ -11,6 +11,7 @@ import pytest
 from trn_tutorials.backends import XLA_INSTALL
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.launch import launch_env
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.xla_loop import ERROR_PREFIX, LoopArguments, Workers, eval_loader, train_loader, weights_sha256
 
@@ -131,3 +132,12 @@ def test_xla_backend_without_torch_xla(easy):
     r = run_main('--backend', 'xla', '--dataset_path', tmp/'data')
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         ERROR_PREFIX + f"--backend xla needs torch-xla: `{XLA_INSTALL}` in a separate virtual environment, or use --backend cpu"], r.stderr
+
+
+def test_the_xla_loop_refuses_what_it_does_not_implement(prepared):
+    env = dict(launch_env('cpu', 1), PYTHONPATH=str(Path(__file__).parents[1]))
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.xla_loop', '--dataset_path', str(prepared/'data'), '--backend', 'cpu',
+                        '--gradient_accumulation_steps', '2'], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "trn_tutorials.xla_loop: error: --gradient_accumulation_steps is a TrainingArguments flag the plain loop does not implement (it keeps "
+        "the loop short): train with `python -m trn_tutorials.train`, the Trainer, which takes every one"], r.stderr

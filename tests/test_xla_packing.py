@@ -1,5 +1,8 @@
 """Packed rows on PyTorch/XLA (the Trn1 stand-in: torch-xla on the CPU): one shape, so the training step compiles
-once and then never again, whatever texts fill the rows; the logits on the device are the CPU's."""
+once and then never again, whatever texts fill the rows; the logits on the device are the CPU's; packed runs (single texts,
+pairs, and `quickstart`'s default) feed one shape and compile nothing after the first epoch and evaluation."""
+import json
+
 import numpy as np, pytest, torch
 
 pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
@@ -10,13 +13,14 @@ from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.packing import choose_packing, pack_lengths, pack_model, pack_texts
 from trn_tutorials.trainer import xla_compiles
+from test_packing import packed  # noqa: F401  (the packed folder, a fixture)
+from test_train import linked
 
 
-def test_packed_steps_compile_once(tmp_path):
+def test_packed_steps_compile_once(prepared):
     import torch_xla, torch_xla.core.xla_model as xm
     ds = load_raw(sample_data())
-    words = sorted({w for s in ds.values() for t in s['text'] for w in t.split()})
-    path = tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)
+    path = str(prepared/'tiny-bert')
     tok = AutoTokenizer.from_pretrained(path)
     enc = tok(list(ds['train']['text']))['input_ids']
     labels = [EMOTION_LABELS.index(y) if isinstance(y, str) else y for y in ds['train']['label']]
@@ -49,17 +53,13 @@ def test_packed_steps_compile_once(tmp_path):
     assert 1 <= sum(per_step) <= 3, per_step   # the steps' graphs: a handful, not one per batch
 
 
-def test_packed_rehearsal_one_shape(tmp_path):
+def test_packed_rehearsal_one_shape(packed, tmp_path):
     "A packed run through torchrun on the XLA device: one input shape; the second epoch and every later evaluation compile nothing."
-    import json, subprocess
-    from trn_tutorials.data import DataArguments, prepare
+    import subprocess
     from trn_tutorials.launch import launch_env, torchrun_command
     from trn_tutorials.arguments import TrainArguments
-    ds = load_raw(sample_data())
-    words = sorted({w for s in ds.values() for t in s['text'] for w in t.split()})
-    model = tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)
-    m = prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp_path/'data'), pack=True))
-    args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'), num_train_epochs=2, learning_rate=1e-4,
+    data, m = packed
+    args = TrainArguments(dataset_path=str(data), output_dir=str(tmp_path/'model'), num_train_epochs=2, learning_rate=1e-4,
                           per_device_train_batch_size=8, per_device_eval_batch_size=8, logging_steps=5, save_steps=10, backend='xla')
     r = subprocess.run(torchrun_command(args, 1), env=launch_env('xla', 1), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -70,14 +70,13 @@ def test_packed_rehearsal_one_shape(tmp_path):
     assert (met['validation']['rows'], met['test']['rows']) == (72, 72)
 
 
-def test_quickstart_packs_on_the_xla_rehearsal(tmp_path):
+def test_quickstart_packs_on_the_xla_rehearsal(prepared, tmp_path):
     "`trn-tutorials quickstart --backend xla`, as a user types it: packed rows by default, the batch of 16 texts trained as rows, one shape."
-    import json, os, subprocess, sys
+    import os, subprocess, sys
     from pathlib import Path
     from trn_tutorials.data import load_prepared
     from trn_tutorials.packing import rows_for_texts
-    ds = load_raw(sample_data())
-    tiny_bert(tmp_path/'tiny-bert', sorted({w for s in ds.values() for t in s['text'] for w in t.split()}), labels=EMOTION_LABELS)
+    linked(prepared, tmp_path, 'tiny-bert')
     r = subprocess.run([str(Path(sys.executable).parent/'trn-tutorials'), 'quickstart', '--backend', 'xla', '--data', sample_data(),
                         '--model_id', 'tiny-bert', '--num_train_epochs', '1', '--learning_rate', '1e-3'],
                        cwd=tmp_path, capture_output=True, text=True, timeout=900, env=dict(os.environ, HF_HUB_OFFLINE='1'))
@@ -88,3 +87,26 @@ def test_quickstart_packs_on_the_xla_rehearsal(tmp_path):
     met = json.loads((tmp_path/'runs'/'emotion-model'/'metrics.json').read_text())
     assert met['backend'] == 'xla' and met['train']['input_shapes'] == [[rows, L]], met['train']
     assert (met['test']['rows'], met['train']['texts_per_row']) == (72, round(360 / rec['packing']['rows']['train'], 3))
+
+
+def test_packed_pairs_rehearsal_one_shape(tmp_path):
+    "Packed pairs through torchrun on the XLA device (the Trn1 stand-in, .venv-trn1): one training shape; the second epoch and later evaluations compile nothing."
+    pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1)")
+    import subprocess
+    from test_data_checks import FIRST, SECOND, pairs_csv
+    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.launch import launch_env, torchrun_command
+    from trn_tutorials.arguments import TrainArguments
+    words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(96)})
+    model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
+    m = prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=96), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],
+                              pack=True, eval_fraction=0.25))
+    args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'), num_train_epochs=2, learning_rate=1e-4,
+                          per_device_train_batch_size=4, per_device_eval_batch_size=4, logging_steps=5, backend='xla')
+    r = subprocess.run(torchrun_command(args, 1), env=launch_env('xla', 1), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    met = json.loads((tmp_path/'model'/'metrics.json').read_text())
+    g, L = met['compiled_graphs'], m['packing']['row_length']
+    print('packed pairs on XLA:', met['train']['input_shapes'], g)
+    assert met['train']['input_shapes'] == [[4, L]] and g['per_epoch'][1] == 0 and all(n == 0 for n in g['per_evaluation'][1:]), g
+    assert met['validation']['rows'] == 24

@@ -1,24 +1,23 @@
 """The handler on PyTorch/XLA's device, in the Trn1 stand-in (torch-xla for torch-neuronx): `predict_fn` answers there as on
 the CPU (`batch_logits` runs under `no_grad`: XLA tensors refuse inference mode), and `bench_serve.py --device xla` counts
 the graphs each request size compiles once warmed up: none where one padded length serves every request."""
-import json, os, subprocess, sys
+import json, os, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip('torch_xla', reason="the XLA serving rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.models import tiny_bert
+from trn_tutorials.data_files import load_raw, sample_data
 
 ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture(scope='module')
-def tiny(tmp_path_factory):
+def tiny(prepared, tmp_path_factory):
+    "A copy of the shared tiny BERT with a `metrics.json` saying the lengths it pads to."
     tmp = tmp_path_factory.mktemp('xla-serve')
-    words = sorted({w for s in load_raw(sample_data()).values() for t in s['text'] for w in t.split()})
-    path = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
+    path = str(shutil.copytree(prepared/'tiny-bert', tmp/'tiny-bert'))
     (Path(path)/'metrics.json').write_text(json.dumps({'max_length': 40, 'bucket_lengths': [16, 40]}))
     return tmp, path
 

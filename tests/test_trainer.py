@@ -1,18 +1,16 @@
-"The evaluation loss: the mean cross-entropy over the labelled texts of every worker, finite with filler rows; metrics.json strict JSON."
-import json, math
+"""`trn_tutorials.trainer`: the Trainer the script builds. The evaluation loss is the mean loss over the labelled texts of every
+worker (finite with filler rows); the hooks it overrides keep their signatures; the model's columns without private API; the
+graph-extraction trial's padding patched out."""
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from trn_tutorials.arguments import TrainArguments
-from test_train import torchrun   # the two-worker torchrun launch of the training tests
-
-
-def strict(text:str):
-    "`text` parsed as strict JSON: NaN, Infinity and -Infinity are refused."
-    def refuse(name): raise ValueError(f"{name} is not JSON")
-    return json.loads(text, parse_constant=refuse)
+from trn_tutorials.data import load_prepared
+from test_progress import strict
+from test_train import linked, torchrun   # the training tests' links to the shared data, their two-worker torchrun launch
 
 
 def ce(logits, label) -> float:
@@ -71,20 +69,12 @@ def test_evaluation_loop_hook():
     assert LabelledLoss in trainer_class().__mro__
 
 
-def test_metrics_text_is_strict_json():
-    "A value that is not a finite number is written as null: every JSON parser reads the file."
-    from trn_tutorials.progress import metrics_text
-    m = {'history': [{'step': 5, 'eval_loss': float('nan')}, {'step': 10, 'loss': np.float32('inf')}], 'f1': np.float64(0.5), 'n': np.int64(3)}
-    back = strict(metrics_text(m))
-    assert back == {'history': [{'step': 5, 'eval_loss': None}, {'step': 10, 'loss': None}], 'f1': 0.5, 'n': 3}
-
-
 @pytest.mark.parametrize('data', ['data', 'data-4'])
-def test_two_workers_eval_loss_finite_and_unbiased(prepared, data):
+def test_two_workers_eval_loss_finite_and_unbiased(prepared, tmp_path, data):
     "2 workers x 8 rows. One bucket: the second worker's last evaluation batch is all filler (the loss was nan). "
     "Four buckets: two of its batches are half filler (the loss was biased). eval_loss is the validation split's own mean loss."
-    tmp = prepared
-    args = TrainArguments(dataset_path=str(tmp/data), output_dir=str(tmp/f'eval-loss-{data}'), num_train_epochs=1, learning_rate=1e-3,
+    tmp = linked(prepared, tmp_path, data)
+    args = TrainArguments(dataset_path=str(tmp/data), output_dir=str(tmp/'model'), num_train_epochs=1, learning_rate=1e-3,
                           per_device_train_batch_size=16, per_device_eval_batch_size=8, logging_steps=50)
     r = torchrun(args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -106,3 +96,46 @@ def test_two_workers_eval_loss_finite_and_unbiased(prepared, data):
         logits = model(**{c: torch.tensor([r[c] for r in rows]) for c in cols}).logits
     want = torch.nn.functional.cross_entropy(logits, torch.tensor(val['labels'])).item()
     assert evals[-1] == pytest.approx(want, rel=1e-4), (evals, want)
+
+
+def test_graph_extraction_skips_padding_across_workers(prepared, tmp_path, monkeypatch):
+    "`neuron_parallel_compile`'s trial (NEURON_EXTRACT_GRAPHS_ONLY) feeds placeholders: accelerate's padding is patched out."
+    tmp = prepared
+    from transformers import AutoModelForSequenceClassification
+    from trn_tutorials.trainer import trainer_class
+    from trn_tutorials.arguments import training_arguments
+    import torch
+    model = AutoModelForSequenceClassification.from_pretrained(tmp/'tiny-bert', num_labels=6, ignore_mismatched_sizes=True)
+    targs = training_arguments(TrainArguments(output_dir=str(tmp_path/'extract')), 'cpu')
+    t, ds = torch.ones(3, 2), load_prepared(str(tmp/'data'))[0]
+    make = lambda: trainer_class()(model=model, args=targs, eval_dataset=ds['validation'])
+    monkeypatch.setenv('NEURON_EXTRACT_GRAPHS_ONLY', '1')
+    acc = make().accelerator
+    assert 'pad_across_processes' in vars(acc) and acc.pad_across_processes(t, dim=1, pad_index=-100) is t
+    monkeypatch.setenv('NEURON_EXTRACT_GRAPHS_ONLY', '0')
+    assert 'pad_across_processes' not in vars(make().accelerator)   # accelerate's own, everywhere else
+
+
+def test_cpu_resume_overrides_a_pinned_private_hook():
+    "`CpuResume` overrides `Trainer._load_optimizer_and_scheduler` (no public hook loads a checkpoint's optimizer state): "
+    "its name, its one argument and its `map_location` must stay, on transformers 4.57 and 5."
+    import inspect
+    from transformers import Trainer
+    from trn_tutorials.trainer import CpuResume
+    assert [p for p in inspect.signature(Trainer._load_optimizer_and_scheduler).parameters] == ['self', 'checkpoint']
+    assert 'map_location' in inspect.getsource(Trainer._load_optimizer_and_scheduler)
+    assert '_load_optimizer_and_scheduler' in vars(CpuResume)
+
+
+def test_model_columns_without_private_api(prepared, tmp_path):
+    "With `remove_unused_columns=False`, `BucketBatches.model_columns` keeps what `forward` takes (and the labels), via `select_columns`."
+    tmp = prepared
+    from transformers import AutoModelForSequenceClassification
+    from trn_tutorials.trainer import trainer_class
+    from trn_tutorials.arguments import training_arguments
+    model = AutoModelForSequenceClassification.from_pretrained(tmp/'tiny-bert', num_labels=6, ignore_mismatched_sizes=True)
+    targs = training_arguments(TrainArguments(output_dir=str(tmp_path/'columns')), 'cpu')
+    assert targs.remove_unused_columns is False
+    ds = load_prepared(str(tmp/'data'))[0]['validation']
+    kept = trainer_class()(model=model, args=targs, eval_dataset=ds).model_columns(ds.add_column('note', ['x'] * len(ds))).column_names
+    assert 'note' not in kept and 'labels' in kept and 'input_ids' in kept and set(kept) <= set(ds.column_names)

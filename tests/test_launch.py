@@ -1,19 +1,21 @@
-"Checks of the launch chapter's pieces, moved out of the lesson: workers, environment, command, stream, progress (precompile: tests/test_precompile.py)."
-import json, os, signal, subprocess, sys, time
+"""`trn_tutorials.launch`: workers, the environment and the torchrun command, bad input refused before torchrun starts, a
+worker's failure and a stop said in one line, `stop`, the results shown (graphs loaded from the Neuron cache told apart from
+graphs compiled, the run's warnings), and launches that train one worker to the end."""
+import os, signal, subprocess, sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails
 
+from test_torchrun import alive
+from test_train import linked
 from trn_tutorials.backends import Accelerator
-from trn_tutorials.core import UsageError, die_with_parent, folder_lock, lock_holder, parse_args
+from trn_tutorials.core import UsageError, folder_lock, lock_holder, parse_args
 from trn_tutorials.data import load_prepared
 from trn_tutorials.launch import LaunchError, Results, free_port, launch, launch_env, stop, torchrun_command, train_argv, workers
-from trn_tutorials.torchrun import end_tree, process_tree, stream, worker_error
-from trn_tutorials.live_progress import Progress
+from trn_tutorials.torchrun import cache_status, graphs_from_cache
 from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.progress import progress_line
 
 CPU = Accelerator('cpu', 1, 'cpu')
 
@@ -57,52 +59,6 @@ def test_command():
     eq(cmd[cmd.index('-m', 3):][:2], ['-m', 'trn_tutorials.train'])
 
 
-def test_process_tree_and_stream():
-    sleeper = subprocess.Popen([sys.executable, '-c', 'import subprocess, sys; subprocess.run([sys.executable, "-c", "import time; time.sleep(60)"])'])
-    time.sleep(1)
-    tree = process_tree(sleeper.pid)
-    eq((len(tree), tree[0]), (2, sleeper.pid))
-    for p in reversed(tree): os.kill(p, signal.SIGKILL)
-    sleeper.wait()
-    eq(stream([sys.executable, '-c', 'import sys; print("x"); sys.exit(3)'], echo=False), (3, ['x']))
-    seen = []
-    eq(stream([sys.executable, '-c', 'print("a"); print("b")'], echo=False, on_line=seen.append), (0, ['a', 'b']))
-    eq(seen, ['a', 'b'])
-
-
-def run_lines(p: Progress):
-    for line in [progress_line('begin', step=0, max_steps=4, num_train_epochs=2), 'some worker log line',
-                 progress_line('step', step=2, epoch=1.0), progress_line('log', step=2, loss=1.7),
-                 progress_line('eval', step=2, epoch=1.0, loss=1.6, f1=0.25, accuracy=0.5),
-                 progress_line('note', text='resuming from checkpoint-2'),
-                 progress_line('step', step=4, epoch=2.0), progress_line('eval', step=4, epoch=2.0, loss=1.4, f1=0.5, accuracy=0.75),
-                 progress_line('end', step=4)]:
-        yield line, p(line)
-
-
-def test_progress_in_a_terminal(capsys):
-    p = Progress(notebook=False)
-    taken = [t for _, t in run_lines(p)]
-    p.close()
-    eq(taken, [True, False, True, True, True, True, True, True, True])   # the worker's own line is left to `stream`
-    out, err = capsys.readouterr()
-    assert 'Epoch 1  Training Loss 1.7000  Validation Loss 1.6000  F1 0.2500  Accuracy 0.5000' in out + err
-    assert 'resuming from checkpoint-2' in out + err and '4/4' in err
-
-
-def test_progress_in_a_notebook(monkeypatch):
-    shown = []
-    import IPython.display as disp
-    class Handle:
-        def update(self, obj): shown.append(obj.data)
-    monkeypatch.setattr(disp, 'display', lambda obj, display_id=None: (shown.append(obj.data), Handle())[1])
-    p = Progress(notebook=True)
-    for _ in run_lines(p): pass
-    html = shown[-1]
-    assert '<progress' in html and '4/4' in html
-    for cell in ('Training Loss', 'Validation Loss', '0.2500', '0.7500', '1.4000'): assert cell in html
-
-
 def test_results_display():
     m = {'final_split': 'test', 'test': {'f1': 0.83712, 'accuracy': 0.8412}, 'train': {'samples_per_second': 123.456, 'runtime_s': 12.345},
          'world_size': 2, 'backend': 'cpu', 'args': {'output_dir': 'model'}, 'beats_baseline': True}
@@ -113,17 +69,17 @@ def test_results_display():
     assert 'warning' in Results.from_metrics({**m, 'beats_baseline': False}, 1.0)._repr_markdown_()
 
 
-def no_weights(tmp) -> str:
-    "A copy of the tiny BERT without its weights file: its tokenizer and config load, the model does not."
+def no_weights(prepared, tmp) -> str:
+    "A copy (in `tmp`) of the shared tiny BERT without its weights file: its tokenizer and config load, the model does not."
     import shutil
     if not (tmp/'no-weights').exists():
-        shutil.copytree(tmp/'tiny-bert', tmp/'no-weights'); (tmp/'no-weights'/'model.safetensors').unlink()
+        shutil.copytree(prepared/'tiny-bert', tmp/'no-weights'); (tmp/'no-weights'/'model.safetensors').unlink()
     return str(tmp/'no-weights')
 
 
-def test_launch_refuses_bad_input(prepared):
-    tmp = prepared
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'))
+def test_launch_refuses_bad_input(prepared, tmp_path):
+    tmp = linked(prepared, tmp_path, 'data')
+    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp_path/'model'))
     fails(lambda: launch(TrainArguments(dataset_path=str(tmp/'missing'))), contains="prep")
     fails(lambda: launch(args, nproc_per_node=64), contains="--nproc_per_node")
     fails(lambda: launch(TrainArguments(dataset_path=str(tmp/'data'), learning_rate=-1)), contains="--learning_rate")
@@ -131,65 +87,11 @@ def test_launch_refuses_bad_input(prepared):
     fails(lambda: launch(args, nproc_per_node=0), contains="--nproc_per_node 0 is out of range")
     fails(lambda: launch(args, nproc_per_node=1.5), contains="not a whole number")
     # a model that is gone is refused before torchrun starts; one whose weights are gone fails in the workers: the cause, in one line
-    fails(lambda: launch(replace(args, model_id=str(tmp/'deleted-model'))), contains="no such model folder")
-    no_weights(tmp)
-    bad = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'bad'), model_id=str(tmp/'no-weights'), max_steps=1)
+    fails(lambda: launch(replace(args, model_id=str(tmp_path/'deleted-model'))), contains="no such model folder")
+    bad = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp_path/'bad'), model_id=no_weights(prepared, tmp_path), max_steps=1)
     with pytest.raises(LaunchError) as e: launch(bad, nproc_per_node=1, echo=False)
     assert 'a worker failed with OSError' in str(e.value) and e.value.log.endswith('train.log'), e.value
     assert lock_holder(bad.output_dir) is None
-
-
-def test_worker_error():
-    eq(worker_error(['Traceback (most recent call last):', '  File "x.py", line 1', "OSError: no such model 'm'",
-                     'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ', 'trn_tutorials.train FAILED']),
-       "OSError: no such model 'm'")
-    eq(worker_error(['KeyboardInterrupt']), 'KeyboardInterrupt')
-    eq(worker_error(['all fine', 'Error rate: 3%']), None)
-    eq(str(LaunchError(1, ['a', 'b'])), 'torchrun exited with status 1: last lines:\na\nb')
-    eq(str(LaunchError(1, ['torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15'])),
-       'torchrun exited with status 1: stopped by signal 15 (SIGTERM); launch again with the same arguments to continue from its newest checkpoint, if it wrote one')
-
-
-# a process that starts two children in sessions of their own, as torchrun starts its workers; the second ignores SIGTERM
-TREE = """import signal, subprocess, sys, time
-kids = [subprocess.Popen([sys.executable, '-c', c + '; print(1, flush=True); time.sleep(60)'], start_new_session=True, stdout=subprocess.PIPE)
-        for c in ('import time', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)')]
-for k in kids: k.stdout.readline()   # both ready
-print(' '.join(str(k.pid) for k in kids), flush=True)
-time.sleep(60)
-"""
-
-def alive(pid): return Path(f'/proc/{pid}').exists() and Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
-
-
-def test_end_tree_reaches_other_sessions_and_kills_what_ignores_sigterm():
-    p = subprocess.Popen([sys.executable, '-c', TREE], stdout=subprocess.PIPE, text=True)
-    kids = [int(k) for k in p.stdout.readline().split()]
-    t0 = time.time()
-    ended = end_tree(p.pid, timeout=1)
-    eq(sorted(ended), sorted([p.pid, *kids]))
-    p.wait()
-    eq([q for q in ended if alive(q)], [])
-    assert 1 <= time.time() - t0 < 10   # SIGKILL for the one that ignored SIGTERM, after the timeout
-
-
-def test_stream_ends_with_a_killed_launcher(tmp_path):
-    "`die_with_parent` as `preexec_fn`: kill -9 of the process running `stream` takes its command down (a dead kernel, a closed terminal)."
-    pidfile = tmp_path/'pid'
-    launcher = subprocess.Popen([sys.executable, '-c', f"""
-import sys
-from trn_tutorials.core import die_with_parent
-from trn_tutorials.torchrun import stream
-stream([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=die_with_parent,
-       on_start=lambda p: open({str(pidfile)!r}, 'w').write(str(p.pid)))
-"""])
-    while not pidfile.exists() or not pidfile.read_text(): time.sleep(0.05)
-    child = int(pidfile.read_text())
-    assert alive(child)
-    os.kill(launcher.pid, signal.SIGKILL); launcher.wait()
-    t0 = time.time()
-    while alive(child) and time.time() - t0 < 5: time.sleep(0.05)
-    assert not alive(child)
 
 
 HOLD = """import sys, time
@@ -227,18 +129,6 @@ def test_stop(tmp_path, capsys):
 
 
 # issue 23: nothing lost, messages true to the state
-
-def test_log_is_written_line_by_line(tmp_path):
-    "`tail -f train.log` shows a live run as it goes: each line is in the file before the next one is printed."
-    import threading
-    log = tmp_path/'train.log'
-    cmd = [sys.executable, '-c', 'import sys, time; print("first", flush=True); time.sleep(4); print("second")']
-    t = threading.Thread(target=stream, args=(cmd,), kwargs={'log': log, 'echo': False}); t.start()
-    deadline, seen = time.time() + 3, ''
-    while time.time() < deadline and 'first' not in seen:
-        seen = log.read_text() if log.exists() else ''; time.sleep(0.1)
-    t.join()
-    assert 'first' in seen and 'second' not in seen, seen
 
 
 def test_stop_message_names_the_checkpoint_there_is(tmp_path):
@@ -287,7 +177,7 @@ def fake_run(monkeypatch, code:str):
 
 def test_a_failed_retrain_keeps_the_previous_metrics(prepared, tmp_path, monkeypatch):
     from trn_tutorials.train import claim_output_dir
-    args = TrainArguments(dataset_path=str(prepared/'data'), output_dir=str(tmp_path/'model'), max_steps=1)
+    args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'model'), max_steps=1)
     claim_output_dir(args, load_prepared(args.dataset_path)[1])
     old = '{"final_split": "validation"}'
     (tmp_path/'model'/'metrics.json').write_text(old)
@@ -304,3 +194,69 @@ def test_torchrun_killed_before_it_could_say_so(tmp_path):
     (tmp_path/'out').mkdir()
     msg = str(LaunchError(-15, [], str(tmp_path/'out'/'train.log')))
     assert 'stopped by signal 15 (SIGTERM)' in msg and 'no checkpoint was written' in msg, msg
+
+
+def test_launch_returns_results(prepared, tmp_path, capsys):
+    "One worker, three steps, the backend left to `auto`: the launcher resolves it once and hands it to the workers."
+    args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'launched'), max_steps=3, logging_steps=1)
+    res = launch(args, nproc_per_node=1)
+    assert res.workers == 1 and res.metrics['train']['steps'] == 3
+    out, err = capsys.readouterr()   # in a terminal: a tqdm bar on stderr; the workers' own lines only in train.log
+    assert '3/3' in err and 'trn_tutorials.train: progress:' not in out + err and "{'loss'" not in out + err
+    assert (tmp_path/'launched'/'train.log').read_text().strip()
+    assert res.metrics['args']['backend'] == 'cpu'   # resolved once by the launcher, not 'auto' detected again per worker
+    assert res.compiled_graphs is None and res.metrics['compiled_graphs'] is None
+    # priced at the instance type's rate (with `auto`, a Trainium type on a machine without NeuronCores is refused: priced after)
+    assert Results.from_metrics(res.metrics, res.wall_s, 'trn1.32xlarge').cost_usd == pytest.approx(21.50 * res.wall_s / 3600)
+
+
+def test_neuron_environment_and_worker_counts():
+    from trn_tutorials.backends import Accelerator
+    from trn_tutorials.launch import workers
+    env = launch_env('neuron', 2, base={'NEURON_CC_FLAGS': '--retry_failed_compilation', 'PATH': '/usr/bin'}, python='/venv/bin/python')
+    assert env['NEURON_CC_FLAGS'] == '--retry_failed_compilation --model-type transformer'
+    assert env['PATH'].split(':')[0] == '/venv/bin' and env['USE_TORCH_XLA'] == '1'
+    assert launch_env('cpu', 1, base={})['USE_TORCH_XLA'] == '0'
+    trn1_32 = Accelerator('neuron', 32, '32 NeuronCore(s)')
+    assert [workers(n, trn1_32) for n in (1, 2, 8, 32)] == [1, 2, 8, 32]
+    for n in (3, 4, 16):
+        with pytest.raises(UsageError, match='1, 2, 8, 32'): workers(n, trn1_32)
+    assert workers(2, Accelerator('neuron', 2, '2 NeuronCore(s)')) == 2
+
+
+def graph(root:Path, name:str, done:bool=True):
+    d = root/'neuronxcc-2.26.6360.0+9f7b3c1e'/name; d.mkdir(parents=True)
+    for f in ['model.hlo_module.pb', 'compile_flags.json'] + (['model.neff', 'model.done'] if done else []): (d/f).write_bytes(b'\0')
+
+
+def metrics(**extra) -> dict:
+    return {'final_split': 'test', 'test': {'f1': 0.91, 'accuracy': 0.92}, 'train': {'samples_per_second': 96.3, 'runtime_s': 510.0},
+            'world_size': 2, 'backend': 'neuron', 'args': {'output_dir': 'runs/emotion-model'}, 'beats_baseline': True,
+            'compiled_graphs': {'train': 9, 'eval': 6}, 'compile_s': {'train': 40.0, 'eval': 12.0}, **extra}
+
+
+def test_cache_loads_told_apart_from_compiles(tmp_path):
+    cache = tmp_path/'neuron-compile-cache'
+    for i in range(14): graph(cache, f'MODULE_{i:020d}+39f12043')   # a precompile left 14 graphs
+    before = cache_status(cache)
+    graph(cache, 'MODULE_99999999999999999999+39f12043')           # the run compiled one more
+    graph(cache, 'MODULE_88888888888888888888+39f12043', done=False)   # and one failed: not a compile
+    loaded = graphs_from_cache({'train': 9, 'eval': 6}, before, cache_status(cache))
+    assert loaded == 14
+    r = Results.from_metrics(metrics(), wall_s=600.0, instance_type='trn1.2xlarge', from_cache=loaded)
+    row = dict(r.rows())['graphs']
+    assert '1 compiled, 14 loaded from the Neuron cache' in row, row
+    # what cannot be told is not guessed: an S3 cache, or no cache status
+    s3 = cache_status('s3://bucket/neuron-cache')
+    assert graphs_from_cache({'train': 9, 'eval': 6}, s3, s3) is None and graphs_from_cache({'train': 9, 'eval': 6}, None, None) is None
+    assert 'graphs compiled' in dict(Results.from_metrics(metrics(), 600.0).rows())
+    # a cache that holds no graph after the run supplied none: no neuronx-cc ran (the Trn1 stand-in's torch-xla on the CPU)
+    empty = cache_status(tmp_path/'empty-cache')
+    assert graphs_from_cache({'train': 9, 'eval': 6}, empty, empty) is None   # said "15 loaded from the Neuron cache" before
+
+
+def test_warnings_shown_in_results():
+    w = 'only 93 optimizer steps planned: use fewer workers'
+    r = Results.from_metrics(metrics(warnings=[w]), wall_s=600.0)
+    assert ('warning', w) in r.rows() and w in r._repr_markdown_()
+    assert not [k for k, _ in Results.from_metrics(metrics(), 600.0).rows() if k == 'warning']
