@@ -103,3 +103,17 @@ def modernbert_like(tmp_path):
         tok.save_pretrained(path)
         return str(path)
     return make
+
+
+# ---- how many processes the tests start (CI's measure of what runs in-process and what does not) ----
+_started = {'subprocess.Popen': 0, 'os.system': 0, 'os.posix_spawn': 0}
+
+def _count_processes(event, args):
+    if event in _started: _started[event] += 1
+
+import sys as _sys
+_sys.addaudithook(_count_processes)   # audit hooks cannot be removed: it only counts
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"processes the tests started (subprocess, os.system, posix_spawn; not their children's): {sum(_started.values())}")
