@@ -16,16 +16,14 @@ from pathlib import Path
 import boto3, pytest
 
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.data_files import EMOTION_LABELS
 from trn_tutorials.launch import Results, train_argv
 from trn_tutorials.arguments import TrainArguments
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from trn_tutorials.sagemaker_aws import run_prefix
 from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, sm_cost, stage_source, stop_job,
                                         submit, wait_job)
-from local_services import SageMakerStandIn
+from local_services import SageMakerStandIn, queue_answer
 
 try: import sagemaker.train as _sdk
 except ImportError as e: _sdk, _why = None, f"{type(e).__name__}: {e}"
@@ -35,16 +33,6 @@ except ImportError as e: _sdk, _why = None, f"{type(e).__name__}: {e}"
 def sdk():
     "These tests need the SageMaker SDK 3: without it each fails with this line (a skip would count as nothing)."
     if _sdk is None: pytest.fail(f"the SageMaker SDK 3 is not importable ({_why}): pip install -e '.[sagemaker]'", pytrace=False)
-
-
-@pytest.fixture(scope='module')
-def prepared(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('sm')
-    raw = load_raw(sample_data())
-    words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
-    model = tiny_bert(tmp/'tiny-bert', words, labels=EMOTION_LABELS)
-    prepare(DataArguments(data=sample_data(), model_id=model, dataset_path=str(tmp/'data')))
-    return tmp
 
 
 @pytest.fixture
@@ -283,10 +271,7 @@ def test_the_cli(aws, prepared, tmp_path):
     r = cli('sm-deploy', '--model_dir', str(prepared/'tiny-bert'), '--role', role, '--bucket', bucket, '--run_id', 'cli',
             '--endpoint_name', 'cli-endpoint')
     assert r.returncode == 0, r.stderr
-    import urllib.request
-    answer = json.dumps([{'label': 'joy', 'score': 0.9}])
-    urllib.request.urlopen(urllib.request.Request(os.environ['AWS_ENDPOINT_URL'] + '/moto-api/static/sagemaker/endpoint-results',
-        method='POST', data=json.dumps({'results': [{'Body': answer, 'ContentType': 'application/json'}]}).encode()), timeout=10).read()
+    queue_answer(os.environ['AWS_ENDPOINT_URL'], [{'label': 'joy', 'score': 0.9}])
     r = cli('sm-predict', '--endpoint_name', 'cli-endpoint', '--text', 'i feel great')
     assert r.returncode == 0 and r.stdout.split() == ['joy', '0.900', 'i', 'feel', 'great'], (r.stdout, r.stderr)
     r = cli('sm-predict', '--endpoint_name', 'cli-endpoint')
