@@ -76,7 +76,7 @@ RUN = textwrap.dedent('''
     from trn_tutorials.all import *          # as a reader's first cell: loads transformers in this process
     from transformers.utils import is_torch_xla_available
     env_after_import = {k: os.environ.get(k) for k in ('USE_TORCH_XLA', 'PJRT_DEVICE')}
-    res = launch(TrainArguments(dataset_path=sys.argv[1], output_dir=sys.argv[2], num_train_epochs=1, per_device_train_batch_size=8,
+    res = launch(TrainArguments(dataset_path=sys.argv[1], output_dir=sys.argv[2], max_steps=4, per_device_train_batch_size=8,
                                 per_device_eval_batch_size=16, logging_steps=2, save_steps=3, backend='cpu'), nproc_per_node=1, echo=False)
     from trn_tutorials.launch import launch_env
     print(json.dumps({'env': env_after_import, 'kernel_xla': is_torch_xla_available(), 'torch_xla_loaded': 'torch_xla' in sys.modules,
@@ -84,13 +84,12 @@ RUN = textwrap.dedent('''
 ''')
 
 
-def test_import_all_then_launch(tmp_path):
+def test_import_all_then_launch(tmp_path, prepared):
     """A process that ran `from trn_tutorials.all import *` (transformers imported, its XLA choice made) launches a real run:
     the import set no backend variable, and the workers, new processes with `launch_env`'s environment, trained."""
-    from careless import tiny_prepared
-    data = tiny_prepared(tmp_path)
+    data = tmp_path/'data'; data.symlink_to(prepared/'data')   # conftest's sample, read-only: the run's lock file goes beside the link
     env = {k: v for k, v in os.environ.items() if k not in ('USE_TORCH_XLA', 'PJRT_DEVICE')}
-    r = subprocess.run([sys.executable, '-c', RUN, data, str(tmp_path / 'model')], cwd=tmp_path, env=env,
+    r = subprocess.run([sys.executable, '-c', RUN, str(data), str(tmp_path / 'model')], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 """The reader's folder (core's `reader_folder`, `made_before`, `scratch`) and the journey that walks the chapters in it."""
-import json, os, re, subprocess, sys, tomllib
+import json, os, re, shutil, subprocess, sys, tomllib
 from pathlib import Path
 
 import pytest
@@ -112,11 +112,9 @@ def test_the_journey_chapters_deploy_the_launch_chapters_model_from_your_folder(
         assert 'demo.close()' in cells[:i] and 'reader_folder()' in cells[i - 1], c   # the demo gave the folder back first
 
 
-def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, monkeypatch, back_here):
+def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, monkeypatch, back_here, prepared):
     """journey.py's AWS for the instance: moto with the reader's role, and `Endpoints` answering what the deployed archive's
     handler (PyTorch image) or pipeline (Hugging Face image) answers for the texts sent; after delete and cleanup nothing is left."""
-    from trn_tutorials.models import tiny_bert
-    from trn_tutorials.data_files import EMOTION_LABELS
     sys.path.insert(0, str(ROOT/'tools'))
     try: import journey
     finally: sys.path.pop(0)
@@ -131,7 +129,7 @@ def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, mon
         from trn_tutorials.hf_endpoint import hf_deploy
         from trn_tutorials.inference import model_fn, predict_fn
         from transformers import pipeline
-        model = tiny_bert(tmp_path/'model', 'i feel happy sad angry scared today so very'.split(), labels=EMOTION_LABELS)
+        model = str(shutil.copytree(prepared/'tiny-bert', tmp_path/'model'))   # conftest's tiny BERT, copied: it is read-only
         texts = ['i feel so happy today', 'i am scared']
         with pytest.raises(UsageError, match='no endpoint named'): predict('trn-tutorials-none', texts)
         ep = deploy(model, role='arn:aws:iam::111122223333:role/SageMakerExecution')
