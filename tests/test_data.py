@@ -104,23 +104,21 @@ def raw(): return load_raw(sample_data())
 @pytest.fixture(scope='module')
 def ds(raw): return validate(raw)
 
-@pytest.fixture(scope='module')
-def tok(): return AutoTokenizer.from_pretrained(local_model())
 
 @pytest.fixture(scope='module')
-def lengths(ds, tok): return token_lengths(ds['train'], tok)
+def lengths(ds, minilm_tokenizer): return token_lengths(ds['train'], minilm_tokenizer)
 
 @pytest.fixture(scope='module')
 def length(lengths): return choose_length(lengths)[0]
 
 @pytest.fixture(scope='module')
-def tds(ds, tok, length): return tokenize(ds, tok, length)
+def tds(ds, minilm_tokenizer, length): return tokenize(ds, minilm_tokenizer, length)
 
 @pytest.fixture(scope='module')
 def bl(lengths, length): return choose_buckets(lengths, 3, length)
 
 @pytest.fixture(scope='module')
-def bds(ds, tok, length, bl): return tokenize(ds, tok, length, bl)
+def bds(ds, minilm_tokenizer, length, bl): return tokenize(ds, minilm_tokenizer, length, bl)
 
 
 ROWS = [{'text': 'i feel; oddly "calm"', 'label': 'joy'}, {'text': 'null', 'label': 'sadness'}]
@@ -236,10 +234,10 @@ def test_label_maps(ds):
     assert label_maps(ds['test']) == (id2label, label2id)
 
 
-def test_token_lengths(ds, tok, lengths):
+def test_token_lengths(ds, minilm_tokenizer, lengths):
     assert len(lengths) == 360
-    assert lengths[0] == len(tok(ds['train'][0]['text'])['input_ids'])
-    assert (token_lengths(ds['train'], tok, batch_size=7) == lengths).all()
+    assert lengths[0] == len(minilm_tokenizer(ds['train'][0]['text'])['input_ids'])
+    assert (token_lengths(ds['train'], minilm_tokenizer, batch_size=7) == lengths).all()
 
 
 def test_length_stats():
@@ -295,17 +293,17 @@ def test_plot_lengths_marks_length_and_bucket_edges(lengths, length, bl):
     assert plot_lengths(lengths).axes[0].get_legend() is None
 
 
-def test_tokenize_one_length(ds, tok, lengths, length, tds):
+def test_tokenize_one_length(ds, minilm_tokenizer, lengths, length, tds):
     assert tds['train'].column_names == ['input_ids', 'token_type_ids', 'attention_mask', 'labels']
     assert {len(r) for s in tds.values() for r in s['input_ids']} == {length}
     assert list(tds['train']['labels']) == list(ds['train']['label'])
-    assert tds['train'][0]['input_ids'][:lengths[0]] == tok(ds['train'][0]['text'])['input_ids']
+    assert tds['train'][0]['input_ids'][:lengths[0]] == minilm_tokenizer(ds['train'][0]['text'])['input_ids']
     assert label_maps(tds) == label_maps(ds)
-    short = tokenize(ds, tok, 8)['train'][int(np.argmax(lengths))]['input_ids']
-    assert (len(short), tok.convert_ids_to_tokens(short)[-1]) == (8, '[SEP]')
+    short = tokenize(ds, minilm_tokenizer, 8)['train'][int(np.argmax(lengths))]['input_ids']
+    assert (len(short), minilm_tokenizer.convert_ids_to_tokens(short)[-1]) == (8, '[SEP]')
 
 
-def test_tokenize_buckets(ds, tok, lengths, length, tds, bl, bds):
+def test_tokenize_buckets(ds, minilm_tokenizer, lengths, length, tds, bl, bds):
     assert collections.Counter(len(r) for r in bds['train']['input_ids']) == collections.Counter(padded_lengths(lengths, bl).tolist())
     assert bds['train'].column_names == tds['train'].column_names
     row = int(np.argmin(lengths))
@@ -314,7 +312,7 @@ def test_tokenize_buckets(ds, tok, lengths, length, tds, bl, bds):
     vl = [len(r) for r in bds['validation']['input_ids']]
     assert vl == sorted(vl)
     assert collections.Counter(bds['validation']['labels']) == collections.Counter(ds['validation']['label'])
-    with pytest.raises(UsageError, match="ascending"): tokenize(ds, tok, length, [length, 8])
+    with pytest.raises(UsageError, match="ascending"): tokenize(ds, minilm_tokenizer, length, [length, 8])
 
 
 def test_row_lengths(tds, bds):

@@ -230,10 +230,6 @@ def pair_args(tmp_path, data, **kw) -> DataArguments:
     return DataArguments(**{'data': data, 'model_id': local_model(), 'dataset_path': str(tmp_path/'prep'), 'text_column': ['s1', 's2'], **kw})
 
 
-@pytest.fixture(scope='module')
-def tok(): return AutoTokenizer.from_pretrained(local_model())
-
-
 def test_two_columns_are_a_pair_by_default(tmp_path):
     f = pairs_csv(tmp_path/'p.csv')
     raw = load_raw(f, ['s1', 's2'])
@@ -248,22 +244,22 @@ def test_two_columns_are_a_pair_by_default(tmp_path):
     assert validate(DatasetDict(train=three), ['a', 'b', 'c'], eval_fraction=0.25)['train'].column_names == ['text', 'label']   # three: always joined
 
 
-def test_pair_lengths_and_tokens(tmp_path, tok):
+def test_pair_lengths_and_tokens(tmp_path, minilm_tokenizer):
     ds = validate(load_raw(pairs_csv(tmp_path/'p.csv'), ['s1', 's2']), ['s1', 's2'])
     t = ds['train']
-    lengths = token_lengths(t, tok)
-    assert lengths.tolist() == [len(tok(a, b)['input_ids']) for a, b in zip(t['text'], t['text_pair'])]
-    assert (lengths > token_lengths(t.remove_columns('text_pair'), tok)).all()   # the second text counts
+    lengths = token_lengths(t, minilm_tokenizer)
+    assert lengths.tolist() == [len(minilm_tokenizer(a, b)['input_ids']) for a, b in zip(t['text'], t['text_pair'])]
+    assert (lengths > token_lengths(t.remove_columns('text_pair'), minilm_tokenizer)).all()   # the second text counts
     length = choose_length(lengths, 100)[0]
-    tds = tokenize(ds, tok, length)
+    tds = tokenize(ds, minilm_tokenizer, length)
     row, a, b = tds['train'][0], t[0]['text'], t[0]['text_pair']
-    want = tok(a, b, padding='max_length', max_length=length)
+    want = minilm_tokenizer(a, b, padding='max_length', max_length=length)
     assert row['input_ids'] == want['input_ids'] and row['token_type_ids'] == want['token_type_ids']
-    assert row['input_ids'].count(tok.sep_token_id) == 2 and set(row['token_type_ids']) == {0, 1}
-    assert tok.decode([i for i in row['input_ids'] if i != tok.pad_token_id], skip_special_tokens=True).split() == tok.decode(tok(a + ' ' + b)['input_ids'], skip_special_tokens=True).split()
+    assert row['input_ids'].count(minilm_tokenizer.sep_token_id) == 2 and set(row['token_type_ids']) == {0, 1}
+    assert minilm_tokenizer.decode([i for i in row['input_ids'] if i != minilm_tokenizer.pad_token_id], skip_special_tokens=True).split() == minilm_tokenizer.decode(minilm_tokenizer(a + ' ' + b)['input_ids'], skip_special_tokens=True).split()
 
 
-def test_truncation_longest_first_counted(tmp_path, tok, capsys):
+def test_truncation_longest_first_counted(tmp_path, minilm_tokenizer, capsys):
     long = ' '.join(['word'] * 60)
     (tmp_path/'t.csv').write_text('s1,s2,label\n' + ''.join(f'"{FIRST[i % 6]} {long if i == 3 else ""}","{SECOND[i % 6]}",{["no", "yes"][i % 2]}\n' for i in range(20)))
     m = prepare(pair_args(tmp_path, str(tmp_path/'t.csv'), max_length=32, eval_fraction=0.5))
