@@ -87,6 +87,21 @@ def minilm_tokenizer():
     return AutoTokenizer.from_pretrained(local_model())
 
 
+@pytest.fixture(scope='session')
+def trained_model(tmp_path_factory, prepared):
+    """A tiny BERT fine-tuned by `launch` (torchrun, one CPU worker) for 30 steps on `prepared`'s sample in three buckets (the
+    longest 40): its folder, read-only as `prepared` (tests copy it before changing it, e.g. before tracing)."""
+    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.launch import launch
+    tmp = tmp_path_factory.mktemp('trained')
+    (tmp/'data').symlink_to(prepared/'data-3')   # launch's lock file goes beside the link, not into `prepared`
+    launch(TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), max_steps=30, learning_rate=3e-3,
+                          per_device_train_batch_size=16, save_steps=0), echo=False)
+    before = _tree(tmp/'model')
+    yield tmp/'model'
+    assert _tree(tmp/'model') == before, "a test wrote into the shared `trained_model` fixture: copy it before changing it"
+
+
 @pytest.fixture
 def distilbert_like(tmp_path):
     "A function that saves a tiny DistilBERT (a family packing runs since issue 43) with the tokenizer of the model `like`; its folder."

@@ -21,23 +21,11 @@ from trn_tutorials.endpoint import package
 from trn_tutorials.torchscript import trace
 from trn_tutorials.inference import (JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, input_fn,
                                      model_fn, output_fn, padded_lengths, predict_fn, texts_of)
-from trn_tutorials.launch import launch
-from trn_tutorials.arguments import TrainArguments
 from local_services import HINT, procs_mentioning
 
 SCORE_TOL = 1.0001e-4   # scores are rounded to 4 places: two roundings of one probability differ by at most 1e-4
 TEXTS = ['i feel so happy and proud of my little sister today', 'sad', 'i am scared of what might happen to us all tonight',
          'i was furious', 'i love the way he smiles at me when i feel low and lonely and tired']
-
-
-@pytest.fixture(scope='module')
-def trained(tmp_path_factory, prepared):
-    "A tiny BERT fine-tuned by `launch` (torchrun, CPU) for 20 steps on the bundled sample, in buckets of three lengths."
-    tmp = tmp_path_factory.mktemp('inference')
-    (tmp/'data').symlink_to(prepared/'data-3')   # conftest's, read-only: launch's lock file goes beside the link, here
-    launch(TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), max_steps=20, learning_rate=3e-3,
-                          per_device_train_batch_size=16, save_steps=0), echo=False)
-    return tmp/'model'
 
 
 def unpacked(model_dir, dest, **kw):
@@ -50,9 +38,9 @@ def unpacked(model_dir, dest, **kw):
 # ---------------------------------------------------------------------------------------------------------------
 # the four functions
 # ---------------------------------------------------------------------------------------------------------------
-def test_four_functions_on_json(trained):
-    clf = model_fn(str(trained))
-    assert not clf.traced and clf.labels == EMOTION_LABELS and clf.lengths == padded_lengths(trained)
+def test_four_functions_on_json(trained_model):
+    clf = model_fn(str(trained_model))
+    assert not clf.traced and clf.labels == EMOTION_LABELS and clf.lengths == padded_lengths(trained_model)
     assert len(clf.lengths) == 3 and clf.max_length == clf.lengths[-1]
     body = json.dumps({'inputs': TEXTS}).encode()
     texts = input_fn(body, JSON)
@@ -68,18 +56,18 @@ def test_four_functions_on_json(trained):
     assert output_fn(preds, None) == output_fn(preds, '*/*') == output_fn(preds, 'text/html, application/json;q=0.9') == (out, JSON)
 
 
-def test_same_answers_as_pipeline(trained):
+def test_same_answers_as_pipeline(trained_model):
     "Padding to the trained lengths, sorting by length and batching change nothing: the pipeline (one text at a time) agrees."
     from transformers import pipeline
-    want = pipeline('text-classification', model=str(trained))(TEXTS)
-    got = predict_fn(TEXTS, model_fn(str(trained)))
+    want = pipeline('text-classification', model=str(trained_model))(TEXTS)
+    got = predict_fn(TEXTS, model_fn(str(trained_model)))
     assert [g['label'] for g in got] == [w['label'] for w in want]
     assert max(abs(g['score'] - w['score']) for g, w in zip(got, want)) <= SCORE_TOL
 
 
-def test_batches_padded_to_the_trained_lengths(trained, monkeypatch):
+def test_batches_padded_to_the_trained_lengths(trained_model, monkeypatch):
     "Each forward pass gets a batch padded to one of the recorded lengths; small batches answer as one big batch, in order."
-    clf = model_fn(str(trained))
+    clf = model_fn(str(trained_model))
     shapes = []
     clf.model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw['input_ids'].shape)), with_kwargs=True)
     whole = predict_fn(TEXTS, clf)
@@ -147,14 +135,14 @@ def test_model_folder_checks(tmp_path):
     assert not (tmp_path/'x.tar.gz').exists()
 
 
-def test_handler_is_self_contained(trained, tmp_path):
+def test_handler_is_self_contained(trained_model, tmp_path):
     "code/inference.py imports only the standard library, torch, transformers and (optionally) the toolkit, and runs alone."
     tree = ast.parse(Path(handler.__file__).read_text())
     mods = {a.name.split('.')[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split('.')[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))   # no relative imports
     assert mods - set(sys.stdlib_module_names) == {'torch', 'transformers', 'sagemaker_inference', 'torch_neuronx'}
-    code = unpacked(trained, tmp_path/'opt-ml-model')/'code'
+    code = unpacked(trained_model, tmp_path/'opt-ml-model')/'code'
     script = ("import sys; sys.modules['trn_tutorials'] = None; sys.modules['sagemaker_inference'] = None\n"
               "import inference as h, json\n"
               "m = h.model_fn(sys.argv[1])\n"
@@ -171,9 +159,9 @@ def test_handler_is_self_contained(trained, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # TorchScript
 # ---------------------------------------------------------------------------------------------------------------
-def test_torchscript_agrees_with_eager(trained, tmp_path, capfd, monkeypatch):
+def test_torchscript_agrees_with_eager(trained_model, tmp_path, capfd, monkeypatch):
     d = tmp_path/'traced'
-    shutil.copytree(trained, d, ignore=shutil.ignore_patterns('checkpoint-*'))
+    shutil.copytree(trained_model, d, ignore=shutil.ignore_patterns('checkpoint-*'))
     eager = predict_fn(TEXTS, model_fn(str(d)))
     info = trace(str(d))
     lengths = padded_lengths(d)
@@ -219,12 +207,12 @@ def request(ctx, body, content_type=JSON, accept=JSON):
     return [{'body': body.encode() if isinstance(body, str) else body}]
 
 
-def test_toolkit_handler_service_in_process(trained, tmp_path, monkeypatch):
+def test_toolkit_handler_service_in_process(trained_model, tmp_path, monkeypatch):
     from mms.context import Context
     from sagemaker_inference.default_handler_service import DefaultHandlerService
     from sagemaker_inference.errors import BaseInferenceToolkitError
     assert issubclass(RequestError, BaseInferenceToolkitError)   # the toolkit is installed here: its error class is the base
-    model_dir = unpacked(trained, tmp_path/'opt-ml-model', torchscript=False)
+    model_dir = unpacked(trained_model, tmp_path/'opt-ml-model', torchscript=False)
     monkeypatch.syspath_prepend(str(model_dir/'code'))   # what the container's PYTHONPATH holds
     monkeypatch.setenv('PYTHONPATH', os.environ.get('PYTHONPATH', ''))   # initialize() prepends code/ to it
     monkeypatch.delitem(sys.modules, 'inference', raising=False)
@@ -235,7 +223,7 @@ def test_toolkit_handler_service_in_process(trained, tmp_path, monkeypatch):
         assert sys.modules['inference'].__file__ == str(model_dir/'code'/'inference.py')   # the packaged copy, not this package
         out = service.handle(request(ctx, json.dumps({'inputs': TEXTS})), ctx)
         assert ctx.get_response_status(0) == (200, None) and ctx.get_response_content_type(0) == JSON
-        assert json.loads(out[0]) == predict_fn(TEXTS, model_fn(str(trained)))
+        assert json.loads(out[0]) == predict_fn(TEXTS, model_fn(str(trained_model)))
         for body, ctype, status, says in [b for b in BAD if isinstance(b[0], str)]:   # the toolkit itself decodes application/json bodies
             out = service.handle(request(ctx, body, ctype), ctx)
             code, phrase = ctx.get_response_status(0)
@@ -316,10 +304,10 @@ def post(url, body, content_type=JSON, timeout=120):
     except urllib.error.HTTPError as e: return e.code, e.reason, e.read().decode()
 
 
-def test_served_over_http_by_multi_model_server(trained, tmp_path):
+def test_served_over_http_by_multi_model_server(trained_model, tmp_path):
     "The packaged archive, traced, as SageMaker unpacks it; /ping, /invocations, a one-line 4xx; no process left afterwards."
     d = tmp_path/'traced'
-    shutil.copytree(trained, d, ignore=shutil.ignore_patterns('checkpoint-*'))
+    shutil.copytree(trained_model, d, ignore=shutil.ignore_patterns('checkpoint-*'))
     trace(str(d))
     model_dir, work = unpacked(d, tmp_path/'opt-ml-model'), tmp_path/'mms'
     want = predict_fn(TEXTS, model_fn(str(model_dir)))
@@ -410,11 +398,11 @@ def test_trace_records_neuron_cores(tmp_path, monkeypatch):
         assert json.loads((d/TRACE_INFO).read_text()) == info
 
 
-def test_torchscript_chapter_says_what_the_handler_does(trained, tmp_path):
+def test_torchscript_chapter_says_what_the_handler_does(trained_model, tmp_path):
     """The archive carries the trace instead of the eager weights, so a trace that does not load stops the worker with one line
     naming the fix; the TorchScript chapter says that, and promises no fallback to the eager model."""
     d = tmp_path/'traced'
-    shutil.copytree(trained, d, ignore=shutil.ignore_patterns('checkpoint-*'))
+    shutil.copytree(trained_model, d, ignore=shutil.ignore_patterns('checkpoint-*'))
     (d/TORCHSCRIPT).write_bytes(b'made by a newer PyTorch than the image holds')
     (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch.jit', 'torch': '2.13.0', 'lengths': padded_lengths(d)}))
     served = unpacked(d, tmp_path/'opt-ml-model')
