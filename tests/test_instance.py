@@ -15,7 +15,6 @@ from pathlib import Path
 
 import boto3, pytest
 
-from trn_tutorials import core
 from trn_tutorials import instance as I
 from trn_tutorials import remote_jupyter as J
 from trn_tutorials import ssh as S
@@ -223,8 +222,6 @@ def test_trn1_launch_picks_the_pytorch_image(moto_server, tmp_path):
     assert cleanup(inst.run_id, key_dir=str(tmp_path), known_hosts=str(tmp_path/'kh')).clean
 
 
-@pytest.mark.skipif('trn2.48xlarge' not in (getattr(core, 'CATALOG', None) or getattr(core, 'TRN1', {})),
-                    reason='the instance catalog (core) has no Trn2 rows yet')
 def test_trn2_launch_picks_the_torchneuron_image(moto_server, tmp_path):
     inst = launch_instance('trn2.48xlarge', region='us-east-2', my_ip=MY_IP, key_dir=str(tmp_path), wait_ssh=False, max_hours=1)
     assert inst.image_id == TRN2_DLAMI
