@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what tests/test_aws.py, tests/test_ssh.py and the setup/ssh/cleanup notebooks need on a fresh
+# Install what tests/test_instance.py, tests/test_ssh.py and the setup/ssh/cleanup notebooks need on a fresh
 # Debian machine, as root:
 #   - OpenSSH server and client (a real sshd on 127.0.0.1 stands in for the instance),
 #   - a Java runtime for multi-model-server (the model server SageMaker's PyTorch containers run; tests/test_inference.py),

@@ -104,3 +104,14 @@ def test_shards_balance_the_files():
     flat = [f for g in groups for f in g]
     assert 'tests/test_ci.py' not in flat and len(flat) == len(set(flat)) == len(list((ROOT/'tests').glob('test_*.py'))) - 1
     assert ['tests/test_docs.py'] in groups or any('tests/test_docs.py' in g and 'tests/test_core.py' not in g for g in groups)
+
+
+def test_the_test_ids_ci_names_exist():
+    "Each test id or file tools/ci.toml names (the version ranges' tests, the files run elsewhere) is there: a rename fails here, not in CI."
+    import re, tomllib
+    cfg = tomllib.loads((ROOT/'tools'/'ci.toml').read_text())
+    ids = [i for v in cfg['ranges'].values() for i in v] + cfg['pytest']['elsewhere']
+    for i in ids:
+        f, _, name = i.partition('::')
+        assert (ROOT/f).is_file(), f"tools/ci.toml names {f}, which is not there"
+        if name: assert re.search(rf'^def {re.escape(name.split("[")[0])}\(', (ROOT/f).read_text(), re.M), f"tools/ci.toml names {i}, which is not there"

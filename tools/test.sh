@@ -221,10 +221,10 @@ stand_in() {  # stand_in TABLE VENV: base, fresh copy, wheel, reader install, fr
 #     newest SDK is .venv's, tested in the pytest jobs)
 # Both on Python 3.12 (every image's). The tests: data prep, torchrun training runs, the options' help (fastcore), the
 # instance chapters' AWS calls; with the SDK the training job's dry run and submits in one process, and cleanup.
-RANGE_TESTS=(tests/test_data_prep.py tests/test_core_options.py tests/test_launch_units.py tests/test_aws.py
-  "tests/test_train.py::test_buckets_two_workers")
-RANGE_TRAIN_TESTS=("tests/test_train.py::test_buckets_two_workers" "tests/test_launch_units.py::test_command")
-RANGE_SM_TESTS=(tests/test_training_job.py tests/test_cleanup_sagemaker.py)
+ranges() {  # ranges KEY: the test ids tools/ci.toml's [ranges] KEY lists, one a line
+  python3 -c "import sys, tomllib; print('\n'.join(tomllib.load(open('tools/ci.toml', 'rb'))['ranges'][sys.argv[1]]))" "$1"
+}
+mapfile -t RANGE_TESTS < <(ranges package); mapfile -t RANGE_TRAIN_TESTS < <(ranges train); mapfile -t RANGE_SM_TESTS < <(ranges sagemaker)
 floor_pins() {  # floor_pins KEY...: `name==X` for each `name>=X` of settings.ini's KEY lines (a line without a floor fails)
   "$BIN/python" - "$@" <<'PY'
 import configparser, re, sys
