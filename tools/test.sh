@@ -508,6 +508,7 @@ run_job() {  # run_job NAME: the job's function; its counts go to $CI_DIR/counts
 if [ -n "$STAGE" ]; then run_job "$STAGE"; [ "$failed" -eq 0 ]; exit; fi
 
 # ---- the set-up, in order, then the jobs on their slots (tools/ci.py) ----
+main() {  # one function, read whole before it runs: editing this file while a run goes on cannot change that run
 t_setup=$SECONDS
 rm -rf "$CI_DIR"; mkdir -p "$tmp" "$CI_DIR/junit" "$CI_DIR/counts" "$CI_DIR/bases" "$CI_DIR/logs"
 setup_failed() { echo "FAILED: $1"; echo "0 passed, 1 failed"; exit 1; }
@@ -534,4 +535,6 @@ echo "set-up: $((SECONDS - t_setup)) s"
 CI_SETUP_S=$((SECONDS - t_setup)) python3 tools/ci.py $jobs
 rc=$?
 [ -z "${prebuild_pid:-}" ] || wait "$prebuild_pid"   # tools/ci.py printed its log (_ci/logs/bases.log) before its summary
-exit $rc
+return $rc
+}
+main; exit
