@@ -3,7 +3,8 @@ then its suggested fix followed.
 
 A `Case` builds its own folder (the working folder of the command) and returns the argv of `trn-tutorials` (or
 `['-m', 'trn_tutorials.train', ...]`, as torchrun starts it), or a no-argument callable for the Python API. The harness:
-1. runs it offline and checks: the exit status (2, or 130 for Ctrl-C), one stderr line (the last, for a run that was
+1. runs it offline (a refusal of `trn-tutorials` in-process through `trn_tutorials.cli.run`, everything else in a
+   subprocess) and checks: the exit status (2, or 130 for Ctrl-C), one stderr line (the last, for a run that was
    interrupted), no traceback, the case's words; for a refusal, that no file changed (byte for byte);
 2. follows the suggested fix, as a user copies it: the first backticked `trn-tutorials ...` command in the message, else the
    concrete `--option value` pairs after use/pass/add (applied to the original argv), else `pass another --X` (a new folder);
@@ -180,6 +181,31 @@ def _released():
         for _ in range(n): _INPROC.acquire()
 
 
+def run_here(argv:list[str], d:Path, env:dict|None=None) -> subprocess.CompletedProcess:
+    """`trn-tutorials argv` through the CLI's entry `trn_tutorials.cli.run` in this process, in `d`, offline: a refusal needs no
+    process of its own (the process boundary is proven once a command, in test_cli and test_bad_inputs). One at a time
+    (`in_process`): the working folder, the environment and stderr are the process's."""
+    import contextlib, io
+    from trn_tutorials.cli import run as cli_run
+    more = {k: ENV[k] for k in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE', 'TOKENIZERS_PARALLELISM')} | \
+        {k: v.replace('{d}', str(d)) for k, v in (env or {}).items()}
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with in_process():
+        back, saved = os.getcwd(), {k: os.environ.get(k) for k in more}
+        try:
+            os.chdir(d); os.environ.update(more)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try: cli_run(argv)
+                except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
+                except BaseException:
+                    import traceback; traceback.print_exc(); code = 1
+        finally:
+            os.chdir(back)
+            for k, v in saved.items():
+                if v is None: os.environ.pop(k, None)
+                else: os.environ[k] = v
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
 def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:dict|None=None, sig:int=signal.SIGINT) -> subprocess.CompletedProcess:
     "Run `argv` in `d`, offline; with `interrupt`, when the output matches it send `sig`: SIGINT to its process group, another to it alone."
     with _released(): return _run(argv, d, timeout, interrupt, env, sig)
@@ -224,7 +250,8 @@ def _check(case:Case, d:Path, argv) -> dict:
         res.update(msg=msg, problems=problems + [f'changed: {k}' for k in _changed(before, files(d))])
         return res
     t0 = time.time()
-    r = run(argv, d, case.timeout, case.interrupt, case.env, case.interrupt_with)
+    here = case.status == 2 and not case.interrupt and argv[:1] != ['-m']   # a refusal of `trn-tutorials`: in-process
+    r = run_here(argv, d, case.env) if here else run(argv, d, case.timeout, case.interrupt, case.env, case.interrupt_with)
     res['s'] = time.time() - t0
     if case.status == 0:   # an input that must now work: status 0, no traceback, what `check` asserts
         problems += [f'status {r.returncode}, not 0'] * (r.returncode != 0) + ['a traceback'] * ('Traceback' in r.stderr + r.stdout)
