@@ -348,3 +348,11 @@ SHOWN_HERE = {'per_device_train_batch_size', 'per_device_eval_batch_size', 'auto
 
 def test_every_field_of_ours_is_shown():
     assert set(OUR_FIELDS) == SHOWN_HERE | set(ELSEWHERE)
+
+
+def test_no_resume_help_is_its_own(capsys):
+    with pytest.raises(SystemExit): parse_args([TrainArguments], ['--help'], prog='trn_tutorials.train')
+    out = capsys.readouterr().out
+    yes, no = out.split('options:')[1].split('--resume [RESUME]')[1].split('--no_resume, --no-resume')
+    no = no.split('--backend')[0]
+    assert 'continue from the newest' in ' '.join(yes.split()) and 'start' in no and 'continue from the newest' not in ' '.join(no.split()), out

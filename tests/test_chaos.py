@@ -138,7 +138,7 @@ def test_killed_at_random_moments_ends_with_the_same_model(prepared, tmp_path):
     assert during_save >= 1, f"no kill landed inside a checkpoint save: {killed}"
     # the launch after the torn file said so in one warning line and resumed from the checkpoint before it
     log = Path(tmp/f'cut-{plan_index(killed, "torn") + 2}.log').read_text()
-    warnings = [l for l in log.splitlines() if 'warning:' in l]
+    warnings = [l for l in log.splitlines() if 'warning:' in l and 'is incomplete' in l]   # (4 epochs may not beat the majority: that warning too)
     assert len(warnings) == 1 and f'{expect_warning[0]} is incomplete (optimizer.pt: ' in warnings[0] \
         and f'{beyond.name} is incomplete (' in warnings[0] and f'resuming from {expect_warning[1]}' in warnings[0], warnings
     assert not beyond.exists()   # removed before training went on

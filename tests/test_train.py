@@ -2,18 +2,16 @@
 with metrics.json checked, every worker saving, the checks before anything slow (folders, batch, model against data,
 free space, a diverged or collapsed run, the lock), Neuron's rules (no Neuron worker without torchrun; too few steps for
 the global batch), and one line for every stop. (Killed at random moments and resumed bit-exactly: tests/test_chaos.py.)"""
-import errno, json, math, os, re, shutil, signal, subprocess, sys
+import json, math, os, re, shutil, signal, subprocess, sys
 from pathlib import Path
 
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails
 
-import trn_tutorials.checkpoints as K
-import trn_tutorials.train as T
 from careless import ctrl_c_default
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.checkpoints import COMPLETE
-from trn_tutorials.core import UsageError, lock_path, parse_args
+from trn_tutorials.core import UsageError, lock_path
 from trn_tutorials.data import DataArguments, load_prepared, prepare
 from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.launch import launch_env, torchrun_command
@@ -145,46 +143,11 @@ def test_check_device_on_torchneuron():
     eq([check_device(seen('cpu', 1), b, workers=2) for b in ('neuron', 'xla', 'cuda', 'cpu')], [None] * 4)   # the other backends: not checked here
 
 
-def test_prepared_data_read_once(prepared, tmp_path, monkeypatch):
-    "A resumed run (the path that checks the checkpoint's step count against the data) reads the prepared folder once."
-    for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'): monkeypatch.delenv(k, raising=False)
-    args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'model'), max_steps=2,
-                          save_steps=2, logging_steps=1, backend='cpu')
-    T.train(args)   # leaves checkpoint-2: the same arguments again resume from it
-    calls, real = [], T.load_prepared
-    def counting(path):
-        calls.append(path); return real(path)
-    monkeypatch.setattr(T, 'load_prepared', counting); monkeypatch.setattr(K, 'load_prepared', counting)
-    backend, ds, manifest, start, few_steps, data = T._prepare(args)
-    assert backend == 'cpu' and start is not None and start.name == 'checkpoint-2'
-    assert calls == [str(tmp_path/'data')], calls
-
-
 @pytest.fixture
 def neuron_stub(tmp_path):
     "A folder holding an empty `torch_neuronx` package: enough for `check_backend('neuron')`, which only looks for it."
     d = tmp_path/'stub'; (d/'torch_neuronx').mkdir(parents=True); (d/'torch_neuronx'/'__init__.py').write_text('')
     return d
-
-
-# ------------------------------------------------------------------------------ 2. no Neuron worker without torchrun
-def test_python_m_relaunches_itself_under_torchrun(work, neuron_stub):
-    """`python -m trn_tutorials.train --backend neuron` outside torchrun starts torchrun with one worker. Here (no torch-xla)
-    that worker fails its runtime check: the failure is a torchrun worker's, and nothing trained in the first process."""
-    out = work/'relaunched'
-    env = ENV | {'PYTHONPATH': os.pathsep.join([str(neuron_stub), *filter(None, [os.environ.get('PYTHONPATH')])])}
-    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--backend', 'neuron', '--dataset_path', str(work/'data'),
-                        '--output_dir', str(out), '--max_steps', '2', '--save_steps', '0'],
-                       env=env, capture_output=True, text=True, timeout=300, cwd=work)
-    said = r.stdout + r.stderr
-    relaunch = [l for l in said.splitlines() if 'torchrun' in l and 'hangs' in l]
-    assert len(relaunch) == 1 and 'transformers' in relaunch[0] and '--nproc_per_node 1' in relaunch[0], said[-3000:]
-    assert r.returncode != 0
-    # the worker's one line, then torchrun's report of its worker (rank 0, exit status 2)
-    assert any(l.startswith(ERROR_PREFIX) for l in r.stderr.splitlines()), said[-3000:]
-    assert 'local_rank: 0' in r.stderr and 'exitcode  : 2' in r.stderr, said[-3000:]
-    assert said.index(relaunch[0]) < said.index(ERROR_PREFIX)
-    assert not (out/'metrics.json').exists() and not list(out.glob('checkpoint-*'))
 
 
 @pytest.fixture
@@ -345,14 +308,6 @@ def one_line(r, code=2):
     return lines[0]
 
 
-def test_no_resume_help_is_its_own(capsys):
-    with pytest.raises(SystemExit): parse_args([TrainArguments], ['--help'], prog='trn_tutorials.train')
-    out = capsys.readouterr().out
-    yes, no = out.split('options:')[1].split('--resume [RESUME]')[1].split('--no_resume, --no-resume')
-    no = no.split('--backend')[0]
-    assert 'continue from the newest' in ' '.join(yes.split()) and 'start' in no and 'continue from the newest' not in ' '.join(no.split()), out
-
-
 def test_output_dir_and_data_never_nest(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for out, words in (('runs', 'holds the prepared data folder'), ('.', 'holds the prepared data folder'),
@@ -382,20 +337,6 @@ def test_a_collapsed_run_says_so_on_stderr_and_in_metrics(work):
     begin = next(p for p in map(read_progress, r.stdout.splitlines()) if p and p['event'] == 'begin')
     assert begin['max_steps'] == 3 and 0 < begin['epochs'] < 1, begin   # 3 steps of 23 per epoch, not the 3 epochs configured
     assert not [p for p in (tmp/'lr5').iterdir() if '.tmp' in p.name]
-
-
-def test_a_full_disk_is_one_line(work, monkeypatch, capsys):
-    "ENOSPC while writing: one line naming the disk, what was kept and the fix; status 2."
-    tmp = work
-    import trn_tutorials.train as T
-    def full(*a, **kw): raise OSError(errno.ENOSPC, 'No space left on device')
-    monkeypatch.setattr(T, 'save_plots', full)
-    monkeypatch.delenv('RANK', raising=False); monkeypatch.delenv('WORLD_SIZE', raising=False)
-    with pytest.raises(SystemExit) as e:
-        T.main(['--dataset_path', str(tmp/'data'), '--output_dir', str(tmp/'full'), '--max_steps', '2', '--save_steps', '0', '--backend', 'cpu'])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(ERROR_PREFIX + f"the disk holding {tmp/'full'} is full"), err
-    assert 'no checkpoint' in err[0] and 'free space' in err[0]
 
 
 def test_ctrl_c_is_one_line(work):
