@@ -17,7 +17,7 @@ from trn_tutorials.arguments import TrainArguments
 
 TORCHRUN_VARS = ('TORCHELASTIC_RUN_ID', 'LOCAL_RANK', 'RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
                  'TORCHELASTIC_USE_AGENT_STORE', 'TORCHELASTIC_RESTART_COUNT')
-ENV = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS} | {'HF_HUB_OFFLINE': '1'}
+ENV = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS} | {'HF_HUB_OFFLINE': '1', 'USE_TORCH_XLA': '0'}   # CPU workers, as launch_env('cpu')
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
