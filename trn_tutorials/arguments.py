@@ -76,7 +76,7 @@ def no_secrets(args:TrainArguments # the run's arguments
 
 # %% ../nbs/internals/04_arguments.ipynb #f1e1d002
 # Every field of transformers' `TrainingArguments`, 4.57 to 5.x, in one of four places: what reads it in a run of `train`.
-# tests/test_arguments_fields.py fails on a field in none of them (a new transformers) or in two.
+# tests/test_arguments.py fails on a field in none of them (a new transformers) or in two.
 TRAINER_FIELDS = frozenset('''
     num_train_epochs max_steps learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps warmup_ratio optim optim_args adafactor
     weight_decay adam_beta1 adam_beta2 adam_epsilon optim_target_modules gradient_accumulation_steps average_tokens_across_devices
