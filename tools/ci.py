@@ -205,7 +205,7 @@ def main(argv=None, config:Path=CONFIG) -> int:
             j.start()
         time.sleep(0.5)
     wall = round(time.monotonic() - t_start)
-    record(jobs, setup_s + wall, full=set(names) >= set(cfg['jobs']), files=junit_file_times(ci_dir/'junit'))
+    record(jobs, setup_s + wall, full=set(names) >= set(cfg['jobs']), files=junit_file_times(ci_dir/'junit'), budget=int(cfg['total_budget']))
     if (bl := ci_dir/'logs'/'bases.log').exists():
         print("\nthe stand-ins' bases (built in the background):\n  " + '\n  '.join(l for l in bl.read_text(errors='replace').splitlines() if not l.startswith('WARNING: Location')))
     print(f"\nci: set-up {setup_s} s, then the jobs {wall} s on {slots} slots: {setup_s + wall} s (budget {cfg['total_budget']} s)")
@@ -219,7 +219,7 @@ def main(argv=None, config:Path=CONFIG) -> int:
     return 0 if failed == 0 and passed > 0 else 1
 
 
-def record(jobs:dict, wall:int, full:bool, files:dict):
+def record(jobs:dict, wall:int, full:bool, files:dict, budget:int=0):
     "Keep each finished job's seconds for the next run's order (this machine); a full run also rewrites tools/ci_times.json."
     try: old, old_files = json.loads(CACHED.read_text())['jobs'], json.loads(CACHED.read_text()).get('files', {})
     except (OSError, ValueError, KeyError): old, old_files = {}, {}
@@ -229,7 +229,7 @@ def record(jobs:dict, wall:int, full:bool, files:dict):
     CACHED.write_text(json.dumps({'jobs': new, 'files': {**old_files, **files}}, indent=1) + '\n')
     if full:
         commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        COMMITTED.write_text(json.dumps({'commit': commit, 'date': time.strftime('%Y-%m-%d'), 'wall_s': wall,
+        COMMITTED.write_text(json.dumps({'commit': commit, 'date': time.strftime('%Y-%m-%d'), 'wall_s': wall, 'budget_s': budget,
                                          'slots': int(os.environ.get('CI_SLOTS') or 2), 'cores': os.cpu_count(),
                                          'jobs': {j.name: {'seconds': j.seconds, 'budget': j.spec['budget'], 'passed': j.passed, 'failed': j.failed}
                                                   for j in sorted(jobs.values(), key=lambda j: -(j.seconds or 0))},
