@@ -358,7 +358,8 @@ def test_a_refusal_loads_no_library_and_takes_under_a_second(args, words, tmp_pa
     (['train', '--epochs', '0'], '--num_train_epochs 0.0 is out of range'), (['train', '--per_device_train_batch_size=0'], 'use 1 to 65536'),
     (['train', '--learning_rate', 'nan'], 'not a finite number'),
     (['sm-train', '--max_run_hours', '0'], '--max_run_hours 0.0 is out of range'), (['predict', '--batch_size', '0', '--text', 'hi'], '--batch_size 0'),
-    (['prep', '--max_length', '4'], '--max_length 4 is out of range')], ids=lambda x: ' '.join(x) if isinstance(x, list) else None)
+    (['prep', '--max_length', '4'], '--max_length 4 is out of range'),
+    (['train', '--nproc_per_node', '0'], '--nproc_per_node 0 is out of range'), (['precompile', '--nproc_per_node', '0'], '--nproc_per_node 0')], ids=lambda x: ' '.join(x) if isinstance(x, list) else None)
 def test_the_early_line_is_the_full_checks_line(args, words, tmp_path, monkeypatch, capsys):
     "`early` says what the option classes and the commands say when they refuse the same input: run in-process with and without it."
     import trn_tutorials.cli as cli_mod
@@ -385,12 +386,14 @@ def test_early_reads_only_what_is_given_as_given():
 def test_the_whole_numbers_are_the_classes_ints():
     "`WHOLE` names exactly the limited options the classes type `int`: the early checks read a number as its class would."
     import typing
-    from trn_tutorials.core import CLASSIFY_LIMITS, JOB_LIMITS, SHAPE_LIMITS, TRAIN_LIMITS, VARIES, WHOLE, _number_kind
+    from trn_tutorials.core import CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, VARIES, WHOLE, _number_kind
     from trn_tutorials.arguments import TrainArguments
     from trn_tutorials.data import DataArguments
     from trn_tutorials.predict import ClassifyArguments
     from trn_tutorials.training_job import JobArguments
-    for cls, limits in ((TrainArguments, TRAIN_LIMITS), (DataArguments, SHAPE_LIMITS), (ClassifyArguments, CLASSIFY_LIMITS), (JobArguments, JOB_LIMITS)):
+    from trn_tutorials.launch import LaunchArguments
+    for cls, limits in ((TrainArguments, TRAIN_LIMITS), (DataArguments, SHAPE_LIMITS), (ClassifyArguments, CLASSIFY_LIMITS), (JobArguments, JOB_LIMITS),
+                        (LaunchArguments, {'nproc_per_node': NPROC_LIMIT})):
         hints = typing.get_type_hints(cls)
         for k in limits:
             if k in VARIES or k not in hints: continue

@@ -14,7 +14,7 @@ from .backends import CATALOG, check_backend, detect, instance_type
 from .core import (Limit, UsageError, arguments_of, check_folder, check_numbers, check_owner, documented,
                                 folder_lock, folder_record, given_options, parse_args, stop_signals_as_ctrl_c)
 from .models import default_model, hub_reachable, short_path
-from .core import (ALIASES, CLASSIFY_LIMITS, JOB_LIMITS, SHAPE_LIMITS, TRAIN_LIMITS, check_given_numbers,
+from .core import (ALIASES, CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, check_given_numbers,
                                 check_model_path, check_prepared_path, given_text)
 
 # %% auto #0
@@ -394,8 +394,8 @@ def _usage() -> str:
 # %% ../nbs/reference/07_cli.ipynb #12dbab00
 EARLY = {   # command: the limits of its numbers and the check of each folder it reads, made before torch or transformers is imported (`early`)
     'prep':       (SHAPE_LIMITS, {}),
-    'train':      (TRAIN_LIMITS, {'dataset_path': check_prepared_path}),
-    'precompile': (TRAIN_LIMITS, {}),   # its data is read only where it compiles (not on the CPU, where it is not needed)
+    'train':      ({**TRAIN_LIMITS, 'nproc_per_node': NPROC_LIMIT}, {'dataset_path': check_prepared_path}),
+    'precompile': ({**TRAIN_LIMITS, 'nproc_per_node': NPROC_LIMIT}, {}),   # its data is read only where it compiles (not on the CPU, where it is not needed)
     'sm-train':   ({**TRAIN_LIMITS, **JOB_LIMITS}, {'dataset_path': check_prepared_path}),
     'predict':    (CLASSIFY_LIMITS, {'model_dir': check_model_path}),
     'verify':     ({}, {'model_dir': lambda p: check_model_path(p, folder=True)}),

@@ -11,11 +11,11 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'FIRST', 'TRAIN_LIMITS', 'ALIASES', 'MAX_BUCKETS',
-           'SHAPE_LIMITS', 'CLASSIFY_LIMITS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'WHOLE', 'VARIES', 'UsageError',
-           'field_help', 'documented', 'parse_args', 'given_options', 'Limit', 'check_number', 'check_numbers',
-           'arguments_of', 'check_type', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'die_with_parent',
-           'placeholders', 'reading', 'stop_signals_as_ctrl_c', 'folder_record', 'write_record', 'check_owner',
-           'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch', 'given_text',
+           'SHAPE_LIMITS', 'CLASSIFY_LIMITS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'NPROC_LIMIT', 'WHOLE', 'VARIES',
+           'UsageError', 'field_help', 'documented', 'parse_args', 'given_options', 'Limit', 'check_number',
+           'check_numbers', 'arguments_of', 'check_type', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock',
+           'die_with_parent', 'placeholders', 'reading', 'stop_signals_as_ctrl_c', 'folder_record', 'write_record',
+           'check_owner', 'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch', 'given_text',
            'check_given_numbers', 'check_prepared_path', 'check_model_path']
 
 # %% ../nbs/reference/90_core.ipynb #2b214e09
@@ -571,9 +571,11 @@ JOB_LIMITS = {'instance_count': Limit(1, example=2), 'volume_gb': Limit(1, 16384
               'max_run_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=2),
               'max_wait_hours': Limit(0, SM_MAX_HOURS, lo_open=True, example=4), 'poll_s': Limit(0, 3600, lo_open=True, example=15)}
 
+NPROC_LIMIT = Limit(1, example=2)  # `nproc_per_node`, torchrun's workers: one or more (`launch.workers` checks what the machine has)
+
 WHOLE = frozenset({   # the options above that are typed `int` (the others are `float`), as the classes that declare them say; tests/test_cli.py holds the two together
     'per_device_train_batch_size', 'per_device_eval_batch_size', 'gradient_accumulation_steps', 'max_steps', 'seed', 'save_total_limit',
-    'pad_multiple', 'max_length', 'buckets', 'row_length', 'max_texts', 'batch_size', 'stride', 'instance_count', 'volume_gb'})
+    'pad_multiple', 'max_length', 'buckets', 'row_length', 'max_texts', 'batch_size', 'stride', 'instance_count', 'volume_gb', 'nproc_per_node'})
 VARIES = ('warmup_steps',)   # typed `int` by transformers 4.57, `float` by 5: left to the parser
 
 # %% ../nbs/reference/90_core.ipynb #1299bfa1

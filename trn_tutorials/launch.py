@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from fastcore.basics import patch
 from .backends import (Accelerator, check_backend, detect, run_cost, set_backend_env, instance_type as
                                     _instance_type, XLA_BACKENDS)
-from .core import (Limit, UsageError, check_number, check_numbers, die_with_parent, documented, folder_lock, lock_holder,
+from .core import (NPROC_LIMIT, Limit, UsageError, check_number, check_numbers, die_with_parent, documented, folder_lock, lock_holder,
                                 reading, stop_signals_as_ctrl_c)
 from .data import load_prepared
 from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
@@ -25,8 +25,8 @@ from .torchrun import (alive, cache_status, compile_cache, end_tree, failure_rec
                                     raise_failure, record_root, stream, worker_error)
 
 # %% auto #0
-__all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'NPROC_LIMIT', 'workers', 'free_port', 'launch_env', 'train_argv',
-           'torchrun_command', 'relaunch_note', 'LaunchError', 'Results', 'launch', 'LaunchArguments', 'stop']
+__all__ = ['NEURON_WORKER_COUNTS', 'NEURON_ENV', 'workers', 'free_port', 'launch_env', 'train_argv', 'torchrun_command',
+           'relaunch_note', 'LaunchError', 'Results', 'launch', 'LaunchArguments', 'stop']
 
 # %% ../nbs/train/05_launch.ipynb #bcd1db14
 NEURON_WORKER_COUNTS = (1, 2, 8, 32)  # what Neuron supports for data-parallel training on a Trn1
@@ -228,8 +228,6 @@ def rows(self:Results) -> list[tuple[str, str]]:
     return rows
 
 # %% ../nbs/train/05_launch.ipynb #567b01d0
-NPROC_LIMIT = Limit(1, example=2)  # `nproc_per_node`: one worker or more (`workers` checks what the machine has)
-
 def _cmdline(pid:int) -> str:
     import psutil
     try: return ' '.join(psutil.Process(pid).cmdline())

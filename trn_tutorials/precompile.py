@@ -8,12 +8,12 @@ import os, re, shutil, sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .core import RECORD, Limit, check_folder, check_number, die_with_parent, folder_lock
+from .core import NPROC_LIMIT, RECORD, Limit, check_folder, check_number, die_with_parent, folder_lock
 from .backends import Accelerator, check_backend, detect
 from .data import load_prepared
 from .data_files import row_lengths
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
-from .launch import NPROC_LIMIT, LaunchError, launch_env, torchrun_command, workers
+from .launch import LaunchError, launch_env, torchrun_command, workers
 from .torchrun import cache_status, compile_cache, raise_failure, record_root, stream
 from .train import LOCK_ENV, check_batch, check_model, claim_output_dir
 from .samplers import BucketBatchSampler
