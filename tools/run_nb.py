@@ -12,7 +12,7 @@ Usage: .venv/bin/python tools/run_nb.py nbs/train/04_train.ipynb [more notebooks
          (as a reader's Run All: `IN_TEST` unset, so no hidden rehearsal cell starts a stand-in; the `#| aws` cells
          then talk to whatever AWS the environment points at: tools/journey.py's moto and instance stand-in)
 """
-import os, re, sys
+import os, re, sys, time
 from pathlib import Path
 import execnb.shell
 from execnb.nbio import read_nb, write_nb
@@ -68,8 +68,13 @@ def run(fn: Path, force=(), keep=(), check=False, reader=False, replace=()):
         return bool(flags & d.keys())
     if reader: os.environ.pop('IN_TEST', None)   # a reader's kernel: the hidden `if IN_TEST` cells do nothing
     else: os.environ['IN_TEST'] = '1'
-    k = CaptureShell(fn)
-    with working_directory(fn.parent): k.run_all(nb, exc_stop=True, preproc=skip)
+    k, t0, slow = CaptureShell(fn), [0.0], []
+    def start(cell):
+        t0[0] = time.monotonic(); return skip(cell)
+    def took(cell):   # the cells that take long, for the journey's and CI's timing
+        if (s := time.monotonic() - t0[0]) >= 10: slow.append((s, cell.id, cell.source.strip().splitlines()[-1][:70] if cell.source.strip() else ''))
+    with working_directory(fn.parent): k.run_all(nb, exc_stop=True, preproc=start, postproc=took)
+    for s, i, last in sorted(slow, reverse=True)[:8]: print(f"  {fn.name} cell {i}: {s:.0f} s  ({last})")
     if check:
         for c in nb.cells:
             if c.cell_type == 'code' and set(force) & _directives(c.source).keys():
