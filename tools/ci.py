@@ -76,7 +76,7 @@ def junit_file_times(junit_dir:Path) -> dict:
         try: root = ET.parse(f).getroot()
         except (ET.ParseError, OSError): continue
         for c in root.iter('testcase'):
-            mod = (c.get('classname') or '').split('.')[0]
+            mod = next((p for p in (c.get('classname') or '').split('.') if p.startswith('test_')), None)   # tests.test_cli[.Class]
             if mod: out[f'tests/{mod}.py'] = round(out.get(f'tests/{mod}.py', 0) + float(c.get('time', 0)), 1)
     return out
 
