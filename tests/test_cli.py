@@ -1,6 +1,6 @@
-"The `trn-tutorials` command, run as a user runs it: in a subprocess."
+"""The `trn-tutorials` command: bad input in-process through its entry function (`run`), and each command once in a
+subprocess as a user runs it (the process boundary: status, one stderr line, what was imported)."""
 import json, os, shutil, subprocess, sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -16,18 +16,23 @@ def cli(*args, cwd=None, timeout=600):
     env = dict(os.environ, HF_HUB_OFFLINE='1')
     return subprocess.run([TRN, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
-def at_once(f, items):
-    "`[f(x) for x in items]`, the calls run at once: each `trn-tutorials` subprocess spends seconds importing before it answers."
-    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) + 1)) as ex: return list(ex.map(f, items))
+def in_process(args, capsys) -> tuple:
+    "`trn-tutorials ARGS` through the CLI's entry function: (exit status, stdout, stderr)."
+    from trn_tutorials.cli import run
+    try: run(list(args)); code = 0
+    except SystemExit as e: code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_help_for_every_command():
-    names = ('detect', 'prep', 'train', 'stop', 'quickstart')
-    r, *helps = at_once(lambda a: cli(*a), [('--help',), *((n, '--help') for n in names)])
-    assert r.returncode == 0
-    for name, h in zip(names, helps):
-        assert name in r.stdout
-        assert h.returncode == 0 and 'usage: trn-tutorials ' + name in h.stdout
+def test_help_for_every_command(capsys):
+    "The command list from the console script (the process), each command's help in-process."
+    from trn_tutorials.cli import COMMANDS
+    r = cli('--help')
+    assert r.returncode == 0 and all(name in r.stdout for name in COMMANDS)
+    for name in COMMANDS:
+        code, out, _ = in_process([name, '--help'], capsys)
+        assert code == 0 and 'usage: trn-tutorials ' + name in out, name
 
 
 def test_detect():
@@ -50,18 +55,14 @@ BAD = [
     (['quickstart', '--bf16', 'maybe'], 'bf16'),
 ]
 
-@pytest.fixture(scope='module')
-def bad_results(tmp_path_factory) -> dict:
-    "Every `BAD` command, run at once, each in an empty folder of its own: ' '.join(args) -> the completed process."
-    dirs = [tmp_path_factory.mktemp('bad') for _ in BAD]
-    return dict(zip([' '.join(a) for a, _ in BAD], at_once(lambda ad: cli(*ad[0], cwd=ad[1]), [(a, d) for (a, _), d in zip(BAD, dirs)])))
-
 @pytest.mark.parametrize('args,words', BAD, ids=[' '.join(a) for a, _ in BAD])
-def test_bad_input_one_line(args, words, bad_results):
-    r = bad_results[' '.join(args)]
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
+def test_bad_input_one_line(args, words, tmp_path, monkeypatch, capsys):
+    "In-process through `run`, in an empty folder, offline: status 2 and one line (test_a_refusal_loads_no_library... proves the process)."
+    monkeypatch.chdir(tmp_path); monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    code, _, err = in_process(args, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and 'Traceback' not in err, err
     assert words.lower() in lines[0].lower(), lines[0]
 
 
