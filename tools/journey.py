@@ -272,9 +272,9 @@ class Instances(threading.Thread):
         if not in_own_network():
             raise RuntimeError(f"refusing to put the instance's address {ip} on this machine's loopback: run the laptop journey "
                                "as `python tools/journey.py --table laptop`, which starts itself in a network namespace of its own")
-        r = subprocess.run(['ip', 'addr', 'add', f'{ip}/32', 'dev', 'lo'], capture_output=True, text=True)
-        if r.returncode: raise RuntimeError(f"cannot put the instance's address {ip} on the walk's loopback (`ip addr add {ip}/32 dev lo`: "
-                                            f"{r.stderr.strip()})")
+        r = subprocess.run(['ip', 'addr', 'add', f'{ip}/32', 'dev', 'lo'], capture_output=True, text=True)   # in the walk's unshare --net namespace
+        if r.returncode: raise RuntimeError(f"cannot put the instance's address {ip} on the loopback of the walk's unshare --net namespace: "
+                                            f"{r.stderr.strip()}")
         self.up[iid] = (ip, None, root)
         wrap = ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
                 f'mount --bind {shlex.quote(str(root/"opt"))} /opt && mount --bind {shlex.quote(str(root/"passwd"))} /etc/passwd && exec "$@"',
