@@ -188,13 +188,14 @@ def neuron_ls_on_path(tmp_path):
     return {**os.environ, 'PATH': f"{tmp_path/'bin'}{os.pathsep}{os.environ['PATH']}"}
 
 
-def test_wrong_venv_refused_by_launch_and_cli(tmp_path, neuron_ls_on_path, monkeypatch):
+def test_wrong_venv_refused_by_launch_and_cli(tmp_path, neuron_ls_on_path, monkeypatch, prepared):
+    "Real prepared data (a missing folder is refused first, before any library loads): the backend check is what refuses."
     monkeypatch.setenv('PATH', neuron_ls_on_path['PATH'])
     from trn_tutorials.launch import launch
     out = tmp_path/'model'
-    with pytest.raises(UsageError) as e: launch(TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(out)))
+    with pytest.raises(UsageError) as e: launch(TrainArguments(dataset_path=str(prepared/'data'), output_dir=str(out)))
     assert 'NeuronCore' in str(e.value) and not out.exists()
-    r = subprocess.run([str(Path(sys.executable).parent/'trn-tutorials'), 'train', '--dataset_path', str(tmp_path/'data'),
+    r = subprocess.run([str(Path(sys.executable).parent/'trn-tutorials'), 'train', '--dataset_path', str(prepared/'data'),
                         '--output_dir', str(out)], env=neuron_ls_on_path, capture_output=True, text=True, timeout=300)
     err = r.stderr.strip()
     assert r.returncode == 2 and len(err.splitlines()) == 1 and 'torch-neuronx' in err and 'Traceback' not in r.stderr, r.stderr
