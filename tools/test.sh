@@ -289,7 +289,10 @@ cached_key() {  # cached_key WORDS FILE...: a key for a cached venv: range_key (
 }
 keep_venv() {  # keep_venv VENV CACHE PREFIX: keep a copy of VENV (hard links) as CACHE; older ones with PREFIX go
   local o; for o in "$3"*; do [ "$o" = "$2" ] || rm -rf "$o"; done
-  fresh_venv "$1" "$2.tmp" > /dev/null 2>&1 && touch "$2.tmp/.done" && mv "$2.tmp" "$2" || { rm -rf "$2.tmp"; echo "  (could not keep a copy of $1: the next run installs again)"; }
+  fresh_venv "$1" "$2.tmp" > /dev/null 2>&1 && mv "$2.tmp" "$2" \
+    && for f in "$2"/bin/*; do [ -L "$f" ] || ! head -c 2 "$f" | grep -q '#!' || sed -i "1s|^#!$2.tmp/bin/python|#!$2/bin/python|" "$f"; done \
+    && touch "$2/.done" \
+    || { rm -rf "$2.tmp" "$2"; echo "  (could not keep a copy of $1: the next run installs again)"; }   # the scripts' shebangs: the kept folder's name
 }
 range_stage() {  # range_stage END: END=floors or upper, as above
   local end=$1 v=.venv-$1 t b tools pins="$tmp/$1-pins.txt"
