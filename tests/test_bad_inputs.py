@@ -364,23 +364,13 @@ def _run(case:Case, d:Path, prepared:str) -> dict:
 
 
 def _run_here(case:Case, d:Path, prepared:str) -> dict:
-    "`case` through the CLI's entry `trn_tutorials.cli.run(argv)` in this process, in the case folder: its status, stdout and stderr."
-    import contextlib, io
-    from trn_tutorials.cli import run
+    "`case` through the CLI's entry `trn_tutorials.cli.run(argv)` in this process, in the case folder (careless' `run_here`)."
+    from careless import run_here
     argv = case.setup(d, prepared)
-    before, out, err, back, env = snapshot(d), io.StringIO(), io.StringIO(), os.getcwd(), dict(os.environ)
-    t0, code = time.time(), 0
-    try:
-        os.chdir(d); os.environ.update(ENV)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try: run(argv)
-            except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
-            except Exception:
-                import traceback; traceback.print_exc(); code = 1
-    finally:
-        os.chdir(back); os.environ.clear(); os.environ.update(env); unfreeze(d)
-    r = subprocess.CompletedProcess([TRN, *argv], code, out.getvalue(), err.getvalue())
-    return {'r': r, 'dir': d, 'before': before, 's': time.time() - t0}
+    before, t0 = snapshot(d), time.time()
+    try: r = run_here(argv, d)
+    finally: unfreeze(d)
+    return {'r': subprocess.CompletedProcess([TRN, *argv], r.returncode, r.stdout, r.stderr), 'dir': d, 'before': before, 's': time.time() - t0}
 
 
 def _in_subprocess(cases:list[Case]) -> set[str]:
