@@ -42,7 +42,7 @@ def rehearse(tmp:Path, buckets:int, **kw):
     return args, json.loads(Path(args.output_dir, 'metrics.json').read_text()), compile_report(r.stdout + r.stderr)
 
 
-@pytest.mark.parametrize('buckets', [1, 2, 4])
+@pytest.mark.parametrize('buckets', [1, 4])   # the ends: one length, and the most buckets the tests prepare
 def test_rehearsal_graphs(tiny, buckets):
     tmp, n_params = tiny
     args, m, graphs = rehearse(tmp, buckets)

@@ -1,6 +1,7 @@
 """Packed rows on PyTorch/XLA (the Trn1 stand-in: torch-xla on the CPU): one shape, so the training step compiles
 once and then never again, whatever texts fill the rows; the logits on the device are the CPU's; packed runs (single texts,
-pairs, and `quickstart`'s default) feed one shape and compile nothing after the first epoch and evaluation."""
+pairs, and `quickstart`'s default) feed one shape and score every row. (A packed run of single texts compiling nothing after
+its first epoch and evaluation: test_xla_bench_graphs, whose `packed` setting is that run.)"""
 import json
 
 import numpy as np, pytest, torch
@@ -13,7 +14,6 @@ from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.packing import choose_packing, pack_lengths, pack_model, pack_texts
 from trn_tutorials.trainer import xla_compiles
-from test_packing import packed  # noqa: F401  (the packed folder, a fixture)
 from test_train import linked
 
 
@@ -53,23 +53,6 @@ def test_packed_steps_compile_once(prepared):
     assert 1 <= sum(per_step) <= 3, per_step   # the steps' graphs: a handful, not one per batch
 
 
-def test_packed_rehearsal_one_shape(packed, tmp_path):
-    "A packed run through torchrun on the XLA device: one input shape; the second epoch and every later evaluation compile nothing."
-    import subprocess
-    from trn_tutorials.launch import launch_env, torchrun_command
-    from trn_tutorials.arguments import TrainArguments
-    data, m = packed
-    args = TrainArguments(dataset_path=str(data), output_dir=str(tmp_path/'model'), num_train_epochs=2, learning_rate=1e-4,
-                          per_device_train_batch_size=8, per_device_eval_batch_size=8, logging_steps=5, save_steps=10, backend='xla')
-    r = subprocess.run(torchrun_command(args, 1), env=launch_env('xla', 1), capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    met = json.loads((tmp_path/'model'/'metrics.json').read_text())
-    g, L = met['compiled_graphs'], m['packing']['row_length']
-    assert met['train']['input_shapes'] == [[8, L]] and {tuple(s) for s in met['train']['eval_shapes']} == {(8, L)}
-    assert g['per_epoch'][1] == 0 and g['per_evaluation'][1:] == [0, 0, 0], g
-    assert (met['validation']['rows'], met['test']['rows']) == (72, 72)
-
-
 def test_quickstart_packs_on_the_xla_rehearsal(prepared, tmp_path):
     "`trn-tutorials quickstart --backend xla`, as a user types it: packed rows by default, the batch of 16 texts trained as rows, one shape."
     import os, subprocess, sys
@@ -86,7 +69,7 @@ def test_quickstart_packs_on_the_xla_rehearsal(prepared, tmp_path):
     assert 'layout: packed rows, the default on xla' in r.stdout and f'batch: 16 texts a step = {rows} packed rows' in r.stdout, r.stdout
     met = json.loads((tmp_path/'runs'/'emotion-model'/'metrics.json').read_text())
     assert met['backend'] == 'xla' and met['train']['input_shapes'] == [[rows, L]], met['train']
-    assert (met['test']['rows'], met['train']['texts_per_row']) == (72, round(360 / rec['packing']['rows']['train'], 3))
+    assert (met['validation']['rows'], met['test']['rows'], met['train']['texts_per_row']) == (72, 72, round(360 / rec['packing']['rows']['train'], 3))
 
 
 def test_packed_pairs_rehearsal_one_shape(tmp_path):
