@@ -1,12 +1,15 @@
 """One run per folder (`trn_tutorials.core`'s folder locks), with real processes: a busy folder is refused, `stop` ends a run,
 a run interrupted in Python says what it kept, a prep and a run never share a folder. One CPU worker: workers are not the
-point here. (A killed launcher takes torchrun and its workers with it, and the relaunch takes over its stale lock and
+point here. The refusals, and the commands that only lead up to or follow the one that matters, run in-process through the
+CLI's entry (careless' `run_here`); the run holding the folder, the `stop` that ends one and a Python kernel are real
+processes (each command's own process: tests/test_cli.py). (A killed launcher takes torchrun and its workers with it, and the relaunch takes over its stale lock and
 resumes bit-exactly: tests/test_chaos.py.)"""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 
 import pytest
 
+from careless import run_here
 from local_services import procs_mentioning
 from test_train import linked
 
@@ -33,7 +36,13 @@ def train(data, out, *more, epochs=str(EPOCHS)):
 
 
 def run(*args, timeout=300):
+    "`trn-tutorials ARGS` in a process of its own."
     return subprocess.run([TRN, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def here(*args, cwd):
+    "`trn-tutorials ARGS` in this process, through the CLI's entry, in `cwd` (careless' `run_here`)."
+    return run_here(list(map(str, args)), cwd)
 
 
 def procs_of(folder) -> list[int]:
@@ -56,23 +65,23 @@ def torchrun_started(out): return lambda: bool((lock_holder(out) or {}).get('roo
 
 def test_second_run_into_a_busy_folder_is_refused(work):
     data, out = work/'data', work/'busy'
-    first = train(data, out, epochs='3')
+    first = train(data, out, epochs='1')
     wait_for(torchrun_started(out), first, 'torchrun started')
-    r = run('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', '3', '--nproc_per_node', '1')
+    r = here('train', '--dataset_path', data, '--output_dir', out, '--num_train_epochs', '1', '--nproc_per_node', '1', cwd=work)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
     assert f'pid {first.pid}' in lines[0] and f'trn-tutorials stop --output_dir {out}' in lines[0], lines[0]
     # the first run was not disturbed
     assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     m = json.loads((out/'metrics.json').read_text())
-    assert m['train']['steps'] == 3 * PER_EPOCH and m['train']['resumed_from'] is None
+    assert m['train']['steps'] == PER_EPOCH and m['train']['resumed_from'] is None
     assert lock_holder(out) is None and not lock_path(out).exists()
 
 
 def test_stop_ends_a_run_and_says_how_to_continue(work):
     "`stop` ends torchrun and its worker; the launcher says in one line how to continue (following it: tests/test_chaos.py)."
     data, out = work/'data', work/'stopped'
-    r = run('stop', '--output_dir', out)   # nothing holds it yet: said, and no error
+    r = here('stop', '--output_dir', out, cwd=work)   # nothing holds it yet: said, and no error
     assert r.returncode == 0 and f'nothing holds {out}' in r.stdout and not r.stderr.strip(), (r.stdout, r.stderr)
     p = train(data, out)
     wait_for(has_checkpoint(out), p, 'a checkpoint')
@@ -91,17 +100,17 @@ def test_stop_ends_a_run_and_says_how_to_continue(work):
 def test_two_preps_into_one_folder(prepared, tmp_path):
     "Two `prep` into one folder at once: one prepares it, the other is refused in one line naming the first."
     rows = [l.rsplit(';', 1) for l in Path(sample_data(), 'train.txt').read_text().splitlines()]
-    csv = tmp_path/'big.csv'   # big enough that the first is still tokenizing when the second starts
-    csv.write_text('text,label\n' + ''.join(f'{t} {i % 97},{l}\n' for i in range(100) for t, l in rows))
+    csv = tmp_path/'big.csv'   # big enough that the first is still tokenizing when the second (in-process: at once) asks
+    csv.write_text('text,label\n' + ''.join(f'{t} {i % 97},{l}\n' for i in range(20) for t, l in rows))
     cmd = ['prep', '--data', csv, '--model_id', prepared/'tiny-bert', '--dataset_path', tmp_path/'data']
     first = subprocess.Popen([TRN, *map(str, cmd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     wait_for(lambda: lock_holder(tmp_path/'data') is not None, first, 'the lock taken')
-    second = run(*cmd)
+    second = here(*cmd, cwd=tmp_path)
     assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     lines = second.stderr.strip().splitlines()
     assert second.returncode == 2 and len(lines) == 1, second.stderr
     assert f'pid {first.pid}' in lines[0] and '--dataset_path' in lines[0], lines[0]
-    assert sum(json.loads((tmp_path/'data'/'trn_tutorials.json').read_text())['rows'].values()) == 100 * len(rows)   # the first one's work
+    assert sum(json.loads((tmp_path/'data'/'trn_tutorials.json').read_text())['rows'].values()) == 20 * len(rows)   # the first one's work
 
 
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
@@ -132,14 +141,14 @@ def test_prep_into_data_a_run_reads_is_refused_and_the_fix_works(prepared, tmp_p
     p = train(data, out, epochs='40')
     wait_for(torchrun_started(out), p, 'torchrun started')
     again = ('prep', '--dataset_path', data, '--data', sample_data(), '--model_id', prepared/'tiny-bert', '--buckets', '2')
-    r = run(*again)   # into the folder the run reads, other data
+    r = here(*again, cwd=tmp_path)   # into the folder the run reads, other data
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
     assert f"{data} is being read by pid " in lines[0] and f"stop it (`trn-tutorials stop --output_dir {out}`)" in lines[0], lines
     assert (data/'trn_tutorials.json').read_text() == before   # the run's data, untouched
     fix = lines[0].split('stop it (`')[1].split('`)')[0].split()
-    assert run(*fix[1:]).returncode == 0 and p.wait(timeout=60) == 1   # the fix as printed: the run ends
-    r = run(*again)
+    assert here(*fix[1:], cwd=tmp_path).returncode == 0 and p.wait(timeout=60) == 1   # the fix as printed: the run ends
+    r = here(*again, cwd=tmp_path)
     assert r.returncode == 0 and (data/'trn_tutorials.json').read_text() != before, r.stderr[-2000:]
 
 
@@ -148,6 +157,6 @@ def test_a_run_waits_for_no_prep_but_refuses_one_that_writes_its_data(work):
     from trn_tutorials.core import folder_lock
     data = work/'data'
     with folder_lock(data, 'dataset_path'):   # as `prep` holds it while it writes
-        r = run('train', '--dataset_path', data, '--output_dir', work/'too-early', '--max_steps', '2')
+        r = here('train', '--dataset_path', data, '--output_dir', work/'too-early', '--max_steps', '2', cwd=work)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and f"{data} is being written by pid {os.getpid()}" in lines[0], r.stderr

@@ -98,8 +98,11 @@ def test_the_request_read_back(aws, prepared):
 
 
 def test_a_job_end_to_end(aws, prepared):
-    "Submit, the container side run by SageMaker's torchrun driver here, logs streamed, model.tar.gz read back."
-    args = TrainArguments(dataset_path=str(prepared/'data'), num_train_epochs=8, learning_rate=3e-3, logging_steps=20, save_steps=40)
+    """Submit, the container side run by SageMaker's torchrun driver here, logs streamed, model.tar.gz read back. On the driver's
+    two workers (ml.trn1.2xlarge's NeuronCores), 8 rows each a step: enough steps to beat the baseline on half the rows of
+    16 a step; no evaluation between epochs: the final scores are what it reads."""
+    args = TrainArguments(dataset_path=str(prepared/'data'), num_train_epochs=4, per_device_train_batch_size=8, learning_rate=3e-3,
+                          logging_steps=20, save_steps=40, eval_strategy='no')
     name = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket(), run_id='e2e'))
     assert aws.run(name) == 0, '\n'.join(aws.output[-30:])
     assert any('torchrun --nnodes=1 --nproc_per_node=2' in l for l in aws.output)   # the SDK's driver, 2 NeuronCores
@@ -249,13 +252,17 @@ def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
 
 
 def test_the_cli(aws, prepared, tmp_path):
-    "sm-train --dry_run prints the request and creates nothing; a bad option is one line and status 2; sm-down cleans up."
+    """sm-train --dry_run prints the request and creates nothing; a bad option is one line and status 2; sm-down cleans up.
+    Each command once in a process of its own (sm-train, sm-deploy, sm-predict, sm-down); the refusals and the second sm-down
+    in-process through the CLI's entry (careless' `run_here`)."""
     import os, subprocess, sys
+    from careless import run_here
     exe = str(Path(sys.executable).parent/'trn-tutorials')
     bucket, role = aws.bucket(), aws.role()
-    # IAM's AccessDenied on iam:SimulatePrincipalPolicy in the CLI's processes too (tests/standin_site/sitecustomize.py)
+    # IAM's AccessDenied on iam:SimulatePrincipalPolicy in the CLI's processes too (tests/standin_site/sitecustomize.py; here: the stand-in's)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent/'standin_site'))
     cli = lambda *a: subprocess.run([exe, *a], capture_output=True, text=True, env=env, timeout=300)
+    here = lambda *a: run_here(list(a), tmp_path)
     r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--num_train_epochs', '2', '--bf16', 'true', '--role', role,
             '--bucket', bucket, '--spot', '--max_wait_hours', '4', '--run_id', 'cli', '--dry_run')
     assert r.returncode == 0, r.stderr
@@ -263,7 +270,7 @@ def test_the_cli(aws, prepared, tmp_path):
     assert req['HyperParameters']['bf16'] == 'true' and req['HyperParameters']['num_train_epochs'] == '2.0'
     assert req['StoppingCondition']['MaxWaitTimeInSeconds'] == 4 * 3600
     assert objects(bucket) == []
-    r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--role', role, '--bucket', bucket, '--spot')
+    r = here('sm-train', '--dataset_path', str(prepared/'data'), '--role', role, '--bucket', bucket, '--spot')
     assert r.returncode == 2 and r.stderr.strip().count('\n') == 0 and '--spot needs --max_wait_hours' in r.stderr
     name = submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=role, bucket=bucket, run_id='cli'))
     assert objects(bucket)
@@ -274,13 +281,13 @@ def test_the_cli(aws, prepared, tmp_path):
     queue_answer(os.environ['AWS_ENDPOINT_URL'], [{'label': 'joy', 'score': 0.9}])
     r = cli('sm-predict', '--endpoint_name', 'cli-endpoint', '--text', 'i feel great')
     assert r.returncode == 0 and r.stdout.split() == ['joy', '0.900', 'i', 'feel', 'great'], (r.stdout, r.stderr)
-    r = cli('sm-predict', '--endpoint_name', 'cli-endpoint')
+    r = here('sm-predict', '--endpoint_name', 'cli-endpoint')
     assert r.returncode == 2 and 'pass --text' in r.stderr
     r = cli('sm-down', '--run_id', 'cli')
     assert r.returncode == 0, r.stderr
     assert 'endpoints:        cli-endpoint' in r.stdout and 'still tagged:     nothing' in r.stdout
     assert objects(bucket) == []
-    assert cli('sm-down', '--run_id', 'cli').returncode == 0   # twice: nothing to do
+    assert here('sm-down', '--run_id', 'cli').returncode == 0   # twice: nothing to do
 
 
 # --- issue 22 ---------------------------------------------------------------------------------------------------
