@@ -81,7 +81,7 @@ def check_bf16(asked: list[str], names: list[str]):
         sys.exit(f"--f1_bf16 {bad[0]!r}: not a 2-epoch setting of this invocation; choose among {', '.join(names)}")
 
 
-def main():
+def main(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--data', default='../shared/data/emotion', help='folder with train/validation/test .txt')
     p.add_argument('--out', default='runs/bench-buckets', help='scratch folder')
@@ -102,8 +102,9 @@ def main():
                    help="train these 2-epoch settings again under bf16 autocast (`--bf16 true`), e.g. '2 buckets': rows '2 buckets, bf16'")
     p.add_argument('--reuse_f1', action='store_true',
                    help='keep the 2-epoch runs of --results made with the same hyperparameters; train only the missing (setting, seed) pairs')
+    p.add_argument('--matmul_size', type=int, default=2048, help='rows and columns of the square matrices timed for the matmul peak')
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
-    a = p.parse_args()
+    a = p.parse_args(argv)
     check_bf16(a.f1_bf16, ['chosen', *[f'{k} buckets' for k in (a.f1_buckets or a.buckets)], *(['packed'] if a.f1_packed else [])])
     import datasets; datasets.disable_progress_bars()
     model, out = a.model or local_model(), Path(a.out)
@@ -166,7 +167,7 @@ def same_rows(a: dict | None, b: dict) -> bool:
 
 def speed_rows(a, settings, manifests, model, out, common):
     "The throughput measurement of every setting: matmul peak, one row per setting, and when and with what it was measured."
-    peak = matmul_peak()
+    peak = matmul_peak(a.matmul_size)
     lengths = {name: row_lengths(load_prepared(str(out/'data'/name.replace(' ', '-')))[0]['train']) for name in settings}
     per_len = flops_per_sample(model, {l for ls in lengths.values() for l in set(ls)}, len(manifests['chosen']['label_names']))
     rows = {}

@@ -35,7 +35,7 @@ from trn_tutorials.arguments import TrainArguments
 HERE = Path(__file__).parent
 
 
-def main():
+def main(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--data', default='../shared/data/emotion', help='folder with train/validation/test .txt')
     p.add_argument('--out', default='runs/bench-pack-order', help='scratch folder')
@@ -47,7 +47,7 @@ def main():
                    help="keep the runs of the results file's pack_order made with the same order, rows and hyperparameters; train only missing seeds")
     p.add_argument('--bf16', action='store_true', help="train the packed rows under bf16 autocast; key pack_order_bf16, beside pack_order's fp32 twins")
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
-    a = p.parse_args()
+    a = p.parse_args(argv)
     key = 'pack_order_bf16' if a.bf16 else 'pack_order'
     prev = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
     hyper = prev.get('hyperparameters') or {'batch_size': 32, 'learning_rate': 1e-4, 'epochs': 2.0}

@@ -5,9 +5,9 @@ The recipe is what `run_glue.py` does for a GLUE pair task, written out: `tokeni
 padding='max_length', max_length=128, truncation=True)`, `AutoModelForSequenceClassification`, a plain transformers
 `Trainer` (no torchrun), scored once on the validation split after training. The project is what a reader runs:
 `trn-tutorials prep --text_column sentence1 sentence2` (the tokenizer's sentence pair, the length chosen from the
-data) and `trn-tutorials train` (torchrun, every worker of the machine), and the same with `--join_texts` (both texts
-joined into one segment) to measure the encoding. All of them: the same model, epochs, batch size, learning rate and
-seeds; fp32 on a CPU, bf16 on a GPU (`--bf16`). Measured: the task's metric on the validation split (accuracy and the
+data) and `trn-tutorials train` (torchrun, every worker of the machine, or `--nproc_per_node` of them), and the same
+with `--join_texts` (both texts joined into one segment) to measure the encoding. All of them: the same model, epochs,
+batch size, learning rate and seeds; fp32 on a CPU, bf16 on a GPU (`--bf16`). Measured: the task's metric on the validation split (accuracy and the
 F1 of the positive label for a binary task, as GLUE scores MRPC; Pearson and Spearman for a score) and training texts/s
 (the Trainer's `train_samples_per_second` for the recipe, which evaluates nothing while training; the project's
 `metrics.json` `train.samples_per_second`, its evaluations left out).
@@ -126,7 +126,7 @@ def project(a, folder:Path, kind:str, seed:int, join:bool) -> dict:
         print(r.stdout, file=sys.stderr)
     argv = [*cli, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--num_train_epochs', str(a.epochs),
             '--per_device_train_batch_size', str(a.batch_size), '--learning_rate', str(a.learning_rate), '--seed', str(seed),
-            *(['--bf16', 'true'] if a.bf16 else [])]
+            *(['--bf16', 'true'] if a.bf16 else []), *(['--nproc_per_node', str(a.nproc_per_node)] if a.nproc_per_node else [])]
     t0 = time.time()
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode: sys.exit(f'train failed ({tag}, seed {seed}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}')
@@ -152,6 +152,7 @@ def main():
     p.add_argument('--batch_size', type=int, default=32)
     p.add_argument('--learning_rate', type=float, default=1e-4)
     p.add_argument('--bf16', action='store_true')
+    p.add_argument('--nproc_per_node', type=int, default=None, help="the project's torchrun workers (`train --nproc_per_node`); default: every worker of the machine")
     p.add_argument('--results', type=Path, default=HERE/'results.json')
     p.add_argument('--recipe_worker', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--folder', help=argparse.SUPPRESS); p.add_argument('--kind', help=argparse.SUPPRESS)
@@ -175,7 +176,7 @@ def main():
            'command': shlex.join(['python', 'benchmarks/bench_pairs.py', '--task', a.task,
                                   *(['--data', a.data, '--pairs', str(a.pairs)] if a.task == 'emotion-pairs' else []),
                                   '--model', '<minilm>', '--seeds', *map(str, a.seeds),
-                                  *(['--bf16'] if a.bf16 else [])])}
+                                  *(['--bf16'] if a.bf16 else []), *(['--nproc_per_node', str(a.nproc_per_node)] if a.nproc_per_node else [])])}
     (a.out/'results.json').write_text(json.dumps(res, indent=1) + '\n')
     if a.results:   # the page's file: this key only, the others kept
         allr = json.loads(a.results.read_text()) if a.results.exists() else {}

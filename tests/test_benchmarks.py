@@ -1,10 +1,13 @@
-"""The benchmark scripts run end to end on the bundled sample and a tiny BERT, in one invocation each, and write only
-where `--results` and `--out` say: every setting measured, the ratios the docs page reads, the repo's results.json
-untouched. (The numbers on the page come from the real data and MiniLM; here only the plumbing is checked.)"""
-import hashlib, json, os, shutil, subprocess, sys
+"""The benchmark scripts run end to end on the bundled sample and a tiny BERT, each script once in its own process, and
+write only where `--results` and `--out` say: every setting measured, the ratios the docs page reads, the repo's
+results.json untouched. Their refusals and reruns that train nothing call the script's `main` in this process: a
+refusal is one line, and needs no process of its own. (The numbers on the page come from the real data and MiniLM; here
+only the plumbing is checked.)"""
+import hashlib, importlib, json, os, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
+from local_services import one_line
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
 from trn_tutorials.data_files import sample_data
@@ -29,10 +32,25 @@ def tiny(prepared, tmp_path_factory):
 # every invocation's processes (the scripts, torchrun's workers, the recipe's) on one thread each: a tiny model's ops are
 # too small to share between threads, and on a shared machine two threads wait for each other (what is checked is the
 # plumbing, not the speed)
-ENV = os.environ | {'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}
+ENV = os.environ | {'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1', 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1'}
 
 
 def digest(p: Path) -> str: return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def bench(monkeypatch, name: str):
+    "The benchmark script `name` of benchmarks/ as a module, to call its functions in this process."
+    monkeypatch.syspath_prepend(str(ROOT/'benchmarks'))
+    return importlib.import_module(name)
+
+
+def main_here(module, argv: list[str]):
+    "`module.main(argv)` in this process, datasets' progress bars left as they were (the scripts turn them off)."
+    import datasets
+    bars = datasets.is_progress_bar_enabled()
+    try: return module.main(argv)
+    finally:
+        if bars: datasets.enable_progress_bars()
 
 
 def test_bench_recipe_runs_every_setting_in_one_invocation(tiny):
@@ -71,7 +89,7 @@ def test_bench_step_times_every_variant_and_what_it_ran(tiny):
     tmp, model = tiny
     before, results = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-step.json'
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_step.py'), '--data', str(sample_data()), '--model', str(model),
-           '--steps', '8', '--rounds', '1', '--no_warmup', '--out', str(tmp/'out-step'), '--results', str(results)]
+           '--steps', '6', '--rounds', '1', '--no_warmup', '--out', str(tmp/'out-step'), '--results', str(results)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(results.read_text())
@@ -102,20 +120,18 @@ def test_bench_step_times_every_variant_and_what_it_ran(tiny):
     assert digest(ROOT/'benchmarks'/'results.json') == before
 
 
-def test_bench_buckets_trains_a_bf16_twin_with_the_same_seeds(tiny):
+def test_bench_buckets_trains_a_bf16_twin_with_the_same_seeds(tiny, monkeypatch):
     "bench_buckets --f1_bf16: the named 2-epoch setting again under bf16, on the same data and seeds, compared seed by seed."
     tmp, model = tiny
     before, results = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-buckets.json'
-    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_buckets.py'), '--data', str(sample_data()), '--model', str(model),
-           '--steps', '2', '--steps_512', '1', '--buckets', '2', '--seeds', '7', '--epochs', '1', '--f1_buckets', '2',
-           '--out', str(tmp/'out-buckets'), '--results', str(results)]
-    env = ENV
-    # a setting that is not trained for 2 epochs: one line naming those that are, before anything is prepared
-    r = subprocess.run(cmd + ['--f1_bf16', 'packed'], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 1 and r.stderr.strip().splitlines() == ["--f1_bf16 'packed': not a 2-epoch setting of this invocation; "
-                                                                   "choose among chosen, 2 buckets"], r.stderr[-2000:]
+    argv = ['--data', str(sample_data()), '--model', str(model), '--steps', '2', '--steps_512', '1', '--buckets', '2', '--seeds', '7',
+            '--epochs', '1', '--f1_buckets', '2', '--matmul_size', '64', '--out', str(tmp/'out-buckets'), '--results', str(results)]
+    # a setting that is not trained for 2 epochs: one line (the script's exit message) naming those that are, before anything is prepared
+    with pytest.raises(SystemExit) as e: main_here(bench(monkeypatch, 'bench_buckets'), argv + ['--f1_bf16', 'packed'])
+    assert one_line(e) == "--f1_bf16 'packed': not a 2-epoch setting of this invocation; choose among chosen, 2 buckets"
     assert not (tmp/'out-buckets').exists()
-    r = subprocess.run(cmd + ['--f1_bf16', '2 buckets'], capture_output=True, text=True, env=env, timeout=900)
+    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_buckets.py'), *argv, '--f1_bf16', '2 buckets']
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(results.read_text())
     runs = res['two_epochs']
@@ -126,17 +142,20 @@ def test_bench_buckets_trains_a_bf16_twin_with_the_same_seeds(tiny):
     assert res['bf16_minus_fp32_per_seed'] == {'2 buckets, bf16': [bf['test_f1'] - twin['test_f1']]}
     assert res['bf16_minus_fp32']['2 buckets, bf16'] == pytest.approx(bf['test_f1'] - twin['test_f1'])
     assert res['model'] == Path(model).name and res['best_buckets'] == '2 buckets'
+    assert list(res['settings']) == ['fixed 512', 'fixed 128', 'chosen', '2 buckets'] and res['matmul_peak_gflops'] > 0
     assert digest(ROOT/'benchmarks'/'results.json') == before
 
 
-def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
-    "bench_pack_order: prepare --pack's rows (training filled in a shuffled order) trained per seed beside the chosen length."
+def test_bench_pack_order_trains_prepares_shuffled_rows(tiny, monkeypatch, capsys):
+    """bench_pack_order: prepare --pack's rows (training filled in a shuffled order) trained per seed beside the chosen length;
+    the script once in its own process (fp32), then `main` here: --bf16 (its run a torchrun as always), and two reruns that
+    train nothing."""
     from trn_tutorials.data import DataArguments, load_prepared, prepare
     tmp, model = tiny
     before, results, out = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-order.json', tmp/'out-order'
-    cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_pack_order.py'), '--data', str(sample_data()), '--model', str(model),
-           '--row_length', '64', '--max_texts', '8', '--seeds', '7', '--out', str(out), '--results', str(results)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    argv = ['--data', str(sample_data()), '--model', str(model), '--row_length', '64', '--max_texts', '8', '--seeds', '7',
+            '--out', str(out), '--results', str(results)]
+    r = subprocess.run([sys.executable, str(ROOT/'benchmarks'/'bench_pack_order.py'), *argv], capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(results.read_text())['pack_order']
     assert [x['seed'] for x in res['runs']] == [7] and res['runs'][0]['input_shapes'] == [[res['runs'][0]['batch_rows'], 64]]
@@ -146,8 +165,10 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
     assert res['f1_minus_chosen_per_seed'] == [res['runs'][0]['test_f1'] - c['test_f1']] == [res['f1_minus_chosen']]
     assert res['order'] == 'best fit over a shuffled order (seed 0)' and res['packing']['order_seed'] == 0
     # --bf16: the same rows under bf16 autocast, beside the fp32 twin above; the fp32 baseline is reused, not retrained
-    r = subprocess.run(cmd + ['--bf16'], capture_output=True, text=True, env=ENV, timeout=600)
-    assert r.returncode == 0 and 'shuffled, bf16' in r.stdout and 'chosen' not in r.stdout, r.stderr[-3000:]
+    order = bench(monkeypatch, 'bench_pack_order')
+    main_here(order, argv + ['--bf16'])
+    printed = capsys.readouterr()
+    assert 'shuffled, bf16' in printed.out and 'chosen' not in printed.out, printed.err[-3000:]
     both = json.loads(results.read_text())
     (bf,), (fp,) = both['pack_order_bf16']['runs'], res['runs']
     assert both['pack_order'] == res and (bf['bf16'], fp['bf16']) == (True, False) and bf['input_shapes'] == fp['input_shapes']
@@ -157,19 +178,24 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny):
     prepare(DataArguments(data=str(sample_data()), model_id=model, dataset_path=str(tmp/'tutorial-packed'), pack=True, row_length=64, max_texts=8))
     ours, theirs = load_prepared(str(tmp/'tutorial-packed'))[0]['train'], load_prepared(str(out/'data'))[0]['train']
     assert ours['input_ids'] == theirs['input_ids'] and ours['labels'] == theirs['labels']
+    # the reruns below train nothing: a run would fail the test
+    monkeypatch.setattr(order, 'run', lambda args: pytest.fail(f'trained {args.output_dir}'))
     # a results file whose runs trained other rows refuses --reuse_runs in one line
     (old := json.loads(results.read_text()))['pack_order']['packing']['rows']['train'] += 1
+    old['two_epochs'] = {'chosen': [c]}   # the chosen length's runs as bench_buckets.py writes them: the baseline of the rerun below
     results.write_text(json.dumps(old))
-    r = subprocess.run(cmd + ['--reuse_runs'], capture_output=True, text=True, env=ENV, timeout=600)
-    assert r.returncode != 0 and 'drop --reuse_runs' in r.stderr and 'shuffled' not in r.stdout
+    with pytest.raises(SystemExit) as e: main_here(order, argv + ['--reuse_runs'])
+    assert 'drop --reuse_runs' in one_line(e) and 'shuffled' not in capsys.readouterr().out
     # --bf16 with no fp32 twin of these rows: it says so in one line instead of writing a silent null
     # (and --reuse_runs trains nothing new: the bf16 runs above are kept)
-    r = subprocess.run(cmd + ['--bf16', '--reuse_runs'], capture_output=True, text=True, env=ENV, timeout=600)
-    assert r.returncode == 0 and 'shuffled' not in r.stdout, r.stderr[-3000:]
-    assert json.loads(results.read_text())['pack_order_bf16']['runs'] == both['pack_order_bf16']['runs']
-    note = [l for l in r.stderr.splitlines() if l.startswith('note:')]
-    assert len(note) == 1 and 'for seed(s) 7' in note[0] and '--seeds 7 without --bf16' in note[0], r.stderr[-3000:]
-    assert json.loads(results.read_text())['pack_order_bf16']['bf16_minus_fp32'] is None
+    main_here(order, argv + ['--bf16', '--reuse_runs'])
+    printed = capsys.readouterr()
+    assert 'shuffled' not in printed.out, printed.err[-3000:]
+    kept = json.loads(results.read_text())['pack_order_bf16']
+    assert kept['runs'] == both['pack_order_bf16']['runs'] and kept['f1_minus_chosen'] == bf['test_f1'] - c['test_f1']
+    note = [l for l in printed.err.splitlines() if l.startswith('note:')]
+    assert len(note) == 1 and 'for seed(s) 7' in note[0] and '--seeds 7 without --bf16' in note[0], printed.err[-3000:]
+    assert kept['bf16_minus_fp32'] is None
     assert digest(ROOT/'benchmarks'/'results.json') == before
 
 
@@ -189,7 +215,7 @@ def test_bench_pairs_puts_the_run_glue_recipe_beside_both_encodings(tiny):
     repo_results, before = ROOT/'benchmarks'/'results.json', digest(ROOT/'benchmarks'/'results.json')
     out, results = tmp/'out-pairs', tmp/'results-pairs.json'
     cmd = [sys.executable, str(ROOT/'benchmarks'/'bench_pairs.py'), '--task', 'emotion-pairs', '--data', str(sample_data()), '--pairs', '40',
-           '--model', str(model), '--epochs', '1', '--seeds', '42', '--out', str(out), '--results', str(results)]
+           '--model', str(model), '--epochs', '1', '--seeds', '42', '--nproc_per_node', '1', '--out', str(out), '--results', str(results)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(results.read_text())
@@ -200,6 +226,7 @@ def test_bench_pairs_puts_the_run_glue_recipe_beside_both_encodings(tiny):
         assert set(x['scores']) == {'accuracy', 'f1'} and 0 <= x['scores']['accuracy'] <= 1 and x['samples_per_s'] > 0, x
     assert p['runs'][0]['padded_length'] == 128   # the recipe's
     assert p['runs'][1]['padded_length'] < 128   # the project's, chosen from the pair lengths
+    assert [x['world_size'] for x in p['runs'][1:]] == [1, 1]   # --nproc_per_node 1: one torchrun worker each
     # the pair task: a tweet and 'i feel <emotion>', half of them its own emotion
     rows = (out/'emotion-pairs'/'train.csv').read_text().splitlines()
     assert rows[0] == 'sentence1,sentence2,label' and len(rows) == 41 and sum(l.endswith(',entailment') for l in rows) == 20
