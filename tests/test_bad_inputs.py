@@ -1,14 +1,15 @@
 """Issue 4 part 5: bad inputs through every public entry point give one line naming the fix, and leave nothing that looks done.
 
 Each case sets up its own folder (a bad CSV, a key file, ...), snapshots it, runs one bad input, then checks:
-- the CLI (`trn-tutorials ...` in-process through its entry `trn_tutorials.cli.run(argv)`, the first case of each command in a
-  subprocess for the process boundary; `python -m trn_tutorials.train ...` in a subprocess; offline, cwd = the case folder)
+- the CLI (`trn-tutorials ...` in-process through its entry `trn_tutorials.cli.run(argv)`: tests/test_cli.py runs each command
+  once in a process of its own; `python -m trn_tutorials.train ...` in-process through the module's `main(argv)`, one case
+  in a subprocess, where `-m` relaunches under torchrun; offline, cwd = the case folder, careless' `run_here`)
   exits with status 2 and prints exactly one stderr line, no traceback; a Python function raises `UsageError`
   (`parse_args` exits 2, as argparse does) with a one-line message;
 - the line holds the case's words and names a fix (`FIX`: an imperative such as "use ...", "pass ...", "run ...");
 - nothing new in the case folder looks like a finished result: no prepared-data manifest, `metrics.json`, saved
   model, `checkpoint-*/trainer_state.json`, nor a leftover `.NAME.tmp-*`/`.NAME.old-*` folder.
-The subprocess cases run concurrently in one module fixture, then the in-process ones one by one, so the file stays fast.
+The CLI cases run in one module fixture, in-process one by one while the one subprocess case runs beside them.
 """
 from __future__ import annotations
 import json, os, re, subprocess, sys, time
@@ -73,6 +74,16 @@ def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8, **run) -> str
     seal_checkpoint(c)   # complete: its record lists every file
     write_record(d/out, {'kind': 'model', 'options': run})   # the folder's record, as the run that wrote it left it
     return str(d/out)
+
+FROZEN: set[Path] = set()
+
+def frozen(path) -> bool:
+    "local_services' `freeze`, the folder remembered: only a case folder that holds one is unfrozen after its case (`thaw`)."
+    FROZEN.add(Path(path)); return freeze(path)
+
+def thaw(d:Path):
+    "`unfreeze` the case folder `d` if a folder under it was frozen (`chattr` is a process: not for every case)."
+    if any(f.is_relative_to(d) for f in FROZEN): unfreeze(d)
 
 def key_file(d:Path, mode:int) -> str:
     p = d/'key.pem'; p.write_text('-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n'); p.chmod(mode)
@@ -215,7 +226,7 @@ CASES = [
          ['--dataset_path', 'lies under the file']),
     Case('cli prep dataset_path not writable', 'cli',
          lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', str(d/'ro'/'prep')]
-                      if not (d/'ro').mkdir() and freeze(d/'ro') else ['--cannot_freeze'],
+                      if not (d/'ro').mkdir() and frozen(d/'ro') else ['--cannot_freeze'],
          ['--dataset_path', 'is not writable', 'pass a folder you can write to']),
     Case('cli prep dataset_path busy', 'cli',   # a live helper process holds the folder's lock
          lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', str(d/'prep')]
@@ -264,7 +275,7 @@ CASES = [
     Case('module output_dir under a file', 'module', lambda d, p: ['--dataset_path', p, '--output_dir', write(d, 'notes.txt', 'mine') + '/run'],
          ['lies under the file']),
     Case('module output_dir not writable', 'module',
-         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'ro'/'run')] if not (d/'ro').mkdir() and freeze(d/'ro') else ['--cannot_freeze'],
+         lambda d, p: ['--dataset_path', p, '--output_dir', str(d/'ro'/'run')] if not (d/'ro').mkdir() and frozen(d/'ro') else ['--cannot_freeze'],
          ['is not writable', 'pass a folder you can write to']),
     Case('module output_dir inside the prepared data', 'module', lambda d, p: ['--dataset_path', p, '--output_dir', p + '/model'],
          ['inside the prepared data folder', 'pass an --output_dir outside it']),
@@ -354,45 +365,50 @@ def prepared(minilm_prepared, tmp_path_factory) -> str:
 
 
 def _run(case:Case, d:Path, prepared:str) -> dict:
-    cmd = [TRN, *case.setup(d, prepared)] if case.kind == 'cli' else [sys.executable, '-m', 'trn_tutorials.train', *case.setup(d, prepared)]
+    "`case` as a user runs it: `python -m trn_tutorials.train ...` in a process of its own, in the case folder."
+    cmd = [sys.executable, '-m', 'trn_tutorials.train', *case.setup(d, prepared)]
     before = snapshot(d)
     t0 = time.time()
     try: r = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=ENV, timeout=180)
     except subprocess.TimeoutExpired as e: return {'error': f'timed out: {e}', 'dir': d, 'before': before}
-    finally: unfreeze(d)   # a case may have made a folder unwritable (`local_services.freeze`)
+    finally: thaw(d)   # a case may have made a folder unwritable (`frozen`)
     return {'r': r, 'dir': d, 'before': before, 's': time.time() - t0}
 
 
 def _run_here(case:Case, d:Path, prepared:str) -> dict:
-    "`case` through the CLI's entry `trn_tutorials.cli.run(argv)` in this process, in the case folder (careless' `run_here`)."
-    from careless import run_here
-    argv = case.setup(d, prepared)
-    before, t0 = snapshot(d), time.time()
-    try: r = run_here(argv, d)
-    finally: unfreeze(d)
-    return {'r': subprocess.CompletedProcess([TRN, *argv], r.returncode, r.stdout, r.stderr), 'dir': d, 'before': before, 's': time.time() - t0}
+    """`case` in this process, in the case folder, through careless' `run_here`: a `cli` case through the CLI's entry
+    `trn_tutorials.cli.run(argv)`, a `module` case through `trn_tutorials.train.main(argv)` (the entry `python -m` calls,
+    put in `run_here`'s place of the CLI's while it runs: its lock is held, so nothing else calls the CLI meanwhile)."""
+    import trn_tutorials.cli as C
+    from careless import in_process, run_here
+    with in_process():
+        argv = case.setup(d, prepared)
+        before, t0, cli_run = snapshot(d), time.time(), C.run
+        try:
+            if case.kind == 'module':
+                from trn_tutorials.train import main
+                C.run = main
+            r = run_here(argv, d)
+        finally: C.run = cli_run; thaw(d)
+    cmd = [TRN, *argv] if case.kind == 'cli' else [sys.executable, '-m', 'trn_tutorials.train', *argv]
+    return {'r': subprocess.CompletedProcess(cmd, r.returncode, r.stdout, r.stderr), 'dir': d, 'before': before, 's': time.time() - t0}
 
 
-def _in_subprocess(cases:list[Case]) -> set[str]:
-    "The ids of the cases run as a subprocess: every `module` case, and the first `cli` case of each command (the process boundary)."
-    seen, out = set(), set()
-    for c in cases:
-        cmd = c.id.split()[1] if c.kind == 'cli' else None
-        if c.kind == 'module' or cmd not in seen: out.add(c.id)
-        if cmd: seen.add(cmd)
-    return out
+# The one case run as a process: `python -m trn_tutorials.train` on a Neuron backend outside torchrun relaunches itself under
+# torchrun (`relaunch=True`), which only a process of its own shows. Every `trn-tutorials` command's process: tests/test_cli.py.
+IN_SUBPROCESS = {'module --backend neuron without NeuronCores'}
 
 
 @pytest.fixture(scope='module')
 def cli_results(tmp_path_factory, prepared) -> dict:
-    "Every CLI case: the subprocess ones run concurrently, then the rest in-process one by one; id -> result, case folder and its snapshot after setup."
+    "Every CLI case: the subprocess one started first, the rest in-process one by one meanwhile; id -> result, case folder and its snapshot after setup."
     cases = [c for c in CASES if c.kind in ('cli', 'module')]
+    assert IN_SUBPROCESS <= {c.id for c in cases if c.kind == 'module'}
     dirs = {c.id: tmp_path_factory.mktemp(re.sub(r'\W+', '-', c.id)) for c in cases}
-    sub = _in_subprocess(cases)
-    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) + 1)) as ex:
-        futs = {c.id: ex.submit(_run, c, dirs[c.id], prepared) for c in cases if c.id in sub}
-        res = {k: f.result() for k, f in futs.items()}
-    res.update({c.id: _run_here(c, dirs[c.id], prepared) for c in cases if c.id not in sub})
+    with ThreadPoolExecutor(max_workers=len(IN_SUBPROCESS)) as ex:
+        futs = {c.id: ex.submit(_run, c, dirs[c.id], prepared) for c in cases if c.id in IN_SUBPROCESS}
+        res = {c.id: _run_here(c, dirs[c.id], prepared) for c in cases if c.id not in IN_SUBPROCESS}
+        res.update({k: f.result() for k, f in futs.items()})
     return res
 
 
@@ -413,7 +429,7 @@ def test_bad_input(case, request, tmp_path, monkeypatch):
         prepared = request.getfixturevalue('prepared') if case.id.startswith('launch') else ''
         monkeypatch.chdir(tmp_path); monkeypatch.setenv('HF_HUB_OFFLINE', '1')
         call = case.setup(tmp_path, prepared)
-        request.addfinalizer(lambda: unfreeze(tmp_path))
+        request.addfinalizer(lambda: thaw(tmp_path))
         before = snapshot(tmp_path)
         if case.kind == 'exit':
             capsys = request.getfixturevalue('capsys')
@@ -451,8 +467,9 @@ LOCAL = ('prep', 'stop', 'train', 'quickstart')   # the commands that run here (
 def test_the_suggested_fixes_work(cli_results):
     """Every prep or stop command a CLI case's message suggests (in backticks, or as the first concrete option group applied to
     its command), run as printed in the case folder: status 0, and every file the user had there is still there, byte for byte.
-    Suggestions for train and quickstart are followed by tests/test_careless_*.py on fixtures small enough to train in seconds."""
-    from careless import files, follow_argv, run, users
+    Suggestions for train and quickstart are followed by tests/test_careless_*.py on fixtures small enough to train in seconds.
+    In-process through the CLI's entry (careless' `run_here`), one after another: prep and stop as processes are test_cli's."""
+    from careless import files, follow_argv, run_here, users
     fixes = {}   # case id -> (the command a user runs after reading its message, the case folder)
     for c in CASES:
         res = cli_results.get(c.id)
@@ -462,14 +479,13 @@ def test_the_suggested_fixes_work(cli_results):
         argv = list(r.args[1:]) if c.kind == 'cli' else ['-m', 'trn_tutorials.train', *r.args[3:]]
         fix = follow_argv(re.sub(r'^\S+(?: \S+)?: error: ', '', lines[-1]), argv, d) if lines else None
         if fix and fix[0] in ('prep', 'stop'): fixes[c.id] = (fix, d)
-    def follow(item):   # each in its own case folder: they run at once, as the cases did
+    def follow(item):   # each in its own case folder
         cid, (fix, d) = item
         mine = users(d, files(d))
-        r2 = run(fix, d, 300)
+        r2 = run_here(fix, d)
         problems = [f"{cid}: `{' '.join(fix)}` -> status {r2.returncode}: {r2.stderr.strip().splitlines()[-1:]}"] * (r2.returncode != 0)
         lost = [k for k, v in mine.items() if files(d).get(k) != v]
         return problems + [f"{cid}: `{' '.join(fix)}` lost or changed {lost}"] * bool(lost)
-    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) + 1)) as ex:
-        problems = [p for ps in ex.map(follow, fixes.items()) for p in ps]
+    problems = [p for item in fixes.items() for p in follow(item)]
     followed = len(fixes)
     assert followed >= 8 and not problems, f"{followed} followed; " + '\n'.join(problems)
