@@ -12,7 +12,7 @@ from typing import Literal
 
 from .backends import CATALOG, check_backend, detect, instance_type
 from .core import (Limit, UsageError, arguments_of, check_folder, check_numbers, check_owner, documented,
-                                folder_lock, folder_record, given_options, parse_args, stop_signals_as_ctrl_c)
+                                folder_lock, folder_record, given_options, parse_args, quick_exit, stop_signals_as_ctrl_c)
 from .models import default_model, hub_reachable, short_path
 from .core import (ALIASES, CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, check_given_numbers,
                                 check_model_path, check_prepared_path, given_text)
@@ -507,4 +507,5 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
 
 def main():
     "The `trn-tutorials` console script (its exit status is 0 on success, 2 on bad input)."
+    quick_exit()
     run()

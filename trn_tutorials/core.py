@@ -14,9 +14,9 @@ __all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'F
            'SHAPE_LIMITS', 'CLASSIFY_LIMITS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'NPROC_LIMIT', 'WHOLE', 'VARIES',
            'UsageError', 'field_help', 'documented', 'parse_args', 'given_options', 'Limit', 'check_number',
            'check_numbers', 'arguments_of', 'check_type', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock',
-           'die_with_parent', 'placeholders', 'reading', 'stop_signals_as_ctrl_c', 'folder_record', 'write_record',
-           'check_owner', 'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch', 'given_text',
-           'check_given_numbers', 'check_prepared_path', 'check_model_path']
+           'die_with_parent', 'placeholders', 'quick_exit', 'reading', 'stop_signals_as_ctrl_c', 'folder_record',
+           'write_record', 'check_owner', 'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch',
+           'given_text', 'check_given_numbers', 'check_prepared_path', 'check_model_path']
 
 # %% ../nbs/reference/90_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -370,6 +370,12 @@ def placeholders(text:str # a message that names a process, e.g. a `folder_lock`
     "`text` with each process id and start time as `<pid>` and `<start time>`: the same message on every run."
     import re
     return re.sub(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d', '<start time>', re.sub(r'pid \d+', 'pid <pid>', text))
+
+# %% ../nbs/reference/90_core.ipynb #a898255d
+def quick_exit():
+    "At this process's exit, skip Python's last garbage collection (`gc.freeze`): for a command's own process."
+    import atexit, gc
+    atexit.register(gc.freeze)   # run first of the exit handlers registered before it, last of those after
 
 # %% ../nbs/reference/90_core.ipynb #c42a0016
 def _readers(folder) -> list[dict]:

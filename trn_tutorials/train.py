@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 
 from .core import (UsageError, check_folder, check_owner, die_with_parent, folder_lock, parse_args,
-                                reading, stop_signals_as_ctrl_c, write_record)
+                                quick_exit, reading, stop_signals_as_ctrl_c, write_record)
 from .backends import XLA_BACKENDS, check_backend, set_backend_env
 from .models import short_path
 from .data import data_fingerprint, load_prepared, prep_command
@@ -469,4 +469,4 @@ def main(argv:list[str]|None=None, # arguments; default `sys.argv[1:]`
 
 # %% ../nbs/train/04_train.ipynb #c6b90374
 #| eval: false
-if __name__ == '__main__' and sys.argv[0].endswith('train.py'): main(relaunch=True)
+if __name__ == '__main__' and sys.argv[0].endswith('train.py'): quick_exit(); main(relaunch=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .core import UsageError, check_numbers, documented, parse_args
+from .core import UsageError, check_numbers, documented, parse_args, quick_exit
 from .backends import check_backend, set_backend_env, XLA_BACKENDS
 from .data import load_prepared
 from .progress import metrics_text, package_versions, classification_metrics, majority_baseline
@@ -396,4 +396,4 @@ def main(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
 
 # %% ../nbs/internals/10_xla_loop.ipynb #df4ad9d5
 #| eval: false
-if __name__ == '__main__' and sys.argv[0].endswith('xla_loop.py'): main()
+if __name__ == '__main__' and sys.argv[0].endswith('xla_loop.py'): quick_exit(); main()
