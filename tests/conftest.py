@@ -141,3 +141,9 @@ _sys.addaudithook(_count_processes)   # audit hooks cannot be removed: it only c
 
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"processes the tests started (subprocess, os.system, posix_spawn; not their children's): {sum(_started.values())}")
+
+
+def pytest_unconfigure(config):
+    "The last thing pytest does: its exit then skips Python's last garbage collection (seconds, with torch and transformers loaded)."
+    from trn_tutorials.core import quick_exit
+    quick_exit()
