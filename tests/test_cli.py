@@ -26,18 +26,13 @@ def in_process(args, capsys) -> tuple:
 
 
 def test_help_for_every_command(capsys):
-    "The command list from the console script (the process), each command's help in-process."
+    "Each command's help in-process (the command list from a process of its own: test_a_command_imports_only_what_it_runs)."
     from trn_tutorials.cli import COMMANDS
-    r = cli('--help')
-    assert r.returncode == 0 and all(name in r.stdout for name in COMMANDS)
+    code, out, _ = in_process(['--help'], capsys)
+    assert code == 0 and all(name in out for name in COMMANDS)
     for name in COMMANDS:
         code, out, _ = in_process([name, '--help'], capsys)
         assert code == 0 and 'usage: trn-tutorials ' + name in out, name
-
-
-def test_detect():
-    r = cli('detect')
-    assert r.returncode == 0 and 'backend: cpu' in r.stdout and 'trn1.32xlarge' in r.stdout
 
 
 BAD = [
@@ -67,18 +62,21 @@ def test_bad_input_one_line(args, words, tmp_path, monkeypatch, capsys):
 
 
 def test_quickstart_into_a_busy_folder_is_refused_before_prep(tmp_path):
-    "The output folder is in use (here this process holds it): refused in one line naming the holder, before the data is prepared."
+    """The output folder is in use (here this process holds it): refused in one line naming the holder, before the data is
+    prepared. In-process through the CLI's entry (careless' `run_here`); quickstart's process: test_quickstart_offline."""
+    from careless import run_here
     from trn_tutorials.core import folder_lock
     with folder_lock(tmp_path/'model', 'output_dir'):
-        r = cli('quickstart', '--output_dir', str(tmp_path/'model'), '--dataset_path', str(tmp_path/'data'), cwd=tmp_path)
+        r = run_here(['quickstart', '--output_dir', str(tmp_path/'model'), '--dataset_path', str(tmp_path/'data')], tmp_path)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and f'is in use by pid {os.getpid()}' in lines[0], r.stderr
     assert not (tmp_path/'data').exists() and not r.stdout.strip()
 
 
-def test_precompile_not_needed_on_cpu():
-    r = cli('precompile')
-    assert (r.returncode, r.stdout.strip()) == (0, 'precompile: not needed on cpu (only the Neuron compiler compiles graphs ahead of a run)')
+def test_precompile_not_needed_on_cpu(capsys):
+    "In-process (precompile's process: test_a_refusal_loads_no_library_and_takes_under_a_second)."
+    code, out, _ = in_process(['precompile'], capsys)
+    assert (code, out.strip()) == (0, 'precompile: not needed on cpu (only the Neuron compiler compiles graphs ahead of a run)')
 
 
 def test_one_behaviour_per_option():
@@ -100,15 +98,15 @@ def test_one_behaviour_per_option():
                 seen[f.name] = (t.__name__, hints[f.name])
 
 
-def test_split_seed_and_seed_are_separate():
+def test_split_seed_and_seed_are_separate(capsys):
     import trn_tutorials.cli as C
     types = C.command('quickstart')[1]
     data, train, _ = parse_args(types, ['--seed', '7'])
     assert (data.split_seed, train.seed) == (42, 7)
     data, train, _ = parse_args(types, ['--split_seed', '3'])
     assert (data.split_seed, train.seed) == (3, 42)
-    h = cli('quickstart', '--help').stdout
-    assert '--split_seed' in h and '--seed SEED' in h
+    code, h, _ = in_process(['quickstart', '--help'], capsys)
+    assert code == 0 and '--split_seed' in h and '--seed SEED' in h
 
 
 @pytest.mark.parametrize('argv,given', [
@@ -143,14 +141,12 @@ def test_offline_defaults_leave_a_given_learning_rate_alone(monkeypatch, tmp_pat
     assert lrs == [1e-4, 2e-5, 3e-5]
 
 
-def test_prep_and_train_from_python(tmp_path, monkeypatch, capsys):
-    "The chapter's example: `run` prep then train on the sample with a tiny BERT whose head has the emotion labels."
+def test_prep_and_train_from_python(prepared, tmp_path, monkeypatch, capsys):
+    "The chapter's example: `run` prep then train on the sample with a tiny BERT whose head has the emotion labels (conftest's, 2 steps)."
     import trn_tutorials.cli as C
     monkeypatch.chdir(tmp_path)
-    words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
-    tiny_bert('tiny-bert', words, labels=EMOTION_LABELS)
-    assert C.run(['prep', '--data', sample_data(), '--model_id', 'tiny-bert', '--dataset_path', 'data'])['max_length'] > 0
-    out = C.run(['train', '--dataset_path', 'data', '--output_dir', 'model', '--num_train_epochs', '1', '--learning_rate', '1e-3'])
+    assert C.run(['prep', '--data', sample_data(), '--model_id', str(prepared/'tiny-bert'), '--dataset_path', 'data'])['max_length'] > 0
+    out = C.run(['train', '--dataset_path', 'data', '--output_dir', 'model', '--max_steps', '2', '--learning_rate', '1e-3'])
     said = capsys.readouterr()
     assert out['workers'] == 1
     assert Path(out['output_dir'], 'metrics.json').exists()
@@ -171,9 +167,14 @@ def test_quickstart_offline(tmp_path):
 
 
 def test_up_status_down_against_moto(moto_server, tmp_path):
-    "`up`, `status` and `down` as a user types them, with the AWS calls going to the local moto server."
+    """`up`, `status` and `down` as a user types them, with the AWS calls going to the local moto server: each once in a
+    process of its own, the second `down` and `status` and the refused `up` in-process through the CLI's entry (careless' `run_here`)."""
+    from careless import run_here
     env = dict(os.environ)   # moto_server put AWS_ENDPOINT_URL and fake credentials in os.environ
+    seen = set()
     def aws(*args):
+        if args[0] in seen: return run_here(list(args), tmp_path)
+        seen.add(args[0])
         return subprocess.run([TRN, *args], capture_output=True, text=True, env=env, timeout=300)
     r = aws('up', '--my_ip', '203.0.113.7', '--key_dir', str(tmp_path), '--wait_ssh', 'false')
     assert r.returncode == 0, r.stderr
@@ -232,18 +233,19 @@ def test_ctrl_c_and_a_full_disk_are_one_line(monkeypatch, capsys, tmp_path):
     assert code == 1 and len(err) == 1 and 'disk' in err[0] and 'full' in err[0] and str(tmp_path/'data') in err[0], err
 
 
-def test_a_log_on_a_full_disk_ends_the_run_in_one_line(tmp_path):
-    "The disk fills while the launcher writes train.log (here: /dev/full): one line naming the folder, status 1, no run left."
+def test_a_log_on_a_full_disk_ends_the_run_in_one_line(prepared, tmp_path):
+    """The disk fills while the launcher writes train.log (here: /dev/full): one line naming the folder, status 1, no run left.
+    In-process through the CLI's entry (careless' `run_here`): the launcher here, torchrun and its worker as processes."""
+    from test_train import linked
     from trn_tutorials.arguments import TrainArguments
     from trn_tutorials.train import claim_output_dir
-    from trn_tutorials.data import DataArguments, load_prepared, prepare
-    words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
-    tiny_bert(tmp_path/'tiny-bert', words, labels=EMOTION_LABELS)
-    prepare(DataArguments(data=sample_data(), model_id=str(tmp_path/'tiny-bert'), dataset_path=str(tmp_path/'data')))
+    from trn_tutorials.data import load_prepared
+    linked(prepared, tmp_path, 'data')   # the run's lock lands beside the link, in tmp_path
     args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'))
     claim_output_dir(args, load_prepared(args.dataset_path)[1])
     (tmp_path/'model'/'train.log').symlink_to('/dev/full')
-    r = cli('train', '--dataset_path', 'data', '--output_dir', 'model', '--max_steps', '2', cwd=tmp_path)
+    from careless import run_here
+    r = run_here(['train', '--dataset_path', 'data', '--output_dir', 'model', '--max_steps', '2'], tmp_path)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and 'Traceback' not in r.stderr and 'full' in lines[-1] and str(tmp_path/'model') in lines[-1], r.stderr
 
@@ -252,12 +254,16 @@ def test_a_log_on_a_full_disk_ends_the_run_in_one_line(tmp_path):
                                            (['detect'], ('boto3', 'datasets', 'transformers', 'sagemaker')
                                             + (() if os.path.exists('/dev/nvidiactl') or shutil.which('nvidia-smi') else ('torch',)))])
 def test_a_command_imports_only_what_it_runs(args, unloaded):
-    "`trn-tutorials --help` and `detect` start fast: none of the slow libraries the other commands need is imported."
+    """`trn-tutorials --help` and `detect` start fast: none of the slow libraries the other commands need is imported. Their one
+    process each: the command list, and detect's backend and the instance it suggests."""
+    from trn_tutorials.cli import COMMANDS
     code = (f"import sys; sys.argv = ['trn-tutorials', *{args!r}]\nfrom trn_tutorials.cli import main\nmain()\n"
             f"print('LOADED', [m for m in {unloaded!r} if m in sys.modules])")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=120)
     assert r.returncode == 0, r.stderr
     assert 'LOADED []' in r.stdout, r.stdout[-300:]
+    if args == ['--help']: assert all(name in r.stdout for name in COMMANDS), r.stdout
+    else: assert 'backend: cpu' in r.stdout and 'trn1.32xlarge' in r.stdout, r.stdout
 
 
 # issue 25: quickstart packs where every shape is a compiled graph
@@ -279,17 +285,17 @@ def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path,
     assert packs_by_default(d(problem_type='single_label_classification'), 'neuron')
 
 
-def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(tmp_path, monkeypatch, capsys):
+def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(prepared, tmp_path, monkeypatch, capsys):
     "quickstart on a backend that packs (the CPU standing in for Neuron here: the XLA test runs the real one): packed rows, the batch of "
-    "texts as rows, a relaunch with the same command resumes, one with another batch is refused in texts and the printed fix continues it."
+    "texts as rows, a relaunch with the same command resumes, one with another batch is refused in texts and the printed fix continues it "
+    "(conftest's tiny BERT, 2 steps a run). The layouts given (padded, --pack) are checked up to the launch, which gets the batch they say."
     import trn_tutorials.cli as C
     from trn_tutorials.data import load_prepared
+    from trn_tutorials.launch import Results
     from trn_tutorials.packing import rows_for_texts
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(C, 'PACKS_ON', ('cpu',))
-    words = sorted({w for line in Path(sample_data(), 'train.txt').read_text().splitlines() for w in line.rsplit(';', 1)[0].split()})
-    tiny_bert('tiny-bert', words, labels=EMOTION_LABELS)
-    argv = ['quickstart', '--data', sample_data(), '--model_id', 'tiny-bert', '--num_train_epochs', '1', '--learning_rate', '1e-3', '--backend', 'cpu']
+    argv = ['quickstart', '--data', sample_data(), '--model_id', str(prepared/'tiny-bert'), '--max_steps', '2', '--learning_rate', '1e-3', '--backend', 'cpu']
     out = C.run(argv)
     said = capsys.readouterr().out
     rec = load_prepared('runs/emotion-data')[1]
@@ -305,12 +311,14 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(tmp
     assert fix[0] == '--per_device_train_batch_size' and rows_for_texts(int(fix[1]), rec) == rows
     C.run(argv + fix)
     assert 'resuming from checkpoint-' in capsys.readouterr().out
+    batches = []   # what the launch is given: the training itself is the runs above
+    monkeypatch.setattr('trn_tutorials.launch.launch', lambda args, *a, **k: batches.append(args.per_device_train_batch_size) or Results.from_metrics(METRICS, 1.0))
     C.run([*argv, '--buckets', '2', '--dataset_path', 'padded', '--output_dir', 'padded-model'])   # a layout given: no packing, no conversion
     said = capsys.readouterr().out
-    assert 'layout:' not in said and 'batch:' not in said and not load_prepared('padded')[1].get('packing')
+    assert 'layout:' not in said and 'batch:' not in said and not load_prepared('padded')[1].get('packing') and batches == [16], (said, batches)
     C.run([*argv, '--pack', '--dataset_path', 'asked', '--output_dir', 'asked-model'])   # --pack asked for: no default, the batch still counts texts
     said = capsys.readouterr().out
-    assert 'layout:' not in said and f'batch: 16 texts a step = {rows} packed rows' in said, said
+    assert 'layout:' not in said and f'batch: 16 texts a step = {rows} packed rows' in said and batches == [16, rows], (said, batches)
 
 
 def test_option_classes_match_the_functions_they_configure():
