@@ -253,8 +253,8 @@ def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
 
 def test_the_cli(aws, prepared, tmp_path):
     """sm-train --dry_run prints the request and creates nothing; a bad option is one line and status 2; sm-down cleans up.
-    Each command once in a process of its own (sm-train, sm-deploy, sm-predict, sm-down); the refusals and the second sm-down
-    in-process through the CLI's entry (careless' `run_here`)."""
+    sm-deploy, sm-predict and sm-down once each in a process of its own (sm-train's: tests/test_cli.py's refusal test); sm-train,
+    the refusals and the second sm-down in-process through the CLI's entry (careless' `run_here`)."""
     import os, subprocess, sys
     from careless import run_here
     exe = str(Path(sys.executable).parent/'trn-tutorials')
@@ -263,8 +263,8 @@ def test_the_cli(aws, prepared, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent/'standin_site'))
     cli = lambda *a: subprocess.run([exe, *a], capture_output=True, text=True, env=env, timeout=300)
     here = lambda *a: run_here(list(a), tmp_path)
-    r = cli('sm-train', '--dataset_path', str(prepared/'data'), '--num_train_epochs', '2', '--bf16', 'true', '--role', role,
-            '--bucket', bucket, '--spot', '--max_wait_hours', '4', '--run_id', 'cli', '--dry_run')
+    r = here('sm-train', '--dataset_path', str(prepared/'data'), '--num_train_epochs', '2', '--bf16', 'true', '--role', role,
+             '--bucket', bucket, '--spot', '--max_wait_hours', '4', '--run_id', 'cli', '--dry_run')
     assert r.returncode == 0, r.stderr
     req = json.loads(r.stdout)['request']
     assert req['HyperParameters']['bf16'] == 'true' and req['HyperParameters']['num_train_epochs'] == '2.0'
