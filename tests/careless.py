@@ -3,13 +3,21 @@ then its suggested fix followed.
 
 A `Case` builds its own folder (the working folder of the command) and returns the argv of `trn-tutorials` (or
 `['-m', 'trn_tutorials.train', ...]`, as torchrun starts it), or a no-argument callable for the Python API. The harness:
-1. runs it offline (a refusal of `trn-tutorials` in-process through `trn_tutorials.cli.run`, everything else in a
-   subprocess) and checks: the exit status (2, or 130 for Ctrl-C), one stderr line (the last, for a run that was
+1. runs it offline and checks: the exit status (2, or 130 for Ctrl-C), one stderr line (the last, for a run that was
    interrupted), no traceback, the case's words; for a refusal, that no file changed (byte for byte);
 2. follows the suggested fix, as a user copies it: the first backticked `trn-tutorials ...` command in the message, else the
    concrete `--option value` pairs after use/pass/add (applied to the original argv), else `pass another --X` (a new folder);
    or, where the fix is an action (save the file as UTF-8), the case's `fix(d)`. Then the command must succeed (status 0)
    and every file the user had (outside the package's recorded folders) must still be there, byte for byte.
+
+Where it runs (issue 55: each thing proven once, in the cheapest place): in this process, through the command's own entry
+(`trn_tutorials.cli.run`, or `trn_tutorials.train.main` for `-m trn_tutorials.train`: `run_here`), are the refusals, the
+runs that must work (status 0) and every followed fix; a real process of its own (`run`) only where the case is about
+processes: a signal (Ctrl-C, SIGTERM, SIGHUP), a `stop` from another terminal (`Case.here=False`). `trn-tutorials train`
+in this process still starts torchrun and its worker: the launcher-worker boundary stays real; the boundary of each
+command's own process is proven once, in tests/test_cli.py. A fix that starts a fresh training (a new --output_dir or
+--dataset_path) runs the smallest training that proves the printed command works (`MIN`: one step, no evaluation during it);
+kill -> resume bit-exactness is proven once, in tests/test_chaos.py.
 
 Each test file: `CASES = [...]`, then `test_careless = make_test(CASES)`. The cases of one file run concurrently, once.
 """
@@ -31,6 +39,7 @@ TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of
 ENV = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', TOKENIZERS_PARALLELISM='false', PYTHONUNBUFFERED='1')
 FAST = ['--num_train_epochs', '1', '--per_device_train_batch_size', '8', '--per_device_eval_batch_size', '16', '--logging_steps', '2',
         '--save_steps', '3', '--backend', 'cpu']   # a training run of the tiny fixtures: seconds
+MIN = [*FAST, '--max_steps', '1', '--eval_strategy', 'no']   # the smallest training that proves a command trains: one step, scored once at the end
 
 
 @dataclass
@@ -46,8 +55,14 @@ class Case:
     timeout: float = 240
     env: dict = field(default_factory=dict)   # more environment, e.g. {'HOME': '{d}/home'} (`{d}`: the case folder)
     check: Callable|None = None   # (d, completed process) -> None, asserting what a run that works must have done
+    here: bool|None = None   # run in this process (`run_here`); default: unless it is interrupted or ends with another status than 0 or 2
+    same_fix_as: str|None = None   # the id of a case of the same file whose message prints the same fix (its folder aside), followed
+                                   # there: here the fix must be that command, and is not run a second time
 
-    def __post_init__(self): assert self.cls in CLASSES, self.cls
+    def __post_init__(self):
+        assert self.cls in CLASSES, self.cls
+        if self.here is None: self.here = not self.interrupt and self.status in (0, 2)
+        assert not (self.here and self.interrupt), 'a signal goes to a process of its own'
 
 
 # ------------------------------------------------------------------------------------------------------------ fixtures
@@ -65,6 +80,16 @@ def tiny_csv(d:Path, name:str='tweets.csv', n:int=48, labels=('joy', 'sadness', 
 def tiny_model(d:Path, name:str='tiny-model') -> str:
     "A tiny random BERT whose vocabulary covers `tiny_csv`'s words, in `d/name`."
     return tiny_bert(Path(d)/name, WORDS)
+
+SHARED: dict = {}   # the session's fixtures a file's cases asked for (`make_test(fixtures=...)`), e.g. conftest's `prepared`
+
+def shared_data(d:Path, name:str='data') -> str:
+    """`d/name`, a link to conftest's session-wide `prepared` sample (`prepared/data`, prepared for `prepared/tiny-bert`): for a
+    case that only reads some prepared data (a run's lock lands beside the link, in `d`); a case that changes the data, or
+    whose message names it, makes its own (`tiny_prepared`)."""
+    p = Path(d)/name; p.parent.mkdir(parents=True, exist_ok=True)
+    p.symlink_to(Path(SHARED['prepared'])/'data')
+    return str(p)
 
 def tiny_prepared(d:Path, data:str|None=None, model:str|None=None, dataset_path:str='data', **kw) -> str:
     "`data` (default: a `tiny_csv`) prepared with `model` (default: a `tiny_model`) into `d/dataset_path`; returns its path."
@@ -182,28 +207,35 @@ def _released():
 
 
 def run_here(argv:list[str], d:Path, env:dict|None=None) -> subprocess.CompletedProcess:
-    """`trn-tutorials argv` through the CLI's entry `trn_tutorials.cli.run` in this process, in `d`, offline: a refusal needs no
-    process of its own (the process boundary is proven once a command, in test_cli and test_bad_inputs). One at a time
-    (`in_process`): the working folder, the environment and stderr are the process's."""
+    """`trn-tutorials argv` through the CLI's entry `trn_tutorials.cli.run` (`['-m', 'trn_tutorials.train', ...]`: the
+    script's `main`, on one CPU worker as without torchrun) in this process, in `d`, offline: a refusal, a run that must work
+    or a fix followed needs no process of its own (the process boundary is proven once a command, in test_cli and
+    test_bad_inputs; `trn-tutorials train` still starts torchrun). One at a time (`in_process`): the working folder, the
+    environment and stdout/stderr are the process's; the environment is put back as it was (a run sets its backend's)."""
     import contextlib, io
-    from trn_tutorials.cli import run as cli_run
+    if argv[:2] == ['-m', 'trn_tutorials.train']:
+        from trn_tutorials.train import main as entry
+        rest = argv[2:]
+    else:
+        from trn_tutorials.cli import run as entry
+        rest = argv
     more = {k: ENV[k] for k in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE', 'TOKENIZERS_PARALLELISM')} | \
         {k: v.replace('{d}', str(d)) for k, v in (env or {}).items()}
     out, err, code = io.StringIO(), io.StringIO(), 0
     with in_process():
-        back, saved = os.getcwd(), {k: os.environ.get(k) for k in more}
+        back, saved = os.getcwd(), dict(os.environ)
         try:
             os.chdir(d); os.environ.update(more)
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try: cli_run(argv)
+                try: entry(list(rest))
                 except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
                 except BaseException:
                     import traceback; traceback.print_exc(); code = 1
         finally:
             os.chdir(back)
+            for k in set(os.environ) - set(saved): os.environ.pop(k, None)
             for k, v in saved.items():
-                if v is None: os.environ.pop(k, None)
-                else: os.environ[k] = v
+                if os.environ.get(k) != v: os.environ[k] = v
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 def run(argv:list[str], d:Path, timeout:float=240, interrupt:str|None=None, env:dict|None=None, sig:int=signal.SIGINT) -> subprocess.CompletedProcess:
@@ -250,8 +282,7 @@ def _check(case:Case, d:Path, argv) -> dict:
         res.update(msg=msg, problems=problems + [f'changed: {k}' for k in _changed(before, files(d))])
         return res
     t0 = time.time()
-    here = case.status == 2 and not case.interrupt and argv[:1] != ['-m']   # a refusal of `trn-tutorials`: in-process
-    r = run_here(argv, d, case.env) if here else run(argv, d, case.timeout, case.interrupt, case.env, case.interrupt_with)
+    r = run_here(argv, d, case.env) if case.here else run(argv, d, case.timeout, case.interrupt, case.env, case.interrupt_with)
     res['s'] = time.time() - t0
     if case.status == 0:   # an input that must now work: status 0, no traceback, what `check` asserts
         problems += [f'status {r.returncode}, not 0'] * (r.returncode != 0) + ['a traceback'] * ('Traceback' in r.stderr + r.stdout)
@@ -277,7 +308,9 @@ def _check(case:Case, d:Path, argv) -> dict:
     if again is None: res['problems'].append(f'no fix to follow in: {msg}'); return res
     if again == argv and not callable(case.follow) and case.status == 2:   # after Ctrl-C or a stop, the same command is the way to continue
         res['problems'].append(f'the suggested fix is the command that failed: {msg}'); return res
-    r2 = run(again, d, case.timeout, env=case.env)
+    res['fix'] = [a.replace(str(d), '{d}') for a in again]   # the fix as every case's folder has it
+    if case.same_fix_as: return res   # followed in that case: `test_careless` compares the two
+    r2 = run_here(again, d, case.env)   # the printed fix, as typed: in this process (its runs are no signal's case)
     res['followed'] = ' '.join(shlex.quote(a) for a in again)
     if r2.returncode != 0:
         res['problems'].append(f"the suggested fix `{res['followed']}` failed with status {r2.returncode}: {(_lines(r2.stderr) or [''])[-1]}")
@@ -305,17 +338,23 @@ def _run_all(cases:list[Case]) -> dict:
                 except Exception as e: return {'problems': [f'the case setup failed: {type(e).__name__}: {e}'], 'msg': ''}
                 try: return _check(c, dirs[c.id], argv)
                 except Exception as e: return {'problems': [f'the case itself failed: {type(e).__name__}: {e}'], 'msg': ''}
-            with ThreadPoolExecutor(max_workers=max(2, min(4, (os.cpu_count() or 1) + 1))) as ex:
-                _RESULTS[key] = dict(zip([c.id for c in cases], ex.map(one, cases)))
+            # the cases whose run is a process of their own first: they go on while the in-process work goes one at a time
+            order = sorted(cases, key=lambda c: bool(c.here))
+            with ThreadPoolExecutor(max_workers=max(3, min(4, (os.cpu_count() or 1) + 2))) as ex:
+                _RESULTS[key] = dict(zip([c.id for c in order], ex.map(one, order)))
         return _RESULTS[key]
 
-def make_test(cases:list[Case]):
-    "A parametrized test over `cases` (ids `class: id`); the cases run concurrently the first time one is asked for."
+def make_test(cases:list[Case], fixtures:tuple=()):
+    """A parametrized test over `cases` (ids `class: id`); the cases run concurrently the first time one is asked for, with
+    the session `fixtures` named (e.g. 'prepared', for `shared_data`) in `SHARED`."""
     ids = [f'{c.cls}: {c.id}' for c in cases]
     assert len(set(ids)) == len(ids), 'case ids repeat'
     @pytest.mark.parametrize('case', cases, ids=ids)
-    def test_careless(case):
-        res = _run_all(cases)[case.id]
+    def test_careless(case, request):
+        for f in fixtures: SHARED[f] = request.getfixturevalue(f)
+        results = _run_all(cases); res = results[case.id]
+        if case.same_fix_as and (res.get('fix') is None or res.get('fix') != results[case.same_fix_as].get('fix')):   # none found: a problem
+            res['problems'].append(f"the fix {res.get('fix')} is not the one followed in {case.same_fix_as!r}: {results[case.same_fix_as].get('fix')}")
         for w in case.words:
             if w not in res['msg']: res['problems'].append(f'{w!r} not in the message')
         assert not res['problems'], '; '.join(res['problems']) + f"\n--- message: {res['msg']}" + \

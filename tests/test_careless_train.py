@@ -1,9 +1,13 @@
 """Issue 23, the training script as a careless user meets it: folders it does not own, resuming onto changed data or options,
-a run that looks fine but learned nothing, Ctrl-C, and suggested fixes that must work as printed."""
+a run that looks fine but learned nothing, Ctrl-C, and suggested fixes that must work as printed.
+
+The module runs as torchrun starts it, in this process through its `main` (careless' `run_here`: one CPU worker, as without
+torchrun): the refusals, the runs that must work, the runs a case sets up and the fixes followed. Only Ctrl-C is sent to a
+process of its own. A fix that starts a fresh training in a new --output_dir trains one step (careless' `MIN`)."""
 import json, os, sys
 from pathlib import Path
 
-from careless import ENV, FAST, WORDS, Case, make_test, run, tiny_csv, tiny_model, tiny_prepared
+from careless import FAST, MIN, WORDS, Case, make_test, run_here, tiny_csv, tiny_prepared
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.core import write_record
 from trn_tutorials.progress import PROGRESS_ENV, read_progress
@@ -11,21 +15,21 @@ from trn_tutorials.progress import PROGRESS_ENV, read_progress
 VENV = {'PATH': f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}   # an activated venv: `python` is this one
 TRAIN = ['-m', 'trn_tutorials.train']
 
-def train_argv(d, out='m', *more):
-    "The module as torchrun starts it, on `d/data`, the fast options with `more` set over them."
-    fast = [a for i, a in enumerate(FAST) if not (a in more[::2] or i and FAST[i - 1] in more[::2])]
+def train_argv(d, out='m', *more, opts=FAST):
+    "The module as torchrun starts it, on `d/data`, the training `opts` (default `FAST`) with `more` set over them."
+    fast = [a for i, a in enumerate(opts) if not (a in more[::2] or i and opts[i - 1] in more[::2])]
     return [*TRAIN, '--dataset_path', str(d/'data'), '--output_dir', out, *fast, *more]
 
 def user_files(d, out, *names):
     "The prepared data, and the user's own files in `out`."
     tiny_prepared(d); (d/out).mkdir(parents=True, exist_ok=True)
     for n in names: (d/out/n).write_text('{"mine": true}\n' if n.endswith('.json') else 'my notes\n')
-    return train_argv(d, out)
+    return train_argv(d, out, opts=MIN)
 
 def trained(d, *more):
-    "The prepared data and a finished run in `m` (checkpoints in it), then the same command's argv."
+    "The prepared data and a finished run in `m` (checkpoints in it, at steps 3 and 6), then the same command's argv."
     tiny_prepared(d)
-    r = run(train_argv(d, 'm', *more), d)
+    r = run_here(train_argv(d, 'm', *more), d)
     assert r.returncode == 0, r.stderr[-2000:]
     return train_argv(d, 'm', *more)
 
@@ -66,14 +70,14 @@ CASES = [
          ['holds files trn-tutorials did not write', 'config.json']),
     Case('owned folders', "output_dir holds the user's metrics.json and train.log", lambda d: user_files(d, 'm', 'metrics.json', 'train.log'),
          ['holds files trn-tutorials did not write', 'metrics.json']),
-    Case('owned folders', 'output_dir is the parent of the dataset', lambda d: (tiny_prepared(d), train_argv(d, '.'))[1],
+    Case('owned folders', 'output_dir is the parent of the dataset', lambda d: (tiny_prepared(d), train_argv(d, '.', opts=MIN))[1],
          ['holds the prepared data folder', 'never nest', f'--output_dir ']),
-    Case('owned folders', 'output_dir inside the dataset', lambda d: (tiny_prepared(d), train_argv(d, 'data/model'))[1],
+    Case('owned folders', 'output_dir inside the dataset', lambda d: (tiny_prepared(d), train_argv(d, 'data/model', opts=MIN))[1],
          ['is inside the prepared data folder']),
     Case('owned folders', 'output_dir is another prepared data folder', lambda d: (tiny_prepared(d), tiny_prepared(d, dataset_path='other'),
-         train_argv(d, 'other'))[2], ['is prepared data', 'not a model folder']),
+         train_argv(d, 'other', opts=MIN))[2], ['is prepared data', 'not a model folder']),
     Case('owned folders', 'output_dir inside another model folder', lambda d: (tiny_prepared(d), write_record(d/'m', {'kind': 'model'}),
-         train_argv(d, 'm/run2'))[2], ['lies inside', 'a model folder', 'pass another --output_dir, outside it']),
+         train_argv(d, 'm/run2', opts=MIN))[2], ['lies inside', 'a model folder', 'pass another --output_dir, outside it']),
     # ---- resume: a checkpoint continues only on the data and options it was made with
     Case('resume', 'data prepared again with other labels', other_labels, ['was trained on other data', 'labels were anger, joy, sadness; now neg, pos']),
     Case('resume', 'data prepared again with more rows', other_rows, ['was trained on other data', 'rows were']),
