@@ -505,6 +505,7 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
         if not isinstance(e, OSError) or (e.errno != errno.ENOSPC and 'No space left on device' not in str(e)): raise
         print(f"trn-tutorials {name}: error: {disk_full(e, parsed)}", file=sys.stderr); sys.exit(1)   # a full disk, however reported
 
+# %% ../nbs/reference/07_cli.ipynb #758edb8c
 def main():
     "The `trn-tutorials` console script (its exit status is 0 on success, 2 on bad input)."
     quick_exit()
