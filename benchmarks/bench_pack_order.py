@@ -5,7 +5,7 @@ the rows filled longest first.
 Packed longest first (best fit decreasing), the longest tweet opens each row and short ones fill it, so every row holds
 one long tweet with short ones; `bench_buckets.py --f1_packed` measured those rows' test F1 lower than the chosen
 length's. This script measured rows filled by best fit over a shuffled order, which `prepare --pack` now makes for the
-training split (`trn_tutorials.packing.ORDER_SEED`): with the row length and texts a row of the results file's
+training split (`trn_tutorials.data.packing.ORDER_SEED`): with the row length and texts a row of the results file's
 `packed_data`, each `--seeds` seed trains them with the hyperparameters of the 2-epoch runs (batch: as many rows as hold
 about `--batch_size` texts). Test F1 is compared seed by seed with the chosen length's runs: those of the results file
 (`bench_buckets.py`'s two-epoch runs), and for a seed it has none of, a chosen-length run this script trains the same way
@@ -29,7 +29,7 @@ import numpy as np
 from trn_tutorials import packing
 from bench_buckets import run, same_rows, versions
 from trn_tutorials.models import local_model
-from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.data.prepare import DataArguments, prepare
 from trn_tutorials.arguments import TrainArguments
 
 HERE = Path(__file__).parent

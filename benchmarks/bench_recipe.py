@@ -50,9 +50,9 @@ def recipe(a, model:str, out:Path, length:int=512) -> dict:
 def project(a, name:str, buckets:int, model:str, out:Path, pack:bool=False) -> dict:
     "The tutorial's `prepare` and training script (torchrun, one worker) for `--steps` steps; packed: as many texts a step as the others."
     from bench_buckets import run
-    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.data.prepare import DataArguments, prepare
     from trn_tutorials.launch import torchrun_command
-    from trn_tutorials.packing import rows_for_texts, texts_per_row
+    from trn_tutorials.data.packing import rows_for_texts, texts_per_row
     from trn_tutorials.arguments import TrainArguments
     tag = 'packed' if pack else f'{buckets}-buckets'
     data = out/'data'/tag

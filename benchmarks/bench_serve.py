@@ -44,7 +44,7 @@ def lengths_for(tokenizer, texts: list[str]) -> list[int]:
 
 def settings(train_lengths: list[int]) -> dict[str, list[int]]:
     "The padded lengths of each setting, chosen from the training split's lengths as `prepare` chooses them."
-    from trn_tutorials.data import choose_buckets, choose_length
+    from trn_tutorials.data.prepare import choose_buckets, choose_length
     length, _ = choose_length(train_lengths)
     return {'fixed 128': [128], 'chosen': [length], '2 buckets': choose_buckets(train_lengths, 2, length),
             '4 buckets': choose_buckets(train_lengths, 4, length)}
@@ -53,7 +53,7 @@ def settings(train_lengths: list[int]) -> dict[str, list[int]]:
 def model_folder(base: str, out: Path, lengths: list[int]) -> Path:
     "A six-label classifier from `base`, saved with a `metrics.json` that records `lengths`: what `model_fn` pads to."
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from trn_tutorials.data_files import EMOTION_LABELS
+    from trn_tutorials.data.files import EMOTION_LABELS
     d = out/('model-' + '-'.join(map(str, lengths)))
     if not (d/'config.json').exists():
         m = AutoModelForSequenceClassification.from_pretrained(base, num_labels=len(EMOTION_LABELS), id2label=dict(enumerate(EMOTION_LABELS)),

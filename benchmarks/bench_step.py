@@ -89,7 +89,7 @@ def worker(a):
     "One variant, in this torchrun worker: train `--steps` steps, print the medians as one JSON line."
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, set_seed
     from trn_tutorials.arguments import training_arguments
-    from trn_tutorials.data import load_prepared
+    from trn_tutorials.data.prepared import load_prepared
     from trn_tutorials.arguments import TrainArguments
     from trn_tutorials.trainer import trainer_class
     from datasets import load_from_disk
@@ -97,12 +97,12 @@ def worker(a):
     import torch
     c, plain, folder = clock(), a.variant.startswith('Trainer'), str(Path(a.out)/DATA.get(a.variant, 'project-data'))
     if plain: data = load_from_disk(f'{folder}/train')
-    else: ds, m = load_prepared(folder); data = ds['train']
+    else: prepared = load_prepared(folder); ds, m, data = prepared.splits, prepared.manifest, prepared['train']
     set_seed(42)
     model = AutoModelForSequenceClassification.from_pretrained(a.model, num_labels=6)   # emotion's six labels
     per_row = 1.0
     if a.variant.startswith('project, packed'):   # several texts a row, each classified from its own [CLS], as the train script does
-        from trn_tutorials.packing import pack_model, rows_for_texts, texts_per_row
+        from trn_tutorials.data.packing import pack_model, rows_for_texts, texts_per_row
         model, per_row, rows = pack_model(model), texts_per_row(m), rows_for_texts(BATCH, m)
     else: rows = BATCH
     common = dict(output_dir=str(Path(a.out)/'runs'/a.variant.replace(' ', '').replace(',', '')), per_device_train_batch_size=rows, learning_rate=5e-5,
@@ -137,7 +137,7 @@ def main():
     if a.variant: return worker(a)
     import datasets, torch, transformers
     datasets.disable_progress_bars()
-    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.data.prepare import DataArguments, prepare
     from trn_tutorials.launch import launch_env
     out, env = Path(a.out), launch_env('cpu', 1)
     manifest = prepare(DataArguments(data=a.data, model_id=a.model, dataset_path=str(out/'project-data'), buckets=1))

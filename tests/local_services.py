@@ -59,8 +59,8 @@ def refused(fn, *a, **kw) -> str:
 
 def prep_args(tmp_path, data=None, **kw):
     "`DataArguments` preparing `data` (default: the bundled sample) with the offline MiniLM into `tmp_path/prep`, changed by `kw`."
-    from trn_tutorials.data import DataArguments
-    from trn_tutorials.data_files import sample_data
+    from trn_tutorials.data.prepare import DataArguments
+    from trn_tutorials.data.files import sample_data
     from trn_tutorials.models import local_model
     return DataArguments(**{'data': data or sample_data(), 'model_id': local_model(), 'dataset_path': str(tmp_path/'prep'), **kw})
 

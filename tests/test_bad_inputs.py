@@ -28,9 +28,9 @@ from trn_tutorials.launch import LaunchArguments
 from trn_tutorials.backends import Accelerator, parse_visible_cores, run_cost
 from trn_tutorials.core import UsageError, parse_args, write_record
 from trn_tutorials.models import local_model, tiny_bert
-from trn_tutorials.data import DataArguments, choose_length, prepare
-from trn_tutorials.data_files import load_raw, sample_data
-from trn_tutorials.data_checks import validate
+from trn_tutorials.data.prepare import DataArguments, choose_length, prepare
+from trn_tutorials.data.files import load_raw, sample_data
+from trn_tutorials.data.checks import validate
 from trn_tutorials.instance import InstanceArguments, ssh_cidr
 from trn_tutorials.launch import launch, workers
 from trn_tutorials.precompile import precompile

@@ -10,8 +10,8 @@ import pytest
 from local_services import one_line
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-from trn_tutorials.data_files import sample_data
-from trn_tutorials.data import load_prepared
+from trn_tutorials.data.files import sample_data
+from trn_tutorials.data.prepared import load_prepared
 
 ROOT = Path(__file__).parent.parent
 SETTINGS = ['recipe (512)', 'recipe (128)', 'chosen', 'recipe (chosen length)', '2 buckets', 'packed']
@@ -106,7 +106,7 @@ def test_bench_step_times_every_variant_and_what_it_ran(tiny):
         assert x['texts_per_s'] == pytest.approx(1000 * x['texts_per_step'] / x['step_ms'], rel=1e-3), (v, x)
     assert {v: x['batch_rows'] for v, x in runs.items() if 'packed' not in v} == dict.fromkeys(list(runs)[:5], 16)
     # packed rows: fewer rows a step, holding about the 16 texts of the others, read from the packed folder's record
-    manifest = load_prepared(str(tmp/'out-step'/'packed-data'))[1]
+    manifest = load_prepared(str(tmp/'out-step'/'packed-data')).manifest
     per_row = manifest['rows']['train'] / manifest['packing']['rows']['train']
     assert per_row > 1 and runs['project, packed']['batch_rows'] == round(16 / per_row)
     assert runs['project, packed']['texts_per_step'] == runs['project, packed, DDP']['texts_per_step'] == round(round(16 / per_row) * per_row, 3)
@@ -150,7 +150,8 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny, monkeypatch, capsy
     """bench_pack_order: prepare --pack's rows (training filled in a shuffled order) trained per seed beside the chosen length;
     the script once in its own process (fp32), then `main` here: --bf16 (its run a torchrun as always), and two reruns that
     train nothing."""
-    from trn_tutorials.data import DataArguments, load_prepared, prepare
+    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.prepared import load_prepared
     tmp, model = tiny
     before, results, out = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-order.json', tmp/'out-order'
     argv = ['--data', str(sample_data()), '--model', str(model), '--row_length', '64', '--max_texts', '8', '--seeds', '7',
@@ -176,7 +177,7 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny, monkeypatch, capsy
     assert both['pack_order_bf16']['f1_minus_chosen'] == bf['test_f1'] - c['test_f1']
     # the rows it trained are the tutorial's: prepare --pack in this process makes the same training rows
     prepare(DataArguments(data=str(sample_data()), model_id=model, dataset_path=str(tmp/'tutorial-packed'), pack=True, row_length=64, max_texts=8))
-    ours, theirs = load_prepared(str(tmp/'tutorial-packed'))[0]['train'], load_prepared(str(out/'data'))[0]['train']
+    ours, theirs = load_prepared(str(tmp/'tutorial-packed')).splits['train'], load_prepared(str(out/'data')).splits['train']
     assert ours['input_ids'] == theirs['input_ids'] and ours['labels'] == theirs['labels']
     # the reruns below train nothing: a run would fail the test
     monkeypatch.setattr(order, 'run', lambda args: pytest.fail(f'trained {args.output_dir}'))
@@ -231,7 +232,8 @@ def test_bench_pairs_puts_the_run_glue_recipe_beside_both_encodings(tiny):
     rows = (out/'emotion-pairs'/'train.csv').read_text().splitlines()
     assert rows[0] == 'sentence1,sentence2,label' and len(rows) == 41 and sum(l.endswith(',entailment') for l in rows) == 20
     # the project's pair data really are pairs: two segments
-    ds, m = load_prepared(str(out/'data-pair'))
+    prepared = load_prepared(str(out/'data-pair'))
+    ds, m = prepared.splits, prepared.manifest
     assert m['text_pair'] is True and 1 in ds['train'][0]['token_type_ids']
-    assert load_prepared(str(out/'data-joined'))[1]['text_pair'] is False
+    assert load_prepared(str(out/'data-joined')).manifest['text_pair'] is False
     assert digest(repo_results) == before

@@ -5,9 +5,9 @@ from datasets import DatasetDict
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import local_model
-from trn_tutorials.data import DataArguments, prepare
-from trn_tutorials.data_files import data_files, load_raw
-from trn_tutorials.data_checks import validate
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.files import data_files, load_raw
+from trn_tutorials.data.checks import validate
 
 ROWS = [('i feel great today', 'joy'), ('i feel so sad', 'sadness'), ('what a lovely morning', 'joy'), ('nothing went right', 'sadness')] * 5
 

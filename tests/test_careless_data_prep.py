@@ -95,8 +95,8 @@ CASES = [
                     '--dataset_path', 'data', '--eval_fraction', '0.3'],
          ['prepared '], status=0, check=lambda d, r: len(_names(d)) == 16),
     # ---- no traceback: the Python API with wrong types, one line each
-    Case('no traceback', 'prep_command of a list', lambda d: (lambda: __import__('trn_tutorials.data').data.prep_command([])), ['not a prepared folder\'s record']),
-    Case('no traceback', 'data_fingerprint of a path', lambda d: (lambda: __import__('trn_tutorials.data').data.data_fingerprint(str(d))), ['not a prepared folder\'s record']),
+    Case('no traceback', 'prep_command of a list', lambda d: (lambda: __import__('trn_tutorials.data.prepare').data.prepare.prep_command([])), ['not a prepared folder\'s record']),
+    Case('no traceback', 'data_fingerprint of a path', lambda d: (lambda: __import__('trn_tutorials.data.prepare').data.prepare.data_fingerprint(str(d))), ['not a prepared folder\'s record']),
 ]
 
 

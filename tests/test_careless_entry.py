@@ -5,7 +5,7 @@ training (careless' `MIN`: one step): the cases are about paths, not training.""
 from pathlib import Path
 
 from careless import MIN, Case, make_test, shared_data, tiny_csv, tiny_model
-from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.data.prepare import DataArguments, prepare
 from trn_tutorials.launch import launch
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.train import train

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from careless import FAST, MIN, Case, make_test, tiny_csv, tiny_model, tiny_prepared
 from trn_tutorials.core import RECORD, lock_holder
-from trn_tutorials.data import load_prepared
+from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.launch import stop
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.checkpoints import checkpoints
@@ -62,7 +62,7 @@ OLD = '{"final_split": "validation", "note": "the last run\'s metrics"}'
 def retrain(d:Path) -> list:
     data = tiny_prepared(d)
     args = TrainArguments(dataset_path=data, output_dir=str(d/'model'))
-    claim_output_dir(args, load_prepared(data)[1]); (d/'model'/'metrics.json').write_text(OLD)
+    claim_output_dir(args, load_prepared(data).manifest); (d/'model'/'metrics.json').write_text(OLD)
     shutil.copytree(d/'tiny-model', d/'new-model'); (d/'new-model'/'model.safetensors').rename(d/'weights.safetensors')
     return ['train', '--dataset_path', data, '--output_dir', 'model', '--model_id', str(d/'new-model'), *MIN]
 

@@ -12,7 +12,7 @@ from fastcore.test import test_eq as eq, test_fail as fails
 from local_services import free_port
 from trn_tutorials.checkpoints import (COMPLETE, RUN_ARGS, checkpoint_complete, checkpoint_problem, checkpoints, diverged,
                                        newest_complete, resume_from, seal_checkpoint, skipped_note)
-from trn_tutorials.data import load_prepared
+from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.arguments import TrainArguments
 
 TORCHRUN_VARS = ('TORCHELASTIC_RUN_ID', 'LOCAL_RANK', 'RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
@@ -188,7 +188,7 @@ def test_old_checkpoints_go_only_once_a_newer_one_is_sealed(prepared, tmp_path):
     backend = 'xla' if is_torch_xla_available() else 'cpu'   # the Trn1 stand-in's tests run in-process on torch-xla's device
     model = AutoModelForSequenceClassification.from_pretrained(tmp/'tiny-bert', num_labels=6, ignore_mismatched_sizes=True)
     targs = training_arguments(TrainArguments(output_dir=str(tmp_path/'pruned'), max_steps=6, save_steps=2, save_total_limit=1), backend)
-    ds = load_prepared(str(tmp/'data'))[0]
+    ds = load_prepared(str(tmp/'data')).splits
     trainer = trainer_class()(model=model, args=targs, train_dataset=ds['train'], eval_dataset=ds['validation'], callbacks=[Watch()])
     trainer.train()
     assert seen == [[('checkpoint-2', False)], [('checkpoint-4', False), ('checkpoint-2', True)],

@@ -7,7 +7,7 @@ import pytest
 
 from trn_tutorials.models import local_model, tiny_bert
 from trn_tutorials.core import parse_args
-from trn_tutorials.data_files import EMOTION_LABELS, sample_data
+from trn_tutorials.data.files import EMOTION_LABELS, sample_data
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 
@@ -239,10 +239,10 @@ def test_a_log_on_a_full_disk_ends_the_run_in_one_line(prepared, tmp_path):
     from test_train import linked
     from trn_tutorials.arguments import TrainArguments
     from trn_tutorials.train import claim_output_dir
-    from trn_tutorials.data import load_prepared
+    from trn_tutorials.data.prepared import load_prepared
     linked(prepared, tmp_path, 'data')   # the run's lock lands beside the link, in tmp_path
     args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'))
-    claim_output_dir(args, load_prepared(args.dataset_path)[1])
+    claim_output_dir(args, load_prepared(args.dataset_path).manifest)
     (tmp_path/'model'/'train.log').symlink_to('/dev/full')
     from careless import run_here
     r = run_here(['train', '--dataset_path', 'data', '--output_dir', 'model', '--max_steps', '2'], tmp_path)
@@ -270,7 +270,7 @@ def test_a_command_imports_only_what_it_runs(args, unloaded):
 
 def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path, distilbert_like, modernbert_like):
     from trn_tutorials.cli import packs_by_default
-    from trn_tutorials.data import DataArguments
+    from trn_tutorials.data.prepare import DataArguments
     bert = tiny_bert(tmp_path/'tiny-bert', ['happy', 'sad'], labels=EMOTION_LABELS)
     d = lambda m=bert, **k: DataArguments(model_id=m, **k)
     assert [packs_by_default(d(), b) for b in ('neuron', 'torchneuron', 'xla', 'cuda', 'cpu')] == [True, True, True, False, False]
@@ -290,15 +290,15 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(pre
     "texts as rows, a relaunch with the same command resumes, one with another batch is refused in texts and the printed fix continues it "
     "(conftest's tiny BERT, 2 steps a run). The layouts given (padded, --pack) are checked up to the launch, which gets the batch they say."
     import trn_tutorials.cli as C
-    from trn_tutorials.data import load_prepared
+    from trn_tutorials.data.prepared import load_prepared
     from trn_tutorials.launch import Results
-    from trn_tutorials.packing import rows_for_texts
+    from trn_tutorials.data.packing import rows_for_texts
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(C, 'PACKS_ON', ('cpu',))
     argv = ['quickstart', '--data', sample_data(), '--model_id', str(prepared/'tiny-bert'), '--max_steps', '2', '--learning_rate', '1e-3', '--backend', 'cpu']
     out = C.run(argv)
     said = capsys.readouterr().out
-    rec = load_prepared('runs/emotion-data')[1]
+    rec = load_prepared('runs/emotion-data').manifest
     rows = rows_for_texts(16, rec)
     assert rec['packing'] and 1 < rows < 16
     assert 'layout: packed rows, the default on cpu' in said and f'batch: 16 texts a step = {rows} packed rows' in said, said
@@ -315,7 +315,7 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(pre
     monkeypatch.setattr('trn_tutorials.launch.launch', lambda args, *a, **k: batches.append(args.per_device_train_batch_size) or Results.from_metrics(METRICS, 1.0))
     C.run([*argv, '--buckets', '2', '--dataset_path', 'padded', '--output_dir', 'padded-model'])   # a layout given: no packing, no conversion
     said = capsys.readouterr().out
-    assert 'layout:' not in said and 'batch:' not in said and not load_prepared('padded')[1].get('packing') and batches == [16], (said, batches)
+    assert 'layout:' not in said and 'batch:' not in said and not load_prepared('padded').manifest.get('packing') and batches == [16], (said, batches)
     C.run([*argv, '--pack', '--dataset_path', 'asked', '--output_dir', 'asked-model'])   # --pack asked for: no default, the batch still counts texts
     said = capsys.readouterr().out
     assert 'layout:' not in said and f'batch: 16 texts a step = {rows} packed rows' in said and batches == [16, rows], (said, batches)
@@ -397,7 +397,7 @@ def test_the_whole_numbers_are_the_classes_ints():
     import typing
     from trn_tutorials.core import CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, VARIES, WHOLE, _number_kind
     from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.data import DataArguments
+    from trn_tutorials.data.prepare import DataArguments
     from trn_tutorials.predict import ClassifyArguments
     from trn_tutorials.training_job import JobArguments
     from trn_tutorials.launch import LaunchArguments

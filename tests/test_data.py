@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.data`: the ones the data chapter used to carry, crash safety of `prepare`, the real emotion files;
+"""Checks of `trn_tutorials.data.prepare`: the ones the data chapter used to carry, crash safety of `prepare`, the real emotion files;
 `prepare`'s record and the fixes it suggests; numbers checked when `DataArguments` is made, the folder `prepare` writes
 (checked, locked, nothing left on refusal) and a prepared folder that `load_prepared` cannot trust (real processes hold the
 locks, real files are damaged; nothing is mocked)."""
@@ -17,11 +17,14 @@ from local_services import damage, freeze, hold_lock, one_line, prep_args, stop,
 from test_data_checks import TRAIN, two   # a train split of two labels, and a DatasetDict of made-up texts
 from trn_tutorials.core import UsageError, lock_holder, lock_path, parse_args
 from trn_tutorials.models import local_model, tiny_bert
-from trn_tutorials.data import (DATA_LIMITS, MAX_BUCKETS, DataArguments, _rounded, choose_buckets, choose_length, data_fingerprint,
-                                length_stats, load_prepared, padded_lengths, padding_share, plot_lengths, prep_command, prepare,
-                                token_lengths, tokenize)
-from trn_tutorials.data_files import EMOTION_LABELS, default_data, load_raw, row_lengths, sample_data
-from trn_tutorials.data_checks import label_maps, tokenizer_fingerprint, validate
+from trn_tutorials.core import MAX_BUCKETS
+from trn_tutorials.data.prepare import (DATA_LIMITS, DataArguments, _rounded, choose_buckets, choose_length,
+                                        data_fingerprint, length_stats, padded_lengths, padding_share, plot_lengths,
+                                        prep_command, prepare, token_lengths, tokenize)
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.files import EMOTION_LABELS, default_data, load_raw, sample_data
+from trn_tutorials.data.prepared import row_lengths
+from trn_tutorials.data.checks import label_maps, tokenizer_fingerprint, validate
 
 EMOTION = Path(__file__).resolve().parents[2]/'shared'/'data'/'emotion'  # research licence: read here, never copied
 
@@ -45,7 +48,7 @@ def test_split_seed_is_its_own_option():
 def test_split_seed_decides_the_validation_rows(tmp_path):
     one = sample_data() + '/train.txt'
     a, b, c = (prepare(prep_args(tmp_path/str(i), data=one, split_seed=s)) for i, s in enumerate((1, 1, 2)))
-    va, vb, vc = (load_prepared(str(tmp_path/str(i)/'prep'))[0]['validation']['input_ids'] for i in range(3))
+    va, vb, vc = (load_prepared(str(tmp_path/str(i)/'prep'))['validation']['input_ids'] for i in range(3))
     assert va == vb and va != vc
 
 
@@ -56,7 +59,7 @@ def test_failed_save_leaves_old_result_and_no_temp(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.DatasetDict, 'save_to_disk', boom)
     with pytest.raises(RuntimeError): prepare(prep_args(tmp_path, max_length=128))
     assert [p.name for p in tmp_path.iterdir()] == ['prep']
-    assert load_prepared(str(tmp_path/'prep'))[1] == first
+    assert load_prepared(str(tmp_path/'prep')).manifest == first
 
 
 def test_failed_first_save_leaves_nothing(tmp_path, monkeypatch):
@@ -352,7 +355,8 @@ def test_prepare_rerun_buckets_and_load_prepared(ds, lengths, length, tmp_path, 
     assert {s: sum(r) for s, r in m3['bucket_rows'].items()} == m3['rows']
     assert m3['padding_share']['train'] < m['padding_share']['train']
     assert len(m['bucket_lengths']) == 1
-    pds, pm = load_prepared(str(out))
+    prepared = load_prepared(str(out))
+    pds, pm = prepared.splits, prepared.manifest
     assert pm == m2
     assert list(pds['train']['labels']) == list(ds['train']['label'])
     assert {len(r) for r in pds['validation']['input_ids']} == {128}
@@ -367,7 +371,7 @@ def test_every_data_option_has_help_and_the_modules_layer():
     import subprocess, sys
     from trn_tutorials.core import field_help
     assert all(field_help(DataArguments).values()), field_help(DataArguments)
-    code = "import sys, trn_tutorials.data_checks, trn_tutorials.data_files; print('trn_tutorials.data' in sys.modules)"
+    code = "import sys, trn_tutorials.data.checks, trn_tutorials.data.files; print('trn_tutorials.data.prepare' in sys.modules)"
     assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == 'False'
 
 
@@ -412,7 +416,7 @@ def test_prep_command_runs_as_printed(csv_prepared, tmp_path):
     r = subprocess.run([sys.executable, '-c', 'from trn_tutorials.cli import main; main()', *argv[1:]], capture_output=True, text=True,
                        env={**os.environ, 'HF_HUB_OFFLINE': '1'})
     assert r.returncode == 0, r.stderr
-    m2 = load_prepared(str(tmp_path/'again'))[1]
+    m2 = load_prepared(str(tmp_path/'again')).manifest
     assert data_fingerprint(m2) == data_fingerprint(m)
 
 
@@ -509,13 +513,13 @@ def test_too_little_free_space_refused_before_saving(tmp_path, monkeypatch, csv_
     monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**9, 10**9 - 50_000, 50_000))
     with pytest.raises(UsageError, match=r"needs about [\d.]+ [kM]B free at .* but 50 kB are free: free some space there, or pass another --dataset_path"):
         prepare(prep_args(tmp_path, max_length=128))
-    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep'))[1] == first
+    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep')).manifest == first
 
 
 @pytest.mark.parametrize('stage', ['save_to_disk', 'datasets3_form'])
 @pytest.mark.parametrize('what', ['disk full', 'Ctrl-C'])
 def test_full_disk_or_ctrl_c_while_saving_keeps_the_old_data(tmp_path, monkeypatch, stage, what):
-    import errno, datasets, trn_tutorials.data as data
+    import errno, datasets, trn_tutorials.data.prepare as data
     first = prepare(prep_args(tmp_path)); before = _state(tmp_path)
     def boom(*a, **k):
         real(*a, **k) if stage == 'datasets3_form' else Path(a[1] if stage == 'save_to_disk' else a[0]).mkdir(parents=True, exist_ok=True)
@@ -527,7 +531,7 @@ def test_full_disk_or_ctrl_c_while_saving_keeps_the_old_data(tmp_path, monkeypat
             prepare(prep_args(tmp_path, max_length=128))
     else:
         with pytest.raises(KeyboardInterrupt): prepare(prep_args(tmp_path, max_length=128))
-    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep'))[1] == first   # no temp folder, the old data whole
+    assert _state(tmp_path) == before and load_prepared(str(tmp_path/'prep')).manifest == first   # no temp folder, the old data whole
 
 
 def test_ctrl_c_while_replacing_keeps_a_whole_folder(tmp_path, monkeypatch):
@@ -542,7 +546,7 @@ def test_ctrl_c_while_replacing_keeps_a_whole_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, 'rmtree', rm)
     with pytest.raises(KeyboardInterrupt): prepare(prep_args(tmp_path, max_length=128))
     monkeypatch.setattr(shutil, 'rmtree', real)
-    assert load_prepared(str(tmp_path/'prep'))[1]['max_length'] == 128
+    assert load_prepared(str(tmp_path/'prep')).manifest['max_length'] == 128
 
 
 def test_summary_names_labels_validation_lacks(tmp_path, capsys):
@@ -563,7 +567,7 @@ def test_a_prep_killed_mid_save_is_finished_by_the_next(csv_prepared, tmp_path, 
         prepare(DataArguments(model_id=local_model(), dataset_path=str(dest)))
     out = capsys.readouterr().out
     assert 'note: put back the data prepared before in' in out and 'removed .prep.tmp-4e5f6a7b' in out, out
-    assert load_prepared(str(dest))[1] == m and sorted(p.name for p in tmp_path.iterdir()) == ['prep']
+    assert load_prepared(str(dest)).manifest == m and sorted(p.name for p in tmp_path.iterdir()) == ['prep']
     prepare(DataArguments(data=m['options']['data'], text_column='review', label_column='stars', model_id=local_model(),
                           dataset_path=str(dest), max_length=32, buckets=2))   # then the same prep runs as it did
     assert sorted(p.name for p in tmp_path.iterdir()) == ['prep']
@@ -739,7 +743,7 @@ def test_refused_prepare_leaves_no_folders(tmp_path):
 
 
 def test_lock_is_held_while_preparing_and_released(tmp_path, monkeypatch):
-    import trn_tutorials.data as data
+    import trn_tutorials.data.prepare as data
     dest, seen, real = tmp_path/'prep', [], data.token_lengths
     def spy(*a, **k):   # the real function, noting who holds the lock meanwhile
         seen.append(lock_holder(dest)); return real(*a, **k)
@@ -799,5 +803,6 @@ def test_load_prepared_paths(tmp_path, copy):
                         (str(tmp_path/'none'), f'no prepared data at {tmp_path}/none: run `trn-tutorials prep --dataset_path {tmp_path}/none` first')]:
         with pytest.raises(UsageError) as e: load_prepared(path)
         assert words in one_line(e)
-    ds, m = load_prepared(str(copy))
+    prepared = load_prepared(str(copy))
+    ds, m = prepared.splits, prepared.manifest
     assert m['tokenizer'] == tokenizer_fingerprint(AutoTokenizer.from_pretrained(local_model())) and len(ds['train']) == m['rows']['train']

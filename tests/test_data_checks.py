@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.data_checks`: what the labels and texts are and whether they look like mistakes.
+"""Checks of `trn_tutorials.data.checks`: what the labels and texts are and whether they look like mistakes.
 
 Issue 43, items 2 and 3 (data): a column of numbers is a regression label (float32), a column of label lists (or names joined by
 --label_separator) a multi-label one (multi-hot float32 `labels`); bad values refused in one line naming their rows.
@@ -17,11 +17,12 @@ from transformers import AutoTokenizer
 from local_services import one_line, prep_args, refused
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.models import local_model
-from trn_tutorials.data import (DataArguments, choose_length, data_fingerprint, load_prepared, prep_command, prepare,
-                                token_lengths, tokenize)
-from trn_tutorials.data_files import EMOTION_LABELS, KNOWN_DATA, PROBLEM_TYPES, known_defaults, load_raw, sample_data
-from trn_tutorials.data_checks import (edit_distance, label_maps, problem_type_of, repeat_warning, repeated_rows, similar_labels,
-                                       tokenizer_fingerprint, validate)
+from trn_tutorials.data.prepare import (DataArguments, choose_length, data_fingerprint, prep_command, prepare, token_lengths,
+                                        tokenize)
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.files import EMOTION_LABELS, KNOWN_DATA, PROBLEM_TYPES, known_defaults, load_raw, sample_data
+from trn_tutorials.data.checks import (edit_distance, label_maps, problem_type_of, repeat_warning, repeated_rows,
+                                       similar_labels, tokenizer_fingerprint, validate)
 
 WORDS = ['the cat sat on the mat', 'a man plays a guitar', 'rain fell all day', 'she reads in the park', 'dogs run on the beach']
 
@@ -90,7 +91,8 @@ def test_prepare_regression(tmp_path, capsys):
     out = capsys.readouterr().out
     train = [v for v in load_raw(str(tmp_path/'s.csv'))['train']['score']]
     assert m['problem_type'] == 'regression' and m['label_names'] == ['score'] and m['label_rows'] == {} and m['text_pair'] is False
-    ds, m2 = load_prepared(str(tmp_path/'prep'))
+    prepared = load_prepared(str(tmp_path/'prep'))
+    ds, m2 = prepared.splits, prepared.manifest
     assert m2 == m and ds['train'].features['labels'] == Value('float32')
     got = np.array(ds['train']['labels'])
     st = m['label_stats']
@@ -134,7 +136,8 @@ def test_label_separator(tmp_path):
 def test_prepare_multi_label(tmp_path, capsys):
     m = prepare(prep_args(tmp_path, lists_jsonl(tmp_path/'m.jsonl', 60)))
     out = capsys.readouterr().out
-    ds, m2 = load_prepared(str(tmp_path/'prep'))
+    prepared = load_prepared(str(tmp_path/'prep'))
+    ds, m2 = prepared.splits, prepared.manifest
     assert m2 == m and m['problem_type'] == 'multi_label_classification' and m['label_names'] == ['music', 'politics', 'sports']
     assert ds['train'].features['labels'] == Sequence(Value('float32'), length=3)
     raw = {json.loads(l)['text']: json.loads(l)['label'] for l in (tmp_path/'m.jsonl').read_text().splitlines()}
@@ -156,7 +159,7 @@ def test_a_label_outside_train_refused_or_left_out(tmp_path, capsys):
     m = prepare(prep_args(tmp_path, str(d), accept_labels=['weather']))
     assert m['left_out'] == {'validation': {'weather': 3}} and m['rows']['validation'] == 6
     assert "left out: label 'weather' of 3 rows of split 'validation' (not in train; --accept_labels)" in capsys.readouterr().out
-    assert load_prepared(str(tmp_path/'prep'))[0]['validation']['labels'].count([0.0, 0.0, 1.0]) == 3
+    assert load_prepared(str(tmp_path/'prep')).splits['validation']['labels'].count([0.0, 0.0, 1.0]) == 3
 
 
 def test_multi_label_refusals(tmp_path):
@@ -264,7 +267,8 @@ def test_truncation_longest_first_counted(tmp_path, minilm_tokenizer, capsys):
     (tmp_path/'t.csv').write_text('s1,s2,label\n' + ''.join(f'"{FIRST[i % 6]} {long if i == 3 else ""}","{SECOND[i % 6]}",{["no", "yes"][i % 2]}\n' for i in range(20)))
     m = prepare(pair_args(tmp_path, str(tmp_path/'t.csv'), max_length=32, eval_fraction=0.5))
     assert sum(m['truncated'].values()) == 1 and re.search(r'truncated rows: train \d, validation \d', capsys.readouterr().out)
-    ds, _ = load_prepared(str(tmp_path/'prep'))
+    prepared = load_prepared(str(tmp_path/'prep'))
+    ds, _ = prepared.splits, prepared.manifest
     row = next(r for s in ds.values() for r in s if len([i for i in r['attention_mask'] if i]) == 32)
     tt = row['token_type_ids']
     assert tt.count(1) >= 4 and tt[-1] == 1   # longest first: the long first text was cut, the short second kept whole
@@ -276,20 +280,21 @@ def test_prepare_says_and_records_the_pair(tmp_path, capsys):
     out = capsys.readouterr().out
     assert 'text: s1 + s2, as a sentence pair ([SEP] between, segment ids)' in out
     assert m['text_pair'] is True and m['problem_type'] == 'single_label_classification'
-    ds, m2 = load_prepared(str(tmp_path/'prep'))
+    prepared = load_prepared(str(tmp_path/'prep'))
+    ds, m2 = prepared.splits, prepared.manifest
     assert m2 == m and set(ds['train'][0]['token_type_ids']) == {0, 1}
     assert '--join_texts' not in prep_command(m)
     mj = prepare(pair_args(tmp_path/'j', f, join_texts=True))
     assert 'text: s1 + s2, joined as sentences' in capsys.readouterr().out
     assert mj['text_pair'] is False and prep_command(mj).endswith('--text_column s1 s2 --join_texts')
-    assert set(load_prepared(str(tmp_path/'j'/'prep'))[0]['train'][0]['token_type_ids']) == {0}
+    assert set(load_prepared(str(tmp_path/'j'/'prep')).splits['train'][0]['token_type_ids']) == {0}
     fp, fj = data_fingerprint(m), data_fingerprint(mj)
     assert fp['text_pair'] is True and 'text_pair' not in fj and fp['sha256'] != fj['sha256']
     assert m['content_sha256'] != mj['content_sha256']
 
 
 def test_pair_hash_changes_with_the_second_text(tmp_path):
-    from trn_tutorials.data import _content_sha256
+    from trn_tutorials.data.prepare import _content_sha256
     ds = validate(load_raw(pairs_csv(tmp_path/'p.csv'), ['s1', 's2']), ['s1', 's2'])
     other = DatasetDict({s: d.map(lambda r: {'text_pair': r['text_pair'] + '!'}) for s, d in ds.items()})
     assert _content_sha256(ds) != _content_sha256(other)
@@ -385,7 +390,7 @@ def test_similar_labels():
 
 def test_similar_labels_scales(monkeypatch):
     "No comparison of every pair: 20,000 made-up labels (200 million pairs) need a handful of edit distances."
-    import trn_tutorials.data_checks as C
+    import trn_tutorials.data.checks as C
     rnd = random.Random(1)
     counts = {''.join(rnd.choices(string.ascii_lowercase, k=9)): 1 for _ in range(20_000)}
     counts |= {'abcdefghi': 5, 'abcdefgh': 1, 'ABCDEFGHI': 2}

@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.data_files`: data sources and the files people have, read as they are. First the datasets of the
+"""Checks of `trn_tutorials.data.files`: data sources and the files people have, read as they are. First the datasets of the
 SageMaker tutorials through the data chapter (issue 14, item 4): amazon_polarity and CoLA.
 
 Every file here is written by the test itself, shaped like the real data (columns, header or not, quotes, labels) but with
@@ -19,9 +19,10 @@ from careless import ENV, TRN
 from local_services import REPR, refused
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.models import local_model, tiny_bert
-from trn_tutorials.data_files import KNOWN_DATA, known_defaults, load_raw
-from trn_tutorials.data import DataArguments, load_prepared, prepare
-from trn_tutorials.data_checks import label_maps, validate
+from trn_tutorials.data.files import KNOWN_DATA, known_defaults, load_raw
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.checks import label_maps, validate
 
 # ------------------------------------------------------------------------------------------------ amazon_polarity
 # label (0 negative, 1 positive), title, content; titles with and without end punctuation, one empty, quotes and commas
@@ -98,7 +99,8 @@ def args(tmp_path, data, tiny, **kw) -> DataArguments:
 
 def read_back(tmp_path):
     "What training reads: the tokenized splits and the manifest."
-    return load_prepared(str(tmp_path/'prep'))
+    prepared = load_prepared(str(tmp_path/'prep'))
+    return prepared.splits, prepared.manifest
 
 
 def ids(tiny, text, length): return AutoTokenizer.from_pretrained(tiny)(text, padding='max_length', max_length=length)['input_ids']
@@ -616,7 +618,7 @@ def test_full_disk_of_a_command_writing_two_folders(two_disks):
 
 def test_full_disk_while_reading_names_the_datasets_cache(tmp_path, monkeypatch):
     "Reading a file writes an Arrow copy to the datasets cache: a full disk there is said so, not `could not read ... valid .csv`."
-    import datasets, trn_tutorials.data_files as F
+    import datasets, trn_tutorials.data.files as F
     def full(*a, **k): raise OSError(errno.ENOSPC, 'No space left on device')
     monkeypatch.setattr(F, 'load_dataset', full)
     f, _ = write(tmp_path, 'csv', rows())
@@ -628,8 +630,8 @@ def test_full_disk_while_reading_names_the_datasets_cache(tmp_path, monkeypatch)
 # --- the space check: what the save needs
 def test_space_estimate_covers_the_save(tmp_path, monkeypatch):
     "The bytes `check_space` asks for cover the save's peak (the new copy and one rewrite of its largest file), with no room for an old copy."
-    import trn_tutorials.data as D
-    from trn_tutorials.data_files import _folder_bytes, _space_needed
+    import trn_tutorials.data.prepare as D
+    from trn_tutorials.data.files import _folder_bytes, _space_needed
     peak, real = [], D.datasets3_form
     def measure(folder):
         arrows = [f.stat().st_size for f in Path(folder).rglob('*.arrow')]
@@ -643,8 +645,8 @@ def test_space_estimate_covers_the_save(tmp_path, monkeypatch):
 
 
 def test_a_new_folder_needs_no_room_for_an_old_copy(tmp_path, monkeypatch):
-    import trn_tutorials.data_files as F
-    from trn_tutorials.data_files import _space_needed
+    import trn_tutorials.data.files as F
+    from trn_tutorials.data.files import _space_needed
     f, _ = write(tmp_path, 'csv', rows(400))
     args = lambda: DataArguments(data=str(f), model_id=local_model(), dataset_path=str(tmp_path/'prep'), max_length=32)
     need, data = _space_needed({'train': 360, 'validation': 40}, 32, 3)

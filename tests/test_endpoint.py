@@ -17,7 +17,7 @@ import pytest
 import trn_tutorials.inference as handler
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS
+from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, check_endpoint_name, check_instance_type, delete, deploy,
                                     endpoint_requests, image_kind, inference_image, package, predict, requirements)
 from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn

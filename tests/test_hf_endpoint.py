@@ -9,7 +9,7 @@ import pytest
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS
+from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.endpoint import delete, predict
 from trn_tutorials.hf_endpoint import HF_IMAGES, HF_REGIONS, HF_TASK, hf_deploy, hf_image, hf_package, hf_requests
 from trn_tutorials.aws import run_tags

@@ -16,7 +16,7 @@ import torch
 import trn_tutorials.inference as handler
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS
+from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.endpoint import package
 from trn_tutorials.torchscript import trace
 from trn_tutorials.inference import (JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, input_fn,

@@ -9,7 +9,7 @@ from transformers import EvalPrediction
 
 from test_train import linked
 from trn_tutorials.core import UsageError
-from trn_tutorials.data import load_prepared
+from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.launch import Results, launch, launch_env, torchrun_command
 from trn_tutorials.live_progress import Progress
 from trn_tutorials.progress import (MULTI_LABEL, REGRESSION, SINGLE, THRESHOLDS, split_scores, beats_baseline, best_threshold, collapse_warning,
@@ -28,7 +28,8 @@ MULTI = {'sadness': [0, 1, 0], 'joy': [1, 0, 0], 'love': [1, 0, 1], 'anger': [0,
 def variant(src:Path, dst:Path, problem:str) -> dict:
     "A copy of the prepared folder `src` whose labels are a score (regression) or multi-hot rows (multi-label), with the spec's manifest."
     from datasets import DatasetDict, Sequence, Value
-    ds, m = load_prepared(src)
+    prepared = load_prepared(src)
+    ds, m = prepared.splits, prepared.manifest
     names = ds['train'].features['labels'].names
     out = {}
     for s, d in ds.items():
@@ -181,7 +182,7 @@ def test_progress_table_columns(capsys):
 
 def test_problem_type_checked(folders):
     args = TrainArguments(dataset_path=str(folders/'regression'), output_dir=str(folders/'x'))
-    m = load_prepared(folders/'regression')[1]
+    m = load_prepared(folders/'regression').manifest
     assert check_problem_type(args, m) == REGRESSION
     with pytest.raises(UsageError, match='packed rows hold single-label texts only: prepare it again without --pack, `trn-tutorials prep'):
         check_problem_type(args, m | {'packing': {'rows': m['rows']}})

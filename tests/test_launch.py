@@ -12,7 +12,7 @@ from test_torchrun import alive
 from test_train import linked
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.core import UsageError, folder_lock, lock_holder, parse_args
-from trn_tutorials.data import load_prepared
+from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.launch import LaunchError, Results, free_port, launch, launch_env, stop, torchrun_command, train_argv, workers
 from trn_tutorials.torchrun import cache_status, graphs_from_cache
 from trn_tutorials.arguments import TrainArguments
@@ -178,7 +178,7 @@ def fake_run(monkeypatch, code:str):
 def test_a_failed_retrain_keeps_the_previous_metrics(prepared, tmp_path, monkeypatch):
     from trn_tutorials.train import claim_output_dir
     args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'model'), max_steps=1)
-    claim_output_dir(args, load_prepared(args.dataset_path)[1])
+    claim_output_dir(args, load_prepared(args.dataset_path).manifest)
     old = '{"final_split": "validation"}'
     (tmp_path/'model'/'metrics.json').write_text(old)
     fake_run(monkeypatch, 'import sys; print("RuntimeError: boom"); sys.exit(1)')

@@ -27,7 +27,8 @@ def layer_rows():
 
 
 def modules():
-    return sorted(p.stem for p in PKG.glob('*.py') if not p.stem.startswith('_'))
+    "The package's modules, dotted below it: `core`, `data.prepare`, ..."
+    return sorted('.'.join(p.relative_to(PKG).with_suffix('').parts) for p in PKG.rglob('*.py') if not p.stem.startswith('_'))
 
 
 def test_contract_covers_every_module():
@@ -64,7 +65,8 @@ def test_all_names_from_their_defining_module():
         obj = getattr(everything, name)
         if isinstance(obj, (type, types.FunctionType)): home = obj.__module__
         else:   # a constant (EMOTION_LABELS): the module whose top level assigns it
-            home = next((f'trn_tutorials.{p.stem}' for p in sorted(PKG.glob('*.py')) if p.stem not in ('all', '_modidx')
+            home = next(('trn_tutorials.' + '.'.join(p.relative_to(PKG).with_suffix('').parts) for p in sorted(PKG.rglob('*.py'))
+                         if p.stem not in ('all', '_modidx', '__init__')
                          and name in {t.id for n in ast.parse(p.read_text()).body if isinstance(n, (ast.Assign, ast.AnnAssign))
                                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}), None)
         if home != f'trn_tutorials.{mod}': wrong.append(f'{name}: imported from {mod}, defined in {home}')

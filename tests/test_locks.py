@@ -14,7 +14,7 @@ from local_services import procs_mentioning
 from test_train import linked
 
 from trn_tutorials.core import lock_holder, lock_path
-from trn_tutorials.data_files import sample_data
+from trn_tutorials.data.files import sample_data
 from trn_tutorials.checkpoints import checkpoints
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')

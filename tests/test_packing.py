@@ -1,4 +1,4 @@
-"""Packed rows (`trn_tutorials.packing`): the layout, the choices, the one-line errors, and the check that matters: each
+"""Packed rows (`trn_tutorials.data.packing`): the layout, the choices, the one-line errors, and the check that matters: each
 text's logits, loss and gradients packed equal those of the text run alone, for every family in `PACKABLE` (tiny random
 models built from configs), single texts and sentence pairs; then `prepare --pack` and a packed training run end to end
 (the record, the refusals before tokenizing, every text scored once, the saved model a plain classifier). Runs on
@@ -12,13 +12,15 @@ from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Ber
 
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.core import UsageError
-from trn_tutorials.data import DataArguments, load_prepared, prepare
-from trn_tutorials.data_checks import validate
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.checks import validate
+from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.launch import launch
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.packing import (ORDER_SEED, PACKABLE, check_packable, choose_packing, pack_lengths, pack_model, pack_splits,
-                                   pack_texts, packed_forward, packing_share, rows_for_texts, shuffled, texts_per_row)
+from trn_tutorials.data.packing import (ORDER_SEED, PACKABLE, check_packable, choose_packing, pack_lengths, pack_model,
+                                        pack_splits, pack_texts, packed_forward, packing_share, rows_for_texts, shuffled,
+                                        texts_per_row)
 
 
 @pytest.fixture(scope='module')
@@ -139,7 +141,8 @@ def test_pack_model_keeps_the_model(tiny, tmp_path):
 
 def test_prepare_pack_keeps_every_text_once(packed):
     data, m = packed
-    ds, rec = load_prepared(str(data))
+    prepared = load_prepared(str(data))
+    ds, rec = prepared.splits, prepared.manifest
     pk = rec['packing']
     assert rec['bucket_lengths'] == [pk['row_length']] == [rec['max_length']] and pk['text_length'] <= pk['row_length']
     raw = load_raw(sample_data())
@@ -419,14 +422,16 @@ def test_sdpa_attention_packs_the_same(family):
 def test_prepare_pack_pairs_and_train(tmp_path):
     "`prep --text_column s1 s2 --pack`, then a packed run: the pairs' segment ids in the rows and handed to the model, every pair scored once."
     from test_data_checks import FIRST, SECOND, pairs_csv
-    from trn_tutorials.data import DataArguments, load_prepared, prepare
+    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.prepared import load_prepared
     from trn_tutorials.launch import launch
     from trn_tutorials.arguments import TrainArguments
     words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(48)})
     model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
     prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=48), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],
                           pack=True, eval_fraction=0.25))
-    ds, rec = load_prepared(str(tmp_path/'data'))
+    prepared = load_prepared(str(tmp_path/'data'))
+    ds, rec = prepared.splits, prepared.manifest
     assert rec['text_pair'] is True and ds['train'].column_names == ['input_ids', 'position_ids', 'segment_ids', 'token_type_ids', 'cls_index', 'labels']
     tt, seg = np.asarray(ds['train']['token_type_ids']), np.asarray(ds['train']['segment_ids'])
     assert (tt == 1).any() and not (tt[seg == 0]).any()   # second texts marked, padding 0

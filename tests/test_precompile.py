@@ -9,8 +9,8 @@ from pathlib import Path
 from fastcore.test import test_eq as eq, test_fail as fails, test_stdout as stdout_is
 
 from trn_tutorials.backends import Accelerator
-from trn_tutorials.data import load_prepared
-from trn_tutorials.data_files import row_lengths
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.prepared import row_lengths
 from test_launch import no_weights
 from test_train import linked
 from test_packing import packed  # noqa: F401  (the packed folder, a fixture)
@@ -70,7 +70,7 @@ def test_precompile_steps_reach_every_shape(prepared):
     tmp = prepared
     eq(precompile_steps(TrainArguments(dataset_path=str(tmp/'data')), 2), 2)
     n4 = precompile_steps(TrainArguments(dataset_path=str(tmp/'data-4')), 2)
-    rows4 = row_lengths(load_prepared(str(tmp/'data-4'))[0]['train'])
+    rows4 = row_lengths(load_prepared(str(tmp/'data-4')).splits['train'])
     for rank in range(2):
         s = BucketBatchSampler(rows4, 16, 2, rank, fill_last=True, pad_to_batch=True)
         eq({(len(b), b[0][1]) for b in list(s)[:n4]}, s.shapes())

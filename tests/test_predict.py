@@ -10,7 +10,7 @@ import trn_tutorials.predict as predict_mod
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.cli import predict_kept
 from trn_tutorials.core import UsageError
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.inference import TORCHSCRIPT, TRACE_INFO, model_fn, predict_fn
 from trn_tutorials.predict import ClassifyArguments, classify, record_path, rows_done, windows
 

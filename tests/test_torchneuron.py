@@ -164,8 +164,8 @@ def test_packed_rows_load_eager_attention_on_torchneuron(tmp_path, prepared):
 import json
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.train import _model
-from trn_tutorials.data import load_prepared
-manifest = load_prepared({str(prepared/'data')!r})[1]
+from trn_tutorials.data.prepared import load_prepared
+manifest = load_prepared({str(prepared/'data')!r}).manifest
 attention = lambda backend, packing: _model(TrainArguments(output_dir='m'), manifest | {{'packing': packing}}, backend)[2].config._attn_implementation
 print(json.dumps({{'packed': attention('torchneuron', {{'rows': {{'train': 1}}}}), 'padded': attention('torchneuron', None)}}))
 """, stub_neuronx(tmp_path/'stub'), tmp_path)

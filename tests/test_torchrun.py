@@ -11,8 +11,8 @@ from local_services import free_port
 
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.core import UsageError
-from trn_tutorials.data import DataArguments, prepare
-from trn_tutorials.data_files import sample_data
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.files import sample_data
 from trn_tutorials.launch import LaunchError, launch, launch_env, torchrun_command
 from trn_tutorials.torchrun import end_tree, failure_records, process_tree, stream, worker_error
 from trn_tutorials.train import ERROR_PREFIX

@@ -12,8 +12,9 @@ from careless import ctrl_c_default
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.checkpoints import COMPLETE
 from trn_tutorials.core import UsageError, lock_path
-from trn_tutorials.data import DataArguments, load_prepared, prepare
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.launch import launch_env, torchrun_command
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.progress import PLOTS, PROGRESS_ENV, read_progress
@@ -62,7 +63,8 @@ def test_buckets_two_workers(prepared, tmp_path):
     r = torchrun(args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     m = metrics(args)
-    ds, manifest = load_prepared(args.dataset_path)
+    prepared = load_prepared(args.dataset_path)
+    ds, manifest = prepared.splits, prepared.manifest
     assert (m['world_size'], m['backend'], m['final_split']) == (2, 'cpu', 'test')
     rows = [len(x) for x in ds['train']['input_ids']]
     workers = [BucketBatchSampler(rows, 8, 2, rank) for rank in range(2)]
@@ -234,7 +236,7 @@ def test_check_batch():
 
 
 def test_check_model(work, small_vocab):
-    tmp, a, b, manifest = work, str(work/'tiny-bert'), small_vocab, load_prepared(str(work/'data'))[1]
+    tmp, a, b, manifest = work, str(work/'tiny-bert'), small_vocab, load_prepared(str(work/'data')).manifest
     args = lambda **kw: TrainArguments(dataset_path=str(tmp/'data'), **kw)
     assert check_model(args(), manifest) is None and check_model(args(model_id=a), manifest) is None
     n = manifest['tokenizer']['vocab_size'] if 'tokenizer' in manifest else None

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.data import load_prepared
+from trn_tutorials.data.prepared import load_prepared
 from test_progress import strict
 from test_train import linked, torchrun   # the training tests' links to the shared data, their two-worker torchrun launch
 
@@ -84,9 +84,10 @@ def test_two_workers_eval_loss_finite_and_unbiased(prepared, tmp_path, data):
     # the last evaluation ran on the saved weights: recompute the validation loss over every text, in one batch
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from trn_tutorials.data import load_prepared
+    from trn_tutorials.data.prepared import load_prepared
     from trn_tutorials.samplers import PaddedRows
-    ds, _ = load_prepared(args.dataset_path)
+    prepared = load_prepared(args.dataset_path)
+    ds, _ = prepared.splits, prepared.manifest
     val = ds['validation']
     model = AutoModelForSequenceClassification.from_pretrained(args.output_dir).eval()
     padded, longest = PaddedRows(val, AutoTokenizer.from_pretrained(args.output_dir).pad_token_id), max(map(len, val['input_ids']))
@@ -107,7 +108,7 @@ def test_graph_extraction_skips_padding_across_workers(prepared, tmp_path, monke
     import torch
     model = AutoModelForSequenceClassification.from_pretrained(tmp/'tiny-bert', num_labels=6, ignore_mismatched_sizes=True)
     targs = training_arguments(TrainArguments(output_dir=str(tmp_path/'extract')), 'cpu')
-    t, ds = torch.ones(3, 2), load_prepared(str(tmp/'data'))[0]
+    t, ds = torch.ones(3, 2), load_prepared(str(tmp/'data')).splits
     make = lambda: trainer_class()(model=model, args=targs, eval_dataset=ds['validation'])
     monkeypatch.setenv('NEURON_EXTRACT_GRAPHS_ONLY', '1')
     acc = make().accelerator
@@ -136,6 +137,6 @@ def test_model_columns_without_private_api(prepared, tmp_path):
     model = AutoModelForSequenceClassification.from_pretrained(tmp/'tiny-bert', num_labels=6, ignore_mismatched_sizes=True)
     targs = training_arguments(TrainArguments(output_dir=str(tmp_path/'columns')), 'cpu')
     assert targs.remove_unused_columns is False
-    ds = load_prepared(str(tmp/'data'))[0]['validation']
+    ds = load_prepared(str(tmp/'data')).splits['validation']
     kept = trainer_class()(model=model, args=targs, eval_dataset=ds).model_columns(ds.add_column('note', ['x'] * len(ds))).column_names
     assert 'note' not in kept and 'labels' in kept and 'input_ids' in kept and set(kept) <= set(ds.column_names)

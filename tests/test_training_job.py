@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3, pytest
 
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.data_files import EMOTION_LABELS
+from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.launch import Results, train_argv
 from trn_tutorials.arguments import TrainArguments
 import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
@@ -353,8 +353,9 @@ def test_prepared_data_names_only_what_datasets_3_reads(prepared):
     import datasets
     types = saved_feature_types(prepared/'data')
     assert types and types <= DATASETS_3_TYPES, (datasets.__version__, types)
-    from trn_tutorials.data import load_prepared
-    ds, _ = load_prepared(str(prepared/'data'))   # and this datasets still reads it, with the same values
+    from trn_tutorials.data.prepared import load_prepared
+    prepared = load_prepared(str(prepared/'data'))   # and this datasets still reads it, with the same values
+    ds, _ = prepared.splits, prepared.manifest
     assert len(ds['train'][0]['input_ids']) == ds['train'].features['input_ids'].length > 0
 
 

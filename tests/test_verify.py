@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.data import DataArguments, prepare
-from trn_tutorials.data_files import load_raw, sample_data
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.files import load_raw, sample_data
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.launch import launch
 from trn_tutorials.inference import JSON, RequestError, input_fn, output_fn, predict_fn

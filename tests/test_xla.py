@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
 from test_train import TORCHRUN_VARS, linked
-from trn_tutorials.data_files import sample_data
-from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.data.files import sample_data
+from trn_tutorials.data.prepare import DataArguments, prepare
 from trn_tutorials.launch import launch, launch_env, torchrun_command
 from trn_tutorials.precompile import compile_report, precompile, precompile_shapes
 from trn_tutorials.arguments import TrainArguments

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
-from trn_tutorials.data import load_prepared
-from trn_tutorials.data_files import sample_data
-from trn_tutorials.packing import rows_for_texts, texts_per_row
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.data.files import sample_data
+from trn_tutorials.data.packing import rows_for_texts, texts_per_row
 
 ROOT = Path(__file__).parent.parent
 
@@ -40,7 +40,7 @@ def test_bench_graphs_counts_the_graphs_of_one_length_and_of_packed_rows(tmp_pat
         assert 1 <= s['model_graphs']['train'] <= c['train'] and s['model_graphs']['eval'] >= 1, s
     assert packed['model_graphs']['train'] <= one['model_graphs']['train']   # packing compiles no more model graphs than one length
     # packed rows hold about --batch_size texts a step, by the rule the train script's metrics use (texts a row unrounded)
-    m = load_prepared(str(out/'data'/'packed'))[1]
+    m = load_prepared(str(out/'data'/'packed')).manifest
     assert packed['texts_per_row'] == texts_per_row(m) > 1 and packed['batch_rows'] == rows_for_texts(16, m)
     assert packed['input_shapes'] == [[packed['batch_rows'], m['packing']['row_length']]]
     assert str(out) not in json.dumps(g) and '<out>' in g['command'] and '<out>' in packed['command']   # no scratch paths kept

@@ -10,7 +10,8 @@ import pytest
 
 from trn_tutorials.backends import XLA_INSTALL
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data import DataArguments, load_prepared, prepare
+from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.launch import launch_env
 from trn_tutorials.arguments import TrainArguments
 from trn_tutorials.xla_loop import ERROR_PREFIX, LoopArguments, Workers, eval_loader, train_loader, weights_sha256
@@ -85,7 +86,7 @@ def test_one_worker_max_steps(easy):
 def test_loaders_one_shape_disjoint_shards(easy):
     "Three workers: disjoint rows, full batches only; evaluation scores every row in batches of one shape."
     tmp, manifest = easy
-    ds, L = load_prepared(str(tmp/'data'))[0], manifest['max_length']
+    ds, L = load_prepared(str(tmp/'data')).splits, manifest['max_length']
     import torch
     views = [train_loader(ds['train'], Workers('cpu', torch.device('cpu'), r, 3), 5, 0, 0, L) for r in range(3)]
     rows = [set(s) for s, _ in views]

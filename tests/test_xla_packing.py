@@ -10,9 +10,9 @@ pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stan
 
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.packing import choose_packing, pack_lengths, pack_model, pack_texts
+from trn_tutorials.data.packing import choose_packing, pack_lengths, pack_model, pack_texts
 from trn_tutorials.trainer import xla_compiles
 from test_train import linked
 
@@ -57,14 +57,14 @@ def test_quickstart_packs_on_the_xla_rehearsal(prepared, tmp_path):
     "`trn-tutorials quickstart --backend xla`, as a user types it: packed rows by default, the batch of 16 texts trained as rows, one shape."
     import os, subprocess, sys
     from pathlib import Path
-    from trn_tutorials.data import load_prepared
-    from trn_tutorials.packing import rows_for_texts
+    from trn_tutorials.data.prepared import load_prepared
+    from trn_tutorials.data.packing import rows_for_texts
     linked(prepared, tmp_path, 'tiny-bert')
     r = subprocess.run([str(Path(sys.executable).parent/'trn-tutorials'), 'quickstart', '--backend', 'xla', '--data', sample_data(),
                         '--model_id', 'tiny-bert', '--num_train_epochs', '1', '--learning_rate', '1e-3'],
                        cwd=tmp_path, capture_output=True, text=True, timeout=900, env=dict(os.environ, HF_HUB_OFFLINE='1'))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    rec = load_prepared(str(tmp_path/'runs'/'emotion-data'))[1]
+    rec = load_prepared(str(tmp_path/'runs'/'emotion-data')).manifest
     rows, L = rows_for_texts(16, rec), rec['packing']['row_length']
     assert 'layout: packed rows, the default on xla' in r.stdout and f'batch: 16 texts a step = {rows} packed rows' in r.stdout, r.stdout
     met = json.loads((tmp_path/'runs'/'emotion-model'/'metrics.json').read_text())
@@ -77,7 +77,7 @@ def test_packed_pairs_rehearsal_one_shape(tmp_path):
     pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1)")
     import subprocess
     from test_data_checks import FIRST, SECOND, pairs_csv
-    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.data.prepare import DataArguments, prepare
     from trn_tutorials.launch import launch_env, torchrun_command
     from trn_tutorials.arguments import TrainArguments
     words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(96)})

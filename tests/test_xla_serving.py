@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip('torch_xla', reason="the XLA serving rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
-from trn_tutorials.data_files import load_raw, sample_data
+from trn_tutorials.data.files import load_raw, sample_data
 
 ROOT = Path(__file__).parent.parent
 

@@ -20,9 +20,10 @@ from .aws import new_run_id
 from .instance import InstanceArguments, launch_instance, find_instance, find_instances
 from .ssh import ssh_command, run_remote, Tunnel, stop_all
 from .remote_jupyter import open_jupyter
-from .data_files import EMOTION_LABELS, load_raw, sample_data
-from .data import DataArguments, prepare, load_prepared
-from .packing import rows_for_texts
+from .data.files import EMOTION_LABELS, load_raw, sample_data
+from .data.prepare import DataArguments, prepare
+from .data.prepared import load_prepared
+from .data.packing import rows_for_texts
 from .arguments import TrainArguments
 from .train import train
 from .launch import launch, stop, Results

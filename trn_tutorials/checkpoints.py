@@ -9,15 +9,14 @@ from datetime import timedelta
 from pathlib import Path
 
 from .core import UsageError
-from .data import load_prepared
-from .data_files import row_lengths
+from .data.checks import tokenizer_diff
+from .data.prepared import load_prepared, row_lengths
 from .samplers import planned_steps
 
 # %% auto #0
 __all__ = ['COMPLETE', 'RUN_ARGS', 'SAME_RUN', 'SEAL_TIMEOUT_S', 'seal_checkpoint', 'size_text', 'checkpoint_problem',
-           'checkpoint_complete', 'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints',
-           'tokenizer_diff', 'free_name', 'data_changed', 'checkpoint_args', 'resume_from', 'diverged', 'host_store',
-           'CheckpointGuard']
+           'checkpoint_complete', 'checkpoints', 'newest_complete', 'skipped_note', 'prune_checkpoints', 'free_name',
+           'data_changed', 'checkpoint_args', 'resume_from', 'diverged', 'host_store', 'CheckpointGuard']
 
 # %% ../nbs/internals/04b_checkpoints.ipynb #c73f1267
 _CKPT = re.compile(r'^checkpoint-(\d+)$')
@@ -120,14 +119,6 @@ def prune_checkpoints(output_dir:str|Path, # a run's output folder
     return gone
 
 # %% ../nbs/internals/04b_checkpoints.ipynb #69124506
-def tokenizer_diff(want:dict, # the tokenizer fingerprint the data was prepared with
-                   have:dict # the model's tokenizer fingerprint
-                  ) -> str:
-    "What differs between two tokenizer fingerprints, e.g. 'vocabulary 30522 vs 596, pad id 0 vs 1'."
-    out = [f"vocabulary {want.get('vocab_size')} vs {have.get('vocab_size')}"] * (want.get('vocab_size') != have.get('vocab_size'))
-    w, h = want.get('special_ids') or {}, have.get('special_ids') or {}
-    return ', '.join(out + [f"{k} id {w.get(k)} vs {h.get(k)}" for k in sorted(set(w) | set(h)) if w.get(k) != h.get(k)])
-
 RUN_ARGS = 'trn_tutorials_args.json'  # the run's `TrainArguments`, written into each of its checkpoints
 SAME_RUN = ('learning_rate', 'num_train_epochs', 'max_steps', 'per_device_train_batch_size', 'gradient_accumulation_steps', 'warmup_ratio',
             'warmup_steps', 'lr_scheduler_type', 'weight_decay', 'seed', 'data_seed', 'bf16')   # what a checkpoint's schedule and state depend on
@@ -182,7 +173,7 @@ def resume_from(args, # the run's `TrainArguments`
                 found:tuple|None=None, # `newest_complete(args.output_dir)`, if already known (it reads every file)
                 data:dict|None=None, # the data's `data_fingerprint`, compared with the checkpoint's
                 later:tuple=(), # options of `SAME_RUN` not known yet, compared later (quickstart's batch in packed rows, before it packs)
-                train_split=None # the prepared training split, if loaded already (`load_prepared(path)[0]['train']`); else read when needed
+                train_split=None # the prepared training split, if loaded already (`load_prepared(path).splits['train']`); else read when needed
                ) -> Path|None:
     "The newest complete checkpoint a run of `args` continues from, or `None`; a one-line error if the run cannot continue it."
     last = (found or newest_complete(args.output_dir))[0]
@@ -191,7 +182,7 @@ def resume_from(args, # the run's `TrainArguments`
     if last and (why := _other_run(last, args, data, later)): raise UsageError(why)
     if last and workers:
         was = json.loads((last/'trainer_state.json').read_text()).get('max_steps')
-        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path)[0]['train'] if train_split is None else train_split), workers, fill_last)
+        now = planned_steps(args, row_lengths(load_prepared(args.dataset_path).splits['train'] if train_split is None else train_split), workers, fill_last)
         if was != now:
             raise UsageError(f"{last} is from a run of {was} steps but these options make {now}: relaunch with that run's workers, batch size, "
                          f"--num_train_epochs and --max_steps, or pass another --output_dir, e.g. --output_dir {shlex.quote(str(free_name(Path(os.path.abspath(args.output_dir)))))}")

@@ -63,7 +63,7 @@ def train_kept(args:TrainArguments) -> str:
 # %% ../nbs/reference/07_cli.ipynb #c11a0001
 def prep_cmd(data:DataArguments) -> dict:
     "Prepare the data (see the data chapter)."
-    from trn_tutorials.data import prepare
+    from trn_tutorials.data.prepare import prepare
     before = folder_record(data.dataset_path)
     with interrupted(lambda: prep_kept(data.dataset_path, before)):
         print(f"preparing {short_path(data.data) if data.data else 'the default data'} into {data.dataset_path} ...", flush=True)
@@ -292,7 +292,7 @@ def packs_by_default(data:DataArguments, # quickstart's data options, `model_id`
     if data.pack or backend not in PACKS_ON or given & {'pack', 'buckets', 'max_length'}: return False
     if data.problem_type not in (None, 'single_label_classification') or data.label_separator: return False   # packed rows hold classes
     from transformers import AutoConfig
-    from trn_tutorials.packing import PACKABLE
+    from trn_tutorials.data.packing import PACKABLE
     try: return AutoConfig.from_pretrained(data.model_id).model_type in PACKABLE
     except (OSError, ValueError): return False   # no such model, or not one transformers knows: `prep` says so in one line
 
@@ -302,8 +302,8 @@ def packed_batch(train:TrainArguments, # quickstart's training options: `per_dev
                 ) -> int:
     "Rows a step that hold about `per_device_train_batch_size` texts; a one-line error if the checkpoint the run continues has others."
     from trn_tutorials.checkpoints import data_changed, checkpoint_args, newest_complete
-    from trn_tutorials.data import data_fingerprint
-    from trn_tutorials.packing import rows_for_texts, texts_per_row
+    from trn_tutorials.data.prepare import data_fingerprint
+    from trn_tutorials.data.packing import rows_for_texts, texts_per_row
     texts, rows = train.per_device_train_batch_size, rows_for_texts(train.per_device_train_batch_size, manifest)
     last = newest_complete(train.output_dir)[0] if train.resume else None
     run = (checkpoint_args(last) if last else None) or {}
@@ -325,7 +325,7 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
     with interrupted(lambda: prep_kept(data.dataset_path, before)): return _quickstart(data, train, how, given, t0)
 
 def _quickstart(data, train, how, given, t0):
-    from trn_tutorials.data_files import default_data
+    from trn_tutorials.data.files import default_data
     from trn_tutorials.launch import workers
     from trn_tutorials.arguments import check_args, check_flags
     from trn_tutorials.train import check_output_dir
@@ -362,11 +362,11 @@ def _quickstart(data, train, how, given, t0):
 # %% ../nbs/reference/07_cli.ipynb #e70f4820
 COMMANDS = {   # name: (function, its options: 'module:Class' imported when the command runs, help)
     'detect':     ('detect_cmd', [], 'which accelerator is here, how many workers, Trn1 prices'),
-    'prep':       ('prep_cmd', ['data:DataArguments'], 'load, validate, choose the padding length(s), tokenize and save the data'),
+    'prep':       ('prep_cmd', ['data.prepare:DataArguments'], 'load, validate, choose the padding length(s), tokenize and save the data'),
     'precompile': ('precompile_cmd', ['arguments:TrainArguments', 'launch:LaunchArguments'], 'on Neuron: compile the training graphs ahead of the run'),
     'train':      ('train_cmd', ['arguments:TrainArguments', 'launch:LaunchArguments'], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
     'stop':       ('stop_cmd', ['StopArguments'], 'stop the run that holds a folder: torchrun and every worker'),
-    'quickstart': ('quickstart', ['data:DataArguments', 'arguments:TrainArguments', 'launch:LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
+    'quickstart': ('quickstart', ['data.prepare:DataArguments', 'arguments:TrainArguments', 'launch:LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
     'up':         ('up_cmd', ['instance:InstanceArguments'], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
     'status':     ('status_cmd', ['instance:StatusArguments'], "this project's instances and their cost so far"),
     'tunnel':     ('tunnel_cmd', ['instance:StatusArguments', 'remote_jupyter:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),

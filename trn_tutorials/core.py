@@ -4,7 +4,7 @@
 
 # %% ../nbs/reference/90_core.ipynb #a3e73709
 from __future__ import annotations
-import json, os, signal, socket, sys, threading
+import json, os, re, signal, socket, sys, threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -612,16 +612,44 @@ def check_given_numbers(argv:list[str], # a command's arguments
         check_number(name, value, kind, limits[name])
 
 # %% ../nbs/reference/90_core.ipynb #b4c87f89
+_WEIGHTS = ('model.safetensors', 'model.safetensors.index.json', 'pytorch_model.bin')   # what a Hugging Face model folder holds
+_PARTIAL = re.compile(r'^\.(.+)\.(tmp|old)-[0-9a-f]{8}$')   # `prepare`'s copy while it saves, and the data it replaces
+
+def _what_else(p:Path, given:str) -> str|None:
+    "What the folder `p` holds, if it is a model, a checkpoint or a half-written prepare, with the fix; `None` for anything else."
+    import shlex
+    if (m := _PARTIAL.match(p.name)):
+        dest = shlex.quote(os.path.abspath(p.with_name(m[1])))
+        return (f"{given} is a copy a stopped `trn-tutorials prep` left {'half-written' if m[2] == 'tmp' else 'while replacing the data'}: "
+                f"run `trn-tutorials prep --dataset_path {dest}` with the data it was preparing, which finishes or removes it, and pass {dest}")
+    rec = folder_record(p) or {}
+    if rec.get('kind') == 'model' or (p/'config.json').is_file() and any((p/w).exists() for w in _WEIGHTS):
+        return (f"{given} is a model folder (trn-tutorials train writes them), not prepared data: pass --dataset_path, the folder "
+                f"`trn-tutorials prep` wrote (the model's trn_tutorials.json names it)")
+    if re.fullmatch(r'checkpoint-\d+', p.name) or (p/'trainer_state.json').is_file():
+        return (f"{given} is a training checkpoint (of the run in {p.parent}), not prepared data: pass --dataset_path, the folder "
+                f"`trn-tutorials prep` wrote; to resume the run, pass --output_dir {p.parent} instead")
+    return None
+
+def _half_written(p:Path, given:str) -> str|None:
+    "The fix for a folder that is not there because a `prep` into it stopped before it was whole; `None` otherwise."
+    left = sorted(p.parent.glob(f'.{p.name}.tmp-*')) if not p.exists() and p.parent.is_dir() else []
+    if not left: return None
+    return (f"no prepared data at {given}: a `trn-tutorials prep` into it stopped before the data was whole ({left[0].name} is what it left); "
+            f"run it again (trn-tutorials prep --dataset_path {os.path.abspath(p)} with the same --data), which removes that copy")
+
 def check_prepared_path(dataset_path # the folder a run reads its prepared data from
                        ):
-    "A one-line `UsageError` if `dataset_path` is empty, lies under a file, or does not exist; what else a prepared folder needs, `load_prepared` checks."
+    "A one-line `UsageError` if `dataset_path` is empty, lies under a file, does not exist, or is a model, a checkpoint or a half-written prepare; what else a prepared folder needs, `load_prepared` checks."
     if dataset_path is None or not str(dataset_path).strip():
         raise UsageError("--dataset_path is empty: pass the folder `trn-tutorials prep` wrote, e.g. --dataset_path runs/emotion-data")
     p = Path(dataset_path).expanduser()
     up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
     if up is not None and not up.is_dir():
         raise UsageError(f"no prepared data at {dataset_path}: it lies under the file {up}; pass the folder `trn-tutorials prep` wrote")
+    if (why := _half_written(p, dataset_path)): raise UsageError(why)
     if not p.exists(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
+    if p.is_dir() and (why := _what_else(p, dataset_path)): raise UsageError(why)
 
 def check_model_path(model_dir, # a trained model folder (train's --output_dir)
                      folder:bool=False # first refuse a path that is no folder, in those words (`verify`'s)

@@ -14,7 +14,7 @@ from .backends import (Accelerator, check_backend, detect, run_cost, set_backend
                                     _instance_type, XLA_BACKENDS)
 from .core import (NPROC_LIMIT, Limit, UsageError, check_number, check_numbers, die_with_parent, documented, folder_lock, lock_holder,
                                 reading, stop_signals_as_ctrl_c)
-from .data import load_prepared
+from .data.prepared import load_prepared
 from .live_progress import Progress, in_notebook   # here too: `from trn_tutorials.launch import Progress`
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
 from .train import (LOCK_ENV, check_batch, check_model, check_output_dir, check_problem_type,
@@ -277,7 +277,8 @@ def _checked(args:TrainArguments, # the run's arguments
     check_flags(args, args.backend)   # a flag the backend cannot run: here, not once torchrun and its workers have started
     n = workers(nproc_per_node, acc, args.backend)
     out = check_output_dir(args)
-    ds, manifest = load_prepared(args.dataset_path)   # read once: the checks and the resume take it from here
+    prepared = load_prepared(args.dataset_path)   # read once: the checks and the resume take it from here
+    ds, manifest = prepared.splits, prepared.manifest
     check_problem_type(args, manifest)
     check_model(args, manifest)
     check_batch(args, manifest, n)   # its note on evaluation batches comes from the first worker

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from .core import NPROC_LIMIT, RECORD, Limit, check_folder, check_number, die_with_parent, folder_lock
 from .backends import Accelerator, check_backend, detect
-from .data import load_prepared
-from .data_files import row_lengths
+from .data.prepared import load_prepared
+from .data.prepared import row_lengths
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # loaded when used: it imports transformers
 from .launch import LaunchError, launch_env, torchrun_command, workers
 from .torchrun import cache_status, compile_cache, raise_failure, record_root, stream
@@ -46,7 +46,7 @@ def precompile_steps(args:TrainArguments, # the real run's arguments
                      train_split=None # the prepared training split, if already loaded; default read from `args.dataset_path`
                     ) -> int:
     "Optimizer steps after which every worker has fed its model each training input shape of `args` (at least 2)."
-    rows = row_lengths(load_prepared(args.dataset_path)[0]['train'] if train_split is None else train_split)
+    rows = row_lengths(load_prepared(args.dataset_path).splits['train'] if train_split is None else train_split)
     need = 2   # the first step and a following one: the optimizer's state is created on the first
     for rank in range(nproc):
         s = BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, rank, args.seed, fill_last=True, pad_to_batch=True)
@@ -60,7 +60,7 @@ def precompile_shapes(args:TrainArguments, # the real run's arguments
                       nproc:int # workers
                      ) -> dict:
     "The `(rows, length)` input shapes a run of `args` feeds on the XLA backends: in training, and in evaluation."
-    ds = load_prepared(args.dataset_path)[0]
+    ds = load_prepared(args.dataset_path).splits
     rows = row_lengths(ds['train'])
     train = set().union(*(BucketBatchSampler(rows, args.per_device_train_batch_size, nproc, r, args.seed, fill_last=True).shapes()
                           for r in range(nproc)))
@@ -134,7 +134,8 @@ def precompile(args:TrainArguments, # the real run's arguments, as `launch` gets
     backend = check_backend(args.backend, acc)
     if backend != 'neuron': return _not_on_neuron(args, nproc_per_node, acc, backend)
     n = workers(nproc_per_node, acc)
-    ds, manifest = load_prepared(args.dataset_path)   # read once, for the checks and the trial's steps
+    prepared = load_prepared(args.dataset_path)   # read once, for the checks and the trial's steps
+    ds, manifest = prepared.splits, prepared.manifest
     check_model(args, manifest); check_batch(args, manifest, n)
     steps = precompile_steps(args, n, ds['train']) if steps is None else steps
     env = launch_env('neuron', n)

@@ -13,7 +13,7 @@ from pathlib import Path
 from .core import Limit, UsageError, arguments_of, check_number
 from .core import CLASSIFY_LIMITS
 from .backends import detect
-from .data_files import datasets_quiet, load_raw
+from .data.files import datasets_quiet, load_raw
 from .inference import (TORCHSCRIPT, TRACE_INFO, Classifier, ModelFolderError, batch_logits,
     check_model_folder, model_fn, padded_lengths)
 from .models import short_path

@@ -13,8 +13,9 @@ from .core import (UsageError, check_folder, check_owner, die_with_parent, folde
                                 quick_exit, reading, stop_signals_as_ctrl_c, write_record)
 from .backends import XLA_BACKENDS, check_backend, set_backend_env
 from .models import short_path
-from .data import data_fingerprint, load_prepared, prep_command
-from .packing import texts_per_row
+from .data.prepare import data_fingerprint, prep_command
+from .data.prepared import load_prepared
+from .data.packing import texts_per_row
 if TYPE_CHECKING: from trn_tutorials.arguments import TrainArguments   # imported when a run is parsed: it loads transformers
 
 # %% auto #0
@@ -44,7 +45,7 @@ def check_output_dir(args:TrainArguments # the run's arguments
     return check_owner(args.output_dir, 'model', 'output_dir')   # not the user's files, nor another kind of folder
 
 def claim_output_dir(args:TrainArguments, # the run's arguments
-                     manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
+                     manifest:dict # the prepared data's manifest (`load_prepared(path).manifest`)
                     ) -> Path:
     "Write `output_dir`'s record (kind 'model': the options and the data's fingerprint), before anything else goes into it."
     full = lambda p: os.path.abspath(p) if p and os.path.exists(p) else p
@@ -64,7 +65,7 @@ def check_space(args:TrainArguments, # the run's arguments
                 manifest:dict|None=None # the prepared data's manifest, if loaded already; else it is read when needed
                ) -> int|None:
     "A one-line `UsageError` if the disk holding `output_dir` lacks room for the model and `save_total_limit` checkpoints; else the bytes free."
-    w = _weights_size(model_id or args.model_id or (manifest or load_prepared(args.dataset_path)[1])['model_id'])
+    w = _weights_size(model_id or args.model_id or (manifest or load_prepared(args.dataset_path).manifest)['model_id'])
     if not w: return None   # a Hub id: its size is not known here
     need = lambda k: int(w * (1 + 3 * (k + 1) * bool(args.save_steps)) * 1.1)   # weights + k+1 checkpoints (weights, Adam's 2 states)
     where = next(p for p in Path(os.path.abspath(args.output_dir)).parents if p.exists()) if not os.path.exists(args.output_dir) else args.output_dir
@@ -78,11 +79,11 @@ def check_space(args:TrainArguments, # the run's arguments
 
 # %% ../nbs/train/04_train.ipynb #08d47d4d
 def check_model(args:TrainArguments, # the run's arguments
-                manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
+                manifest:dict # the prepared data's manifest (`load_prepared(path).manifest`)
                ):
     "A one-line `UsageError` if the model to train does not fit the prepared data: its tokenizer (unless allowed) or its vocabulary."
     from transformers import AutoConfig
-    from trn_tutorials.data_checks import load_tokenizer, tokenizer_fingerprint
+    from trn_tutorials.data.checks import load_tokenizer, tokenizer_fingerprint
     was, model_id = manifest['model_id'], args.model_id or manifest['model_id']
     have = tokenizer_fingerprint(load_tokenizer(model_id))
     want = manifest.get('tokenizer')
@@ -219,7 +220,7 @@ def _note(text:str):
 
 # %% ../nbs/train/04_train.ipynb #fdd2d4cf
 def check_problem_type(args:TrainArguments, # the run's arguments
-                       manifest:dict # the prepared data's manifest (`load_prepared(path)[1]`)
+                       manifest:dict # the prepared data's manifest (`load_prepared(path).manifest`)
                       ) -> str:
     "The data's `problem_type` (`problem_of`); a one-line `UsageError` for one this version does not train, or packed rows of any but single labels."
     problem = problem_of(manifest)
@@ -240,7 +241,8 @@ def _prepare(args:TrainArguments # the run's arguments
     backend = check_backend(args.backend)
     check_torchrun(backend, args=args)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
     check_output_dir(args)
-    ds, manifest = load_prepared(args.dataset_path)
+    prepared = load_prepared(args.dataset_path)
+    ds, manifest = prepared.splits, prepared.manifest
     check_problem_type(args, manifest)
     world = int(os.environ.get('WORLD_SIZE', 1))
     check_model(args, manifest)
@@ -281,7 +283,7 @@ def _model(args:TrainArguments, manifest:dict, backend:str) -> tuple:
         model_id, num_labels=len(names), problem_type=problem_of(manifest), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         ignore_mismatched_sizes=True, **({'attn_implementation': attention} if attention else {}))
     if manifest.get('packing'):   # several texts a row: each attends to itself, each classified from its own [CLS]
-        from trn_tutorials.packing import pack_model
+        from trn_tutorials.data.packing import pack_model
         model = pack_model(model)
     return model_id, tokenizer, model
 

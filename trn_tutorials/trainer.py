@@ -10,7 +10,7 @@ from datetime import timedelta
 import numpy as np
 
 from .core import UsageError
-from .data_files import row_lengths
+from .data.prepared import row_lengths
 from .samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows
 from .progress import flat_array
 from .checkpoints import SEAL_TIMEOUT_S, CheckpointGuard, host_store, diverged

@@ -13,7 +13,7 @@ from .backends import CATALOG
 from .core import Limit, UsageError, check_number, check_numbers, documented
 from .core import JOB_LIMITS, SM_MAX_HOURS
 from .models import short_path
-from .data import load_prepared
+from .data.prepared import load_prepared
 from .aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
 from .launch import NEURON_ENV, Results
 from .torchrun import worker_error
@@ -131,7 +131,7 @@ CONTAINER = {'data': '/opt/ml/input/data/train', 'model': '/opt/ml/input/data/mo
 
 def _model_of(args:TrainArguments) -> str|None:
     "The model the run fine-tunes: `--model_id`, else the one the data was tokenized for."
-    return args.model_id or load_prepared(args.dataset_path)[1].get('model_id')
+    return args.model_id or load_prepared(args.dataset_path).manifest.get('model_id')
 
 def job_hyperparameters(args:TrainArguments # the run's arguments, as for a local `launch`
                        ) -> dict:

@@ -12,7 +12,7 @@ from typing import Callable
 
 from .core import Limit, UsageError, check_number
 from .models import short_path
-from .data import load_prepared
+from .data.prepared import load_prepared
 from .inference import (JSON, TORCHSCRIPT, TRACE_INFO, Classifier, ModelFolderError, batch_logits, check_model_folder,
                                      input_fn, output_fn, predict_fn)
 from .progress import (MAIN_METRIC, MULTI_LABEL, REGRESSION, classification_metrics, multi_label_metrics, problem_of,
@@ -31,7 +31,8 @@ def split_rows(dataset_path:str, # the folder `prepare` wrote (the model's `metr
               split:str='test' # the split to score
              ) -> tuple[list[dict], list, dict]:
     "The split's texts as the model saw them (token ids, unpadded; packed rows taken apart), their labels, and the folder's manifest."
-    ds, m = load_prepared(dataset_path)
+    prepared = load_prepared(dataset_path)
+    ds, m = prepared.splits, prepared.manifest
     if split not in ds: raise UsageError(f"{dataset_path} has no {split!r} split (it has {', '.join(ds)}): pass --split with one of them")
     d, rows, labels = ds[split], [], []
     types = 'token_type_ids' in d.column_names

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from .core import UsageError, check_numbers, documented, parse_args, quick_exit
 from .backends import check_backend, set_backend_env, XLA_BACKENDS
-from .data import load_prepared
+from .data.prepared import load_prepared
 from .progress import metrics_text, package_versions, classification_metrics, majority_baseline
 from .train import check_workers
 from .samplers import PaddedRows
@@ -347,7 +347,8 @@ def train_loop(args:LoopArguments # the run's arguments
     check_loop_args(args)
     backend = loop_backend(args.backend)
     check_workers(backend, int(os.environ.get('WORLD_SIZE', 1)))
-    ds, manifest = load_prepared(args.dataset_path)
+    prepared = load_prepared(args.dataset_path)
+    ds, manifest = prepared.splits, prepared.manifest
     if manifest.get('packing'): raise UsageError(f"{args.dataset_path} holds packed rows, which this loop does not train: prepare it without --pack, or train it with `python -m trn_tutorials.train`")
     set_backend_env(backend)
     w = start_workers(backend)

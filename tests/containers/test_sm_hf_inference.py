@@ -27,7 +27,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS
+from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.endpoint import predict
 from trn_tutorials.hf_endpoint import HF_TASK, hf_package
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.data import DataArguments, prepare
+from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data.prepare import DataArguments, prepare
 from trn_tutorials.verify import verify
 from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package
 from trn_tutorials.torchscript import trace

@@ -40,8 +40,8 @@ def freeze(python) -> dict:
 def prepared(tmp_path_factory):
     "The sample prepared here, with this venv's (newest) datasets, for a tiny BERT."
     from trn_tutorials.models import tiny_bert
-    from trn_tutorials.data_files import EMOTION_LABELS, load_raw, sample_data
-    from trn_tutorials.data import DataArguments, prepare
+    from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
+    from trn_tutorials.data.prepare import DataArguments, prepare
     tmp = tmp_path_factory.mktemp('sm-training')
     raw = load_raw(sample_data())
     words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
