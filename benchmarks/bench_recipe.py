@@ -29,7 +29,7 @@ def load() -> list[float]: return [round(x, 2) for x in os.getloadavg()]
 
 def recipe(a, model:str, out:Path, length:int=512) -> dict:
     "The recipe's data cell (padded to `length`), then its training script for `--steps` steps, each in its own Python; the Trainer's train metrics."
-    from trn_tutorials.launch import launch_env
+    from trn_tutorials.training.launch import launch_env
     script, env, data = str(HERE/'recipe_2023.py'), launch_env('cpu', 1), out/f'lm_dataset-{length}'
     if not (data/'train').exists():
         subprocess.run([sys.executable, script, '--prepare', '--data', a.data, '--model_id', model, '--dataset_path', str(data),
@@ -50,10 +50,11 @@ def recipe(a, model:str, out:Path, length:int=512) -> dict:
 def project(a, name:str, buckets:int, model:str, out:Path, pack:bool=False) -> dict:
     "The tutorial's `prepare` and training script (torchrun, one worker) for `--steps` steps; packed: as many texts a step as the others."
     from bench_buckets import run
-    from trn_tutorials.data.prepare import DataArguments, prepare
-    from trn_tutorials.launch import torchrun_command
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
+    from trn_tutorials.training.launch import torchrun_command
     from trn_tutorials.data.packing import rows_for_texts, texts_per_row
-    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.training.arguments import TrainArguments
     tag = 'packed' if pack else f'{buckets}-buckets'
     data = out/'data'/tag
     manifest = prepare(DataArguments(data=a.data, model_id=model, dataset_path=str(data), buckets=buckets, pack=pack))

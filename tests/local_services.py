@@ -59,8 +59,8 @@ def refused(fn, *a, **kw) -> str:
 
 def prep_args(tmp_path, data=None, **kw):
     "`DataArguments` preparing `data` (default: the bundled sample) with the offline MiniLM into `tmp_path/prep`, changed by `kw`."
-    from trn_tutorials.data.prepare import DataArguments
-    from trn_tutorials.data.files import sample_data
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.sources import sample_data
     from trn_tutorials.models import local_model
     return DataArguments(**{'data': data or sample_data(), 'model_id': local_model(), 'dataset_path': str(tmp_path/'prep'), **kw})
 
@@ -397,7 +397,7 @@ class Rehearsal:
             (self.dir/'sshd').mkdir()
             self.moto = local_aws(self.dir/'moto')
             if self.n:
-                from trn_tutorials.instance import launch_instance
+                from trn_tutorials.instance.ec2 import launch_instance
                 self.instances = [launch_instance('trn1.2xlarge', my_ip=self.my_ip, wait_ssh=False) for _ in range(self.n)]
             if self.ssh:
                 self.sshd = Sshd(self.dir/'sshd', home=self.home, authorized=[i.key_path for i in self.instances]).start()
@@ -412,7 +412,7 @@ class Rehearsal:
         "Stop the servers (and any tunnel or Jupyter the chapter left running), restore the environment, remove the folder. Harmless twice."
         if self.stopped: return
         self.stopped = True
-        if (ssh := sys.modules.get('trn_tutorials.ssh')) is not None: ssh.stop_all()
+        if (ssh := sys.modules.get('trn_tutorials.instance.ssh')) is not None: ssh.stop_all()
         for srv in (self.sshd, self.moto):
             if srv is not None: srv.stop()
         os.environ.clear(); os.environ.update(self._env)
@@ -500,8 +500,8 @@ class SageMakerStandIn:
     def run(self, name: str, timeout: float = 600) -> int:
         "Run training job `name`'s container side here; put its log and model where SageMaker would. Returns torchrun's exit status."
         import boto3, tarfile
-        from trn_tutorials.launch import NEURON_ENV
-        from trn_tutorials.progress import PROGRESS_ENV
+        from trn_tutorials.training.launch import NEURON_ENV
+        from trn_tutorials.training.progress import PROGRESS_ENV
         sm, s3, logs = boto3.client('sagemaker'), boto3.client('s3'), boto3.client('logs')
         d = sm.describe_training_job(TrainingJobName=name)
         root = self.dir/name
@@ -568,9 +568,9 @@ class SageMakerStandIn:
         `/opt/ml/model` to `model.tar.gz`. `self.output`: every host's lines, prefixed with the host. Returns the first
         non-zero exit status, else 0."""
         import boto3, tarfile, threading
-        from trn_tutorials.launch import NEURON_ENV
-        from trn_tutorials.progress import PROGRESS_ENV
-        from trn_tutorials.training_job import compile_cache_url
+        from trn_tutorials.training.launch import NEURON_ENV
+        from trn_tutorials.training.progress import PROGRESS_ENV
+        from trn_tutorials.sagemaker.training_job import compile_cache_url
         sm, s3, logs = boto3.client('sagemaker'), boto3.client('s3'), boto3.client('logs')
         d = sm.describe_training_job(TrainingJobName=name)
         rc_ = d['ResourceConfig']

@@ -1,4 +1,4 @@
-"""`trn_tutorials.arguments`: the training script speaks Hugging Face's names. `TrainArguments` is transformers'
+"""`trn_tutorials.training.arguments`: the training script speaks Hugging Face's names. `TrainArguments` is transformers'
 `TrainingArguments` with the tutorial's defaults; every flag a Hugging Face user knows parses, travels through `launch` (argv)
 and the SageMaker job (hyperparameters), and trains; `--epochs`/`--lr` still work with a note; flags a backend cannot run are
 refused in one line. And, by class, an accepted option is honoured or refused: every field of the installed transformers'
@@ -17,12 +17,12 @@ from transformers import TrainingArguments, default_data_collator
 
 from test_train import linked
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.launch import launch_env, torchrun_command
-from trn_tutorials.arguments import (DONE_ANYWAY, OUR_FIELDS, REFUSED, TRAINER_FIELDS, TrainArguments, _LOADER_KEYS, alias_notes,
+from trn_tutorials.training.launch import launch_env, torchrun_command
+from trn_tutorials.training.arguments import (DONE_ANYWAY, OUR_FIELDS, REFUSED, TRAINER_FIELDS, TrainArguments, _LOADER_KEYS, alias_notes,
                                      changed_options, check_args, check_flags, needs_use_cpu, option_argv, refused_option,
                                      training_arguments)
-from trn_tutorials.checkpoints import CheckpointGuard
-from trn_tutorials.trainer import BucketBatches, Guards, loader_options
+from trn_tutorials.training.checkpoints import CheckpointGuard
+from trn_tutorials.training.trainer import BucketBatches, Guards, loader_options
 
 HF_FLAGS = ['--num_train_epochs', '2', '--gradient_accumulation_steps', '2', '--lr_scheduler_type', 'cosine', '--report_to', 'none',
             '--eval_strategy', 'steps', '--eval_steps', '7', '--max_grad_norm', '0.5', '--adam_beta2', '0.98', '--label_smoothing_factor', '0.1',
@@ -55,7 +55,7 @@ def test_the_original_names_still_work_with_a_note():
     assert alias_notes(['--epochs', '4', '--lr=3e-5', '--epochs', '5']) == [
         "note: --epochs is transformers' --num_train_epochs; both work", "note: --lr is transformers' --learning_rate; both work"]
     assert alias_notes(['--num_train_epochs', '4']) == []
-    from trn_tutorials.xla_loop import LoopArguments   # the plain loop takes the same names and aliases
+    from trn_tutorials.training.xla_loop import LoopArguments   # the plain loop takes the same names and aliases
     loop, = parse_args([LoopArguments], ['--epochs', '2', '--lr', '1e-3'])
     assert (loop.num_train_epochs, loop.learning_rate) == (2.0, 1e-3)
 
@@ -123,15 +123,15 @@ def test_hf_flags_train_through_torchrun(prepared, tmp_path):
 
 
 def test_the_job_hyperparameters_carry_hf_flags(prepared):
-    from trn_tutorials.training_job import job_hyperparameters
-    hp = job_hyperparameters(TrainArguments(dataset_path=str(prepared/'data'), gradient_accumulation_steps=4, lr_scheduler_type='cosine', bf16=True))
+    from trn_tutorials.sagemaker.training_job import job_hyperparameters
+    hp = job_hyperparameters(TrainArguments(dataset_path=str(prepared/'data'), gradient_accumulation_steps=4, lr_scheduler_type='cosine', bf16=True), None)
     assert (hp['gradient_accumulation_steps'], hp['lr_scheduler_type'], hp['bf16']) == (4, 'cosine', True)
     assert 'use_cpu' not in hp and hp['dataset_path'] == '/opt/ml/input/data/train'
 
 
 def test_the_entry_points_leave_transformers_unloaded():
     "transformers reads USE_TORCH_XLA once, when first imported: what torchrun and the SageMaker job load before `main` must not import it."
-    code = ("import sys, trn_tutorials.train, trn_tutorials.launch, trn_tutorials.precompile, trn_tutorials.training_job, trn_tutorials.xla_loop; "
+    code = ("import sys, trn_tutorials.training.train, trn_tutorials.training.launch, trn_tutorials.training.precompile, trn_tutorials.sagemaker.training_job, trn_tutorials.training.xla_loop; "
             "print('transformers' in sys.modules)")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == 'False', r.stdout + r.stderr
@@ -197,7 +197,7 @@ REFUSED_HERE = [k for k in REFUSED if k in FIELDS]
 
 def refusal(argv:list[str], capsys) -> str|None:
     "The one line that refuses `argv` as `trn-tutorials train` would (parsing, then `check_args`), or `None` if accepted."
-    try: a, = parse_args([TrainArguments], argv, prog='trn_tutorials.train')
+    try: a, = parse_args([TrainArguments], argv, prog='trn_tutorials.training.train')
     except SystemExit as e:
         err = capsys.readouterr().err.strip().splitlines()
         assert e.code == 2 and len(err) == 1, err
@@ -351,7 +351,7 @@ def test_every_field_of_ours_is_shown():
 
 
 def test_no_resume_help_is_its_own(capsys):
-    with pytest.raises(SystemExit): parse_args([TrainArguments], ['--help'], prog='trn_tutorials.train')
+    with pytest.raises(SystemExit): parse_args([TrainArguments], ['--help'], prog='trn_tutorials.training.train')
     out = capsys.readouterr().out
     yes, no = out.split('options:')[1].split('--resume [RESUME]')[1].split('--no_resume, --no-resume')
     no = no.split('--backend')[0]

@@ -17,7 +17,7 @@ import pytest
 from trn_tutorials.backends import (CATALOG, check_backend, detect, neuron_core_total, neuron_lnc, neuron_ls, parse_visible_cores,
                                     run_cost, visible_neuron_cores)
 from trn_tutorials.core import UsageError
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 
 FIXTURES = Path(__file__).resolve().parent/'fixtures'/'neuron-ls'
 COLUMNS = {'NEURON DEVICE': 'neuron_device', 'NEURON CORES': 'nc_count', 'NEURON CORE IDS': 'neuroncore_ids'}   # the guide's Field Definitions
@@ -191,7 +191,7 @@ def neuron_ls_on_path(tmp_path):
 def test_wrong_venv_refused_by_launch_and_cli(tmp_path, neuron_ls_on_path, monkeypatch, prepared):
     "Real prepared data (a missing folder is refused first, before any library loads): the backend check is what refuses."
     monkeypatch.setenv('PATH', neuron_ls_on_path['PATH'])
-    from trn_tutorials.launch import launch
+    from trn_tutorials.training.launch import launch
     out = tmp_path/'model'
     with pytest.raises(UsageError) as e: launch(TrainArguments(dataset_path=str(prepared/'data'), output_dir=str(out)))
     assert 'NeuronCore' in str(e.value) and not out.exists()

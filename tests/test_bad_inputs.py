@@ -2,7 +2,7 @@
 
 Each case sets up its own folder (a bad CSV, a key file, ...), snapshots it, runs one bad input, then checks:
 - the CLI (`trn-tutorials ...` in-process through its entry `trn_tutorials.cli.run(argv)`: tests/test_cli.py runs each command
-  once in a process of its own; `python -m trn_tutorials.train ...` in-process through the module's `main(argv)`, one case
+  once in a process of its own; `python -m trn_tutorials.training.train ...` in-process through the module's `main(argv)`, one case
   in a subprocess, where `-m` relaunches under torchrun; offline, cwd = the case folder, careless' `run_here`)
   exits with status 2 and prints exactly one stderr line, no traceback; a Python function raises `UsageError`
   (`parse_args` exits 2, as argparse does) with a one-line message;
@@ -23,19 +23,22 @@ from datasets import Dataset, DatasetDict
 
 from local_services import damaged, freeze, hold_lock, unfreeze
 
-from trn_tutorials.arguments import check_args
-from trn_tutorials.launch import LaunchArguments
+from trn_tutorials.training.arguments import check_args
+from trn_tutorials.training.launch import LaunchArguments
 from trn_tutorials.backends import Accelerator, parse_visible_cores, run_cost
 from trn_tutorials.core import UsageError, parse_args, write_record
 from trn_tutorials.models import local_model, tiny_bert
-from trn_tutorials.data.prepare import DataArguments, choose_length, prepare
-from trn_tutorials.data.files import load_raw, sample_data
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.shapes import choose_length
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.data.sources import load_raw, sample_data
 from trn_tutorials.data.checks import validate
-from trn_tutorials.instance import InstanceArguments, ssh_cidr
-from trn_tutorials.launch import launch, workers
-from trn_tutorials.precompile import precompile
-from trn_tutorials.checkpoints import RUN_ARGS
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.instance.ec2 import InstanceArguments, ssh_cidr
+from trn_tutorials.training.launch import launch
+from trn_tutorials.training.preflight import workers
+from trn_tutorials.training.precompile import precompile
+from trn_tutorials.training.checkpoints import RUN_ARGS
+from trn_tutorials.training.arguments import TrainArguments
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
@@ -70,7 +73,7 @@ def checkpoint(d:Path, out:str='out', step:int=4, max_steps:int=8, **run) -> str
     (c/'trainer_state.json').write_text(f'{{"global_step": {step}, "max_steps": {max_steps}}}\n')
     for f in ('model.safetensors', 'optimizer.pt', 'scheduler.pt'): (c/f).write_bytes(b'\0' * 16)
     (c/'config.json').write_text('{}\n')
-    from trn_tutorials.checkpoints import seal_checkpoint
+    from trn_tutorials.training.checkpoints import seal_checkpoint
     seal_checkpoint(c)   # complete: its record lists every file
     write_record(d/out, {'kind': 'model', 'options': run})   # the folder's record, as the run that wrote it left it
     return str(d/out)
@@ -102,7 +105,7 @@ def two_labels(*texts_labels) -> DatasetDict:
 @dataclass
 class Case:
     id: str
-    kind: str          # 'cli' (trn-tutorials), 'module' (python -m trn_tutorials.train), 'func' (raises UsageError), 'exit' (SystemExit 2)
+    kind: str          # 'cli' (trn-tutorials), 'module' (python -m trn_tutorials.training.train), 'func' (raises UsageError), 'exit' (SystemExit 2)
     setup: Callable    # (case folder, prepared data folder) -> argv list (cli/module) or a no-argument callable (func/exit)
     words: list[str]   # must all be in the message
 
@@ -157,7 +160,7 @@ CASES = [
     Case('cli tunnel key readable by others', 'cli', lambda d, p: ['tunnel', '--host', '203.0.113.7', '--key_path', key_file(d, 0o644)],
          ['can be read by others', 'chmod 400']),
     Case('cli tunnel host without key', 'cli', lambda d, p: ['tunnel', '--host', '203.0.113.7'], ['--host needs --key_path']),
-    # --- the training script as torchrun starts it: python -m trn_tutorials.train (calls train.main)
+    # --- the training script as torchrun starts it: python -m trn_tutorials.training.train (calls train.main)
     Case('train.main dataset_path is a file', 'module', lambda d, p: ['--dataset_path', write(d, 'data.csv', rows(*SIX * 10))],
          ['no prepared data at', 'trn-tutorials prep']),
     # --- prepare(DataArguments(...)): what is wrong with the data or the settings
@@ -365,8 +368,8 @@ def prepared(minilm_prepared, tmp_path_factory) -> str:
 
 
 def _run(case:Case, d:Path, prepared:str) -> dict:
-    "`case` as a user runs it: `python -m trn_tutorials.train ...` in a process of its own, in the case folder."
-    cmd = [sys.executable, '-m', 'trn_tutorials.train', *case.setup(d, prepared)]
+    "`case` as a user runs it: `python -m trn_tutorials.training.train ...` in a process of its own, in the case folder."
+    cmd = [sys.executable, '-m', 'trn_tutorials.training.train', *case.setup(d, prepared)]
     before = snapshot(d)
     t0 = time.time()
     try: r = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=ENV, timeout=180)
@@ -377,7 +380,7 @@ def _run(case:Case, d:Path, prepared:str) -> dict:
 
 def _run_here(case:Case, d:Path, prepared:str) -> dict:
     """`case` in this process, in the case folder, through careless' `run_here`: a `cli` case through the CLI's entry
-    `trn_tutorials.cli.run(argv)`, a `module` case through `trn_tutorials.train.main(argv)` (the entry `python -m` calls,
+    `trn_tutorials.cli.run(argv)`, a `module` case through `trn_tutorials.training.train.main(argv)` (the entry `python -m` calls,
     put in `run_here`'s place of the CLI's while it runs: its lock is held, so nothing else calls the CLI meanwhile)."""
     import trn_tutorials.cli as C
     from careless import in_process, run_here
@@ -386,15 +389,15 @@ def _run_here(case:Case, d:Path, prepared:str) -> dict:
         before, t0, cli_run = snapshot(d), time.time(), C.run
         try:
             if case.kind == 'module':
-                from trn_tutorials.train import main
+                from trn_tutorials.training.train import main
                 C.run = main
             r = run_here(argv, d)
         finally: C.run = cli_run; thaw(d)
-    cmd = [TRN, *argv] if case.kind == 'cli' else [sys.executable, '-m', 'trn_tutorials.train', *argv]
+    cmd = [TRN, *argv] if case.kind == 'cli' else [sys.executable, '-m', 'trn_tutorials.training.train', *argv]
     return {'r': subprocess.CompletedProcess(cmd, r.returncode, r.stdout, r.stderr), 'dir': d, 'before': before, 's': time.time() - t0}
 
 
-# The one case run as a process: `python -m trn_tutorials.train` on a Neuron backend outside torchrun relaunches itself under
+# The one case run as a process: `python -m trn_tutorials.training.train` on a Neuron backend outside torchrun relaunches itself under
 # torchrun (`relaunch=True`), which only a process of its own shows. Every `trn-tutorials` command's process: tests/test_cli.py.
 IN_SUBPROCESS = {'module --backend neuron without NeuronCores'}
 
@@ -476,7 +479,7 @@ def test_the_suggested_fixes_work(cli_results):
         if not res or 'r' not in res: continue
         r, d = res['r'], res['dir']
         lines = [l for l in r.stderr.splitlines() if l.strip()]
-        argv = list(r.args[1:]) if c.kind == 'cli' else ['-m', 'trn_tutorials.train', *r.args[3:]]
+        argv = list(r.args[1:]) if c.kind == 'cli' else ['-m', 'trn_tutorials.training.train', *r.args[3:]]
         fix = follow_argv(re.sub(r'^\S+(?: \S+)?: error: ', '', lines[-1]), argv, d) if lines else None
         if fix and fix[0] in ('prep', 'stop'): fixes[c.id] = (fix, d)
     def follow(item):   # each in its own case folder

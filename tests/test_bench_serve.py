@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.data.files import sample_data
+from trn_tutorials.data.sources import sample_data
 
 ROOT = Path(__file__).parent.parent
 ENV = os.environ | {'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}

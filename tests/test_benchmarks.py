@@ -10,7 +10,7 @@ import pytest
 from local_services import one_line
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-from trn_tutorials.data.files import sample_data
+from trn_tutorials.data.sources import sample_data
 from trn_tutorials.data.prepared import load_prepared
 
 ROOT = Path(__file__).parent.parent
@@ -150,7 +150,8 @@ def test_bench_pack_order_trains_prepares_shuffled_rows(tiny, monkeypatch, capsy
     """bench_pack_order: prepare --pack's rows (training filled in a shuffled order) trained per seed beside the chosen length;
     the script once in its own process (fp32), then `main` here: --bf16 (its run a torchrun as always), and two reruns that
     train nothing."""
-    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
     from trn_tutorials.data.prepared import load_prepared
     tmp, model = tiny
     before, results, out = digest(ROOT/'benchmarks'/'results.json'), tmp/'results-order.json', tmp/'out-order'

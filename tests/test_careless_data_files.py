@@ -5,8 +5,10 @@ from datasets import DatasetDict
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import local_model
-from trn_tutorials.data.prepare import DataArguments, prepare
-from trn_tutorials.data.files import data_files, load_raw
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.data.files import data_files
+from trn_tutorials.data.sources import load_raw
 from trn_tutorials.data.checks import validate
 
 ROWS = [('i feel great today', 'joy'), ('i feel so sad', 'sadness'), ('what a lovely morning', 'joy'), ('nothing went right', 'sadness')] * 5

@@ -5,10 +5,11 @@ training (careless' `MIN`: one step): the cases are about paths, not training.""
 from pathlib import Path
 
 from careless import MIN, Case, make_test, shared_data, tiny_csv, tiny_model
-from trn_tutorials.data.prepare import DataArguments, prepare
-from trn_tutorials.launch import launch
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.train import train
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.training.launch import launch
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.train import train
 
 HOME = {'HOME': '{d}/home'}   # the case folder's own home: `~` must land there, never in a literal `./~`
 
@@ -32,7 +33,7 @@ CASES = [
     Case('no traceback', 'prep --data and --dataset_path quoted ~', lambda d: ['prep', '--data', '~/tweets.csv',
          '--model_id', tiny_model(d), '--dataset_path', '~/prepared'] if tiny_csv(home(d)) else [], [],
          status=0, env=HOME, check=landed('prepared', 'trn_tutorials.json')),
-    Case('no traceback', 'torchrun module --output_dir quoted ~', lambda d: (home(d), ['-m', 'trn_tutorials.train', '--dataset_path',
+    Case('no traceback', 'torchrun module --output_dir quoted ~', lambda d: (home(d), ['-m', 'trn_tutorials.training.train', '--dataset_path',
          shared_data(d), '--output_dir', '~/m', *MIN])[1], [], status=0, env=HOME, check=landed('m', 'metrics.json')),
     Case('no traceback', 'stop --output_dir quoted ~', lambda d: (home(d), ['stop', '--output_dir', '~/m'])[1], ['nothing holds'],
          status=0, env=HOME),

@@ -13,7 +13,7 @@ def test_suggested_options():
 def test_follow_argv(tmp_path):
     assert follow_argv("was prepared from x: run `trn-tutorials prep --data '/a b/x.csv' --dataset_path /d` again", ['train'], tmp_path) == \
         ['prep', '--data', '/a b/x.csv', '--dataset_path', '/d']
-    assert follow_argv("in use: stop it (`python -m trn_tutorials.train --output_dir o`)", [], tmp_path) == ['-m', 'trn_tutorials.train', '--output_dir', 'o']
+    assert follow_argv("in use: stop it (`python -m trn_tutorials.training.train --output_dir o`)", [], tmp_path) == ['-m', 'trn_tutorials.training.train', '--output_dir', 'o']
     assert follow_argv("holds files trn-tutorials did not write (a): pass another --output_dir (a new or empty folder)",
                        ['train', '--output_dir', 'o', '--num_train_epochs', '1'], tmp_path) == ['train', '--output_dir', str(tmp_path/'another-output_dir'), '--num_train_epochs', '1']
     assert apply_options(['prep', '--accept_labels', 'a', '--data', 'x'], ['--accept_labels', 'b', 'c']) == ['prep', '--accept_labels', 'b', 'c', '--data', 'x']

@@ -16,10 +16,10 @@ from pathlib import Path
 from careless import FAST, MIN, Case, make_test, tiny_csv, tiny_model, tiny_prepared
 from trn_tutorials.core import RECORD, lock_holder
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.launch import stop
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.checkpoints import checkpoints
-from trn_tutorials.train import claim_output_dir
+from trn_tutorials.training.launch import stop
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.checkpoints import checkpoints
+from trn_tutorials.training.preflight import claim_output_dir
 
 EPOCHS = '4'   # 24 steps, a checkpoint every 3: the step a Ctrl-C or a stop lands on is far from the end, and the fix that goes on is short
 LONG = [*FAST, '--num_train_epochs', EPOCHS]   # a run long enough to be interrupted on the way (seconds, on the tiny fixtures)
@@ -62,7 +62,7 @@ OLD = '{"final_split": "validation", "note": "the last run\'s metrics"}'
 def retrain(d:Path) -> list:
     data = tiny_prepared(d)
     args = TrainArguments(dataset_path=data, output_dir=str(d/'model'))
-    claim_output_dir(args, load_prepared(data).manifest); (d/'model'/'metrics.json').write_text(OLD)
+    claim_output_dir(args, load_prepared(data)); (d/'model'/'metrics.json').write_text(OLD)
     shutil.copytree(d/'tiny-model', d/'new-model'); (d/'new-model'/'model.safetensors').rename(d/'weights.safetensors')
     return ['train', '--dataset_path', data, '--output_dir', 'model', '--model_id', str(d/'new-model'), *MIN]
 

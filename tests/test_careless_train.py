@@ -10,10 +10,10 @@ from pathlib import Path
 from careless import FAST, MIN, WORDS, Case, make_test, run_here, tiny_csv, tiny_prepared
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.core import write_record
-from trn_tutorials.progress import PROGRESS_ENV, read_progress
+from trn_tutorials.training.progress import PROGRESS_ENV, read_progress
 
 VENV = {'PATH': f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}   # an activated venv: `python` is this one
-TRAIN = ['-m', 'trn_tutorials.train']
+TRAIN = ['-m', 'trn_tutorials.training.train']
 
 def train_argv(d, out='m', *more, opts=FAST):
     "The module as torchrun starts it, on `d/data`, the training `opts` (default `FAST`) with `more` set over them."

@@ -17,10 +17,10 @@ import pytest
 from local_services import procs_mentioning
 from test_train import linked
 
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.core import UsageError, lock_holder
-from trn_tutorials.checkpoints import COMPLETE, checkpoints
-from trn_tutorials.launch import launch
+from trn_tutorials.training.checkpoints import COMPLETE, checkpoints
+from trn_tutorials.training.launch import launch
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')

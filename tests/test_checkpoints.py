@@ -1,4 +1,4 @@
-"""`trn_tutorials.checkpoints`: a checkpoint is sealed (every file listed with its size and sha256) or ignored, a run resumes
+"""`trn_tutorials.training.checkpoints`: a checkpoint is sealed (every file listed with its size and sha256) or ignored, a run resumes
 from the newest sealed one that its own options wrote, a diverged run names the likely cause, the workers meet only once the
 first has sealed, and old checkpoints go only once a newer one is sealed. (Killed at random moments and resumed bit-exactly,
 with real processes: tests/test_chaos.py.)"""
@@ -10,10 +10,10 @@ import pytest
 from fastcore.test import test_eq as eq, test_fail as fails
 
 from local_services import free_port
-from trn_tutorials.checkpoints import (COMPLETE, RUN_ARGS, checkpoint_complete, checkpoint_problem, checkpoints, diverged,
+from trn_tutorials.training.checkpoints import (COMPLETE, RUN_ARGS, checkpoint_complete, checkpoint_problem, checkpoints, diverged,
                                        newest_complete, resume_from, seal_checkpoint, skipped_note)
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 
 TORCHRUN_VARS = ('TORCHELASTIC_RUN_ID', 'LOCAL_RANK', 'RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
                  'TORCHELASTIC_USE_AGENT_STORE', 'TORCHELASTIC_RESTART_COUNT')
@@ -40,7 +40,7 @@ def test_seal_lists_every_file(tmp_path):
 
 
 @pytest.mark.parametrize('damage, why', [
-    (lambda d: (d/'optimizer.pt').write_bytes((d/'optimizer.pt').read_bytes()[:1200]), 'optimizer.pt: 1.2 kB of 6.0 kB written'),
+    (lambda d: (d/'optimizer.pt').write_bytes((d/'optimizer.pt').read_bytes()[:1200]), 'optimizer.pt: 1.2 kB of 6 kB written'),
     (lambda d: (d/'scheduler.pt').unlink(), 'scheduler.pt is missing'),
     (lambda d: (d/COMPLETE).unlink(), 'no completion record'),
     (lambda d: (d/COMPLETE).write_text('{"step": 1'), f'its {COMPLETE} is unreadable'),
@@ -179,8 +179,8 @@ def test_old_checkpoints_go_only_once_a_newer_one_is_sealed(prepared, tmp_path):
     "`save_total_limit 1`. The guard prunes after the seal instead: whenever a checkpoint is written, the last sealed one is there."
     tmp = prepared
     from transformers import AutoModelForSequenceClassification, TrainerCallback
-    from trn_tutorials.trainer import trainer_class
-    from trn_tutorials.arguments import training_arguments
+    from trn_tutorials.training.trainer import trainer_class
+    from trn_tutorials.training.arguments import training_arguments
     seen = []
     class Watch(TrainerCallback):   # runs before the guard's on_save: the new checkpoint is written, not sealed yet
         def on_save(self, args, state, control, **kw): seen.append([(c.name, ok) for c, ok in checkpoints(args.output_dir)])

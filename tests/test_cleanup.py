@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.cleanup` (nbs/cleanup/06_cleanup.ipynb) against a real moto_server and sshd.
+"""Checks of `trn_tutorials.instance.cleanup` (nbs/cleanup/06_cleanup.ipynb) against a real moto_server and sshd.
 
 The chapter removes one run, shows that a second run survives, removes it with `all_project=True` and ends on
 `leftovers()`; the exact values it used to assert, the resources made by hand that must survive, and a Jupyter
@@ -14,11 +14,11 @@ from botocore.awsrequest import AWSResponse
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.aws import run_tags
-from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
-from trn_tutorials.instance import find_instances, launch_instance
-from trn_tutorials.remote_jupyter import open_jupyter
-from trn_tutorials.sagemaker_aws import COMPILE_CACHE_PREFIX
-import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
+from trn_tutorials.instance.cleanup import CleanupArguments, cleanup, leftovers
+from trn_tutorials.instance.ec2 import find_instances, launch_instance
+from trn_tutorials.instance.jupyter import open_jupyter
+from trn_tutorials.sagemaker.resources import COMPILE_CACHE_PREFIX
+import trn_tutorials.sagemaker.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from local_services import MY_IP, free_port, jupyter_command, sagemaker_role
 
 NOTHING = {'instances': [], 'volumes': [], 'security_groups': [], 'key_pairs': [],
@@ -82,7 +82,7 @@ def test_cleanup_arguments_match_cleanup():
 def test_every_module_that_registers_a_cleaner_is_listed():
     "`declared_cleaners` imports the modules of `CLEANER_MODULES`, no search of the source: each module that calls `register` is listed."
     import re, trn_tutorials
-    from trn_tutorials.cleanup import CLEANER_MODULES
+    from trn_tutorials.instance.cleanup import CLEANER_MODULES
     pkg = Path(trn_tutorials.__file__).parent
     calls = {f'trn_tutorials.{p.stem}' for p in pkg.glob('*.py') if re.search(r'^register\(', p.read_text(), re.M)}
     assert calls == set(CLEANER_MODULES), calls
@@ -90,7 +90,7 @@ def test_every_module_that_registers_a_cleaner_is_listed():
 
 def test_later_chapters_register_their_cleaners():
     "Chapter 06 names no later chapter: the SageMaker chapters register how to find and remove what they tag; endpoints first."
-    from trn_tutorials.cleanup import CLEANERS, Scope, register
+    from trn_tutorials.instance.cleanup import CLEANERS, Scope, register
     assert [c.name for c in CLEANERS] == ['endpoints', 'training jobs']
     register('a test', lambda scope: {'test_things': [scope.run_id]}, lambda scope: {'things removed': ['x']}, order=99)
     try:
@@ -103,9 +103,9 @@ def test_later_chapters_register_their_cleaners():
 def test_every_option_has_help():
     "Each option of the AWS commands is documented once, as an inline comment (docments), which --help and the docs read."
     from trn_tutorials.core import field_help
-    from trn_tutorials.instance import InstanceArguments, StatusArguments
-    from trn_tutorials.remote_jupyter import TunnelArguments
-    from trn_tutorials.training_job import JobArguments
+    from trn_tutorials.instance.ec2 import InstanceArguments, StatusArguments
+    from trn_tutorials.instance.jupyter import TunnelArguments
+    from trn_tutorials.sagemaker.training_job import JobArguments
     for cls in (CleanupArguments, InstanceArguments, StatusArguments, TunnelArguments, JobArguments):
         assert [k for k, v in field_help(cls).items() if not v] == [], cls
 
@@ -287,7 +287,7 @@ def test_the_cli_option():
 def test_a_fresh_kernel_cleans_what_every_chapter_declared():
     "cleanup() in a new Python, before any SageMaker chapter is imported, still runs the endpoints' and jobs' cleaners."
     import subprocess, sys
-    code = ("import sys; from trn_tutorials.cleanup import CLEANERS, declared_cleaners; before = [c.name for c in CLEANERS]; "
+    code = ("import sys; from trn_tutorials.instance.cleanup import CLEANERS, declared_cleaners; before = [c.name for c in CLEANERS]; "
             "print(before, [c.name for c in declared_cleaners()])")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[] ['endpoints', 'training jobs']", out
@@ -298,8 +298,8 @@ def test_a_fresh_kernel_cleans_what_every_chapter_declared():
 def sdk_name(moto_server, prepared):
     "run_id -> the name `ModelTrainer` gives that run's job, read from `submit`'s dry run (SDK 3: `<base>-%Y%m%d%H%M%S`)."
     from local_services import SageMakerStandIn
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.training_job import JobArguments, submit
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.sagemaker.training_job import JobArguments, submit
     stand_in = SageMakerStandIn()
     def name(run_id):
         plan = submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=stand_in.role(), bucket=BUCKET, run_id=run_id, dry_run=True))

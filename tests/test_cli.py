@@ -7,7 +7,8 @@ import pytest
 
 from trn_tutorials.models import local_model, tiny_bert
 from trn_tutorials.core import parse_args
-from trn_tutorials.data.files import EMOTION_LABELS, sample_data
+from trn_tutorials.data.files import EMOTION_LABELS
+from trn_tutorials.data.sources import sample_data
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')   # the console script of the Python running the tests
 
@@ -134,7 +135,7 @@ def test_offline_defaults_leave_a_given_learning_rate_alone(monkeypatch, tmp_pat
     lrs = []
     class Stop(Exception): pass
     def stop(train, *a, **k): lrs.append(train.learning_rate); raise Stop()
-    monkeypatch.setattr('trn_tutorials.arguments.check_args', stop)   # where it is defined: quickstart imports it from there
+    monkeypatch.setattr('trn_tutorials.training.arguments.check_args', stop)   # where it is defined: quickstart imports it from there
     monkeypatch.setattr(C, 'hub_reachable', lambda *a, **k: False)
     for argv in ([], ['--learning_rat', '2e-5'], ['--learning_rate=3e-5']):
         with pytest.raises(Stop): C.run(['quickstart', *argv])
@@ -201,10 +202,10 @@ METRICS = {'final_split': 'validation', 'validation': {'f1': 0.5651, 'accuracy':
 
 def test_train_says_mcc_and_the_warnings_on_stderr(monkeypatch, capsys):
     import trn_tutorials.cli as C
-    from trn_tutorials.launch import Results
-    from trn_tutorials.arguments import TrainArguments
-    monkeypatch.setattr('trn_tutorials.launch.launch', lambda *a, **k: Results.from_metrics(METRICS, 3.0))
-    from trn_tutorials.launch import LaunchArguments
+    from trn_tutorials.training.launch import Results
+    from trn_tutorials.training.arguments import TrainArguments
+    monkeypatch.setattr('trn_tutorials.training.launch.launch', lambda *a, **k: Results.from_metrics(METRICS, 3.0))
+    from trn_tutorials.training.launch import LaunchArguments
     C.train_cmd(TrainArguments(), LaunchArguments())
     said = capsys.readouterr()
     assert 'validation weighted F1 0.5651, accuracy 0.6913, Matthews correlation 0.0000' in said.out, said.out
@@ -237,12 +238,12 @@ def test_a_log_on_a_full_disk_ends_the_run_in_one_line(prepared, tmp_path):
     """The disk fills while the launcher writes train.log (here: /dev/full): one line naming the folder, status 1, no run left.
     In-process through the CLI's entry (careless' `run_here`): the launcher here, torchrun and its worker as processes."""
     from test_train import linked
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.train import claim_output_dir
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.training.preflight import claim_output_dir
     from trn_tutorials.data.prepared import load_prepared
     linked(prepared, tmp_path, 'data')   # the run's lock lands beside the link, in tmp_path
     args = TrainArguments(dataset_path=str(tmp_path/'data'), output_dir=str(tmp_path/'model'))
-    claim_output_dir(args, load_prepared(args.dataset_path).manifest)
+    claim_output_dir(args, load_prepared(args.dataset_path))
     (tmp_path/'model'/'train.log').symlink_to('/dev/full')
     from careless import run_here
     r = run_here(['train', '--dataset_path', 'data', '--output_dir', 'model', '--max_steps', '2'], tmp_path)
@@ -270,7 +271,7 @@ def test_a_command_imports_only_what_it_runs(args, unloaded):
 
 def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path, distilbert_like, modernbert_like):
     from trn_tutorials.cli import packs_by_default
-    from trn_tutorials.data.prepare import DataArguments
+    from trn_tutorials.data.sources import DataArguments
     bert = tiny_bert(tmp_path/'tiny-bert', ['happy', 'sad'], labels=EMOTION_LABELS)
     d = lambda m=bert, **k: DataArguments(model_id=m, **k)
     assert [packs_by_default(d(), b) for b in ('neuron', 'torchneuron', 'xla', 'cuda', 'cpu')] == [True, True, True, False, False]
@@ -291,7 +292,7 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(pre
     "(conftest's tiny BERT, 2 steps a run). The layouts given (padded, --pack) are checked up to the launch, which gets the batch they say."
     import trn_tutorials.cli as C
     from trn_tutorials.data.prepared import load_prepared
-    from trn_tutorials.launch import Results
+    from trn_tutorials.training.launch import Results
     from trn_tutorials.data.packing import rows_for_texts
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(C, 'PACKS_ON', ('cpu',))
@@ -312,7 +313,7 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(pre
     C.run(argv + fix)
     assert 'resuming from checkpoint-' in capsys.readouterr().out
     batches = []   # what the launch is given: the training itself is the runs above
-    monkeypatch.setattr('trn_tutorials.launch.launch', lambda args, *a, **k: batches.append(args.per_device_train_batch_size) or Results.from_metrics(METRICS, 1.0))
+    monkeypatch.setattr('trn_tutorials.training.launch.launch', lambda args, *a, **k: batches.append(args.per_device_train_batch_size) or Results.from_metrics(METRICS, 1.0))
     C.run([*argv, '--buckets', '2', '--dataset_path', 'padded', '--output_dir', 'padded-model'])   # a layout given: no packing, no conversion
     said = capsys.readouterr().out
     assert 'layout:' not in said and 'batch:' not in said and not load_prepared('padded').manifest.get('packing') and batches == [16], (said, batches)
@@ -326,8 +327,8 @@ def test_option_classes_match_the_functions_they_configure():
     import inspect
     from dataclasses import fields
     from trn_tutorials.cli import DeployArguments, sm_deploy_cmd
-    from trn_tutorials.endpoint import deploy
-    from trn_tutorials.launch import LaunchArguments, launch
+    from trn_tutorials.sagemaker.endpoint import deploy
+    from trn_tutorials.training.launch import LaunchArguments, launch
     from trn_tutorials.core import UsageError
     def params(fn, skip): return {k: p.default for k, p in inspect.signature(fn).parameters.items() if k not in skip and p.kind is p.POSITIONAL_OR_KEYWORD}
     assert {f.name: f.default for f in fields(LaunchArguments)} == params(launch, ('args', 'echo', 'raw'))
@@ -396,11 +397,11 @@ def test_the_whole_numbers_are_the_classes_ints():
     "`WHOLE` names exactly the limited options the classes type `int`: the early checks read a number as its class would."
     import typing
     from trn_tutorials.core import CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, VARIES, WHOLE, _number_kind
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.data.prepare import DataArguments
-    from trn_tutorials.predict import ClassifyArguments
-    from trn_tutorials.training_job import JobArguments
-    from trn_tutorials.launch import LaunchArguments
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.serving.predict import ClassifyArguments
+    from trn_tutorials.sagemaker.training_job import JobArguments
+    from trn_tutorials.training.launch import LaunchArguments
     for cls, limits in ((TrainArguments, TRAIN_LIMITS), (DataArguments, SHAPE_LIMITS), (ClassifyArguments, CLASSIFY_LIMITS), (JobArguments, JOB_LIMITS),
                         (LaunchArguments, {'nproc_per_node': NPROC_LIMIT})):
         hints = typing.get_type_hints(cls)

@@ -18,13 +18,18 @@ from test_data_checks import TRAIN, two   # a train split of two labels, and a D
 from trn_tutorials.core import UsageError, lock_holder, lock_path, parse_args
 from trn_tutorials.models import local_model, tiny_bert
 from trn_tutorials.core import MAX_BUCKETS
-from trn_tutorials.data.prepare import (DATA_LIMITS, DataArguments, _rounded, choose_buckets, choose_length,
-                                        data_fingerprint, length_stats, padded_lengths, padding_share, plot_lengths,
-                                        prep_command, prepare, token_lengths, tokenize)
+from trn_tutorials.data.sources import DATA_LIMITS, DataArguments
+from trn_tutorials.data.shapes import (_rounded, choose_buckets, choose_length, length_stats, padded_lengths, padding_share,
+                                       plot_lengths, token_lengths, tokenize)
+from trn_tutorials.data.prepared import data_fingerprint, prep_command
+from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.data.files import EMOTION_LABELS, default_data, load_raw, sample_data
+from trn_tutorials.data.files import EMOTION_LABELS
+from trn_tutorials.data.sources import default_data, load_raw, sample_data
 from trn_tutorials.data.prepared import row_lengths
-from trn_tutorials.data.checks import label_maps, tokenizer_fingerprint, validate
+from trn_tutorials.data.labels import label_maps
+from trn_tutorials.data.checks import validate
+from trn_tutorials.data.tokenizers import tokenizer_fingerprint
 
 EMOTION = Path(__file__).resolve().parents[2]/'shared'/'data'/'emotion'  # research licence: read here, never copied
 

@@ -17,12 +17,16 @@ from transformers import AutoTokenizer
 from local_services import one_line, prep_args, refused
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.models import local_model
-from trn_tutorials.data.prepare import (DataArguments, choose_length, data_fingerprint, prep_command, prepare, token_lengths,
-                                        tokenize)
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.shapes import choose_length, token_lengths, tokenize
+from trn_tutorials.data.prepared import data_fingerprint, prep_command
+from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.data.files import EMOTION_LABELS, KNOWN_DATA, PROBLEM_TYPES, known_defaults, load_raw, sample_data
-from trn_tutorials.data.checks import (edit_distance, label_maps, problem_type_of, repeat_warning, repeated_rows,
-                                       similar_labels, tokenizer_fingerprint, validate)
+from trn_tutorials.data.files import EMOTION_LABELS, KNOWN_DATA, PROBLEM_TYPES
+from trn_tutorials.data.sources import known_defaults, load_raw, sample_data
+from trn_tutorials.data.labels import edit_distance, label_maps, problem_type_of, similar_labels
+from trn_tutorials.data.checks import repeat_warning, repeated_rows, validate
+from trn_tutorials.data.tokenizers import tokenizer_fingerprint
 
 WORDS = ['the cat sat on the mat', 'a man plays a guitar', 'rain fell all day', 'she reads in the park', 'dogs run on the beach']
 
@@ -390,7 +394,7 @@ def test_similar_labels():
 
 def test_similar_labels_scales(monkeypatch):
     "No comparison of every pair: 20,000 made-up labels (200 million pairs) need a handful of edit distances."
-    import trn_tutorials.data.checks as C
+    import trn_tutorials.data.labels as C
     rnd = random.Random(1)
     counts = {''.join(rnd.choices(string.ascii_lowercase, k=9)): 1 for _ in range(20_000)}
     counts |= {'abcdefghi': 5, 'abcdefgh': 1, 'ABCDEFGHI': 2}

@@ -19,10 +19,13 @@ from careless import ENV, TRN
 from local_services import REPR, refused
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.models import local_model, tiny_bert
-from trn_tutorials.data.files import KNOWN_DATA, known_defaults, load_raw
-from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.files import KNOWN_DATA
+from trn_tutorials.data.sources import known_defaults, load_raw
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.data.checks import label_maps, validate
+from trn_tutorials.data.labels import label_maps
+from trn_tutorials.data.checks import validate
 
 # ------------------------------------------------------------------------------------------------ amazon_polarity
 # label (0 negative, 1 positive), title, content; titles with and without end punctuation, one empty, quotes and commas
@@ -629,9 +632,9 @@ def test_full_disk_while_reading_names_the_datasets_cache(tmp_path, monkeypatch)
 
 # --- the space check: what the save needs
 def test_space_estimate_covers_the_save(tmp_path, monkeypatch):
-    "The bytes `check_space` asks for cover the save's peak (the new copy and one rewrite of its largest file), with no room for an old copy."
+    "The bytes `check_save_space` asks for cover the save's peak (the new copy and one rewrite of its largest file), with no room for an old copy."
     import trn_tutorials.data.prepare as D
-    from trn_tutorials.data.files import _folder_bytes, _space_needed
+    from trn_tutorials.data.prepared import _folder_bytes, _space_needed
     peak, real = [], D.datasets3_form
     def measure(folder):
         arrows = [f.stat().st_size for f in Path(folder).rglob('*.arrow')]
@@ -646,7 +649,7 @@ def test_space_estimate_covers_the_save(tmp_path, monkeypatch):
 
 def test_a_new_folder_needs_no_room_for_an_old_copy(tmp_path, monkeypatch):
     import trn_tutorials.data.files as F
-    from trn_tutorials.data.files import _space_needed
+    from trn_tutorials.data.prepared import _space_needed
     f, _ = write(tmp_path, 'csv', rows(400))
     args = lambda: DataArguments(data=str(f), model_id=local_model(), dataset_path=str(tmp_path/'prep'), max_length=32)
     need, data = _space_needed({'train': 360, 'validation': 40}, 32, 3)
@@ -655,7 +658,9 @@ def test_a_new_folder_needs_no_room_for_an_old_copy(tmp_path, monkeypatch):
     assert need + 1000 < 2 * data and prepare(args())['rows'] == {'train': 360, 'validation': 40}
     monkeypatch.setattr(F.shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 50_000))
     msg = refused(prepare, args())   # the data prepared before: named, its size said
-    old = F.size_text(F._folder_bytes(tmp_path/'prep'))
+    from trn_tutorials.models import size_text
+    from trn_tutorials.data.prepared import _folder_bytes
+    old = size_text(_folder_bytes(tmp_path/'prep'))
     assert f"the data prepared there before ({old}) is removed only once the new copy is whole) but 50 kB are free" in msg, msg
     shutil.rmtree(tmp_path/'prep')
     msg = refused(prepare, args())   # a new folder: no old copy in the message

@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.dlami`: which Neuron DLAMI a reader gets (found by SSM parameter, name and SDK filters, or given), and what happens when AWS deprecates it or the instance lacks its environment.
+"""Checks of `trn_tutorials.instance.dlami`: which Neuron DLAMI a reader gets (found by SSM parameter, name and SDK filters, or given), and what happens when AWS deprecates it or the instance lacks its environment.
 
 - Deprecation: AWS hides a deprecated image from `DescribeImages` unless the request names its id or sets
   `IncludeDeprecated`, and still launches it by id. moto 5.2 does not model deprecation (no `EnableImageDeprecation`,
@@ -8,7 +8,7 @@
   request did not ask for. The library is not touched.
 - The manifest's compiler pair: `DLAMI['trn1'].neuron` equals the Neuron 2.31 pair in tools/environments.toml and
   is what the DLAMI chapter (nbs/internals/01a_dlami.ipynb) shows.
-- The module: `trn_tutorials.dlami` loads without `trn_tutorials.instance`, which re-exports its names (cli, tests).
+- The module: `trn_tutorials.instance.dlami` loads without `trn_tutorials.instance.ec2`, which re-exports its names (cli, tests).
 - An instance without the environment (a Trn1 from a Neuron 2.32+ DLAMI): one line naming the fix, before anything
   starts, against a real OpenSSH sshd on 127.0.0.1.
 """
@@ -20,8 +20,8 @@ import boto3, pytest
 
 from trn_tutorials.core import UsageError
 from trn_tutorials.backends import instance_family
-from trn_tutorials.dlami import DLAMI, Dlami, dlami_for, find_ami
-from trn_tutorials.instance import launch_instance
+from trn_tutorials.instance.dlami import DLAMI, Dlami, dlami_for, find_ami
+from trn_tutorials.instance.ec2 import launch_instance
 from trn_tutorials.aws import tag_filters
 from local_services import AMIS, MY_IP, NO_XLA_DLAMI, TRN1_DLAMI, TRN2_DLAMI, free_port, one_line, procs_mentioning
 
@@ -146,8 +146,8 @@ def test_manifest_pair():
 
 def test_missing_venv_names_the_fix(sshd, tmp_path):
     "A Trn1 from a DLAMI without /opt/aws_neuronx_venv_pytorch_2_9: one line naming the 2.31 DLAMI (deprecated or not) or the pair; nothing starts."
-    from trn_tutorials import ssh as S
-    from trn_tutorials import remote_jupyter as J
+    from trn_tutorials.instance import ssh as S
+    from trn_tutorials.instance import jupyter as J
     work = tmp_path/'work'; work.mkdir()
     assert not Path(J.NEURON_VENV).exists()
     with pytest.raises(UsageError) as e:
@@ -161,10 +161,10 @@ def test_missing_venv_names_the_fix(sshd, tmp_path):
 
 def test_module_apart_and_reexported():
     "The image lookup has its own module, which does not load the launch code; `instance` still offers every name."
-    import trn_tutorials.dlami as D, trn_tutorials.instance as I
+    import trn_tutorials.instance.dlami as D, trn_tutorials.instance.ec2 as I
     for name in ('NEURON_PIP', 'DLAMI', 'Dlami', 'dlami_for', 'find_ami', 'image_note'):
         assert getattr(I, name) is getattr(D, name), name
-    code = "import sys, trn_tutorials.dlami; print('trn_tutorials.instance' in sys.modules)"
+    code = "import sys, trn_tutorials.instance.dlami; print('trn_tutorials.instance.ec2' in sys.modules)"
     assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == 'False'
 
 

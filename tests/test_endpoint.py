@@ -14,14 +14,14 @@ from pathlib import Path
 import boto3
 import pytest
 
-import trn_tutorials.inference as handler
+import trn_tutorials.serving.inference as handler
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.files import EMOTION_LABELS
-from trn_tutorials.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, check_endpoint_name, check_instance_type, delete, deploy,
+from trn_tutorials.sagemaker.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, check_endpoint_name, check_instance_type, delete, deploy,
                                     endpoint_requests, image_kind, inference_image, package, predict, requirements)
-from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
-from trn_tutorials.cleanup import leftovers
+from trn_tutorials.serving.inference import JSON, model_fn, output_fn, predict_fn
+from trn_tutorials.instance.cleanup import leftovers
 from trn_tutorials.aws import run_tags
 from local_services import queue_answer, sagemaker_role as role
 
@@ -209,7 +209,7 @@ def test_predict_checks_texts_before_calling(moto_server):
 # ---------------------------------------------------------------------------------------------------------------
 def test_requirements_pinned_per_image():
     "Every instance installs the same transformers, one that exists with the image's torch (not whatever is newest that day)."
-    from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS
+    from trn_tutorials.sagemaker.endpoint import IMAGE_TORCH, REQUIREMENTS
     assert requirements() == 'transformers==5.5.3\n' == requirements('ml.m5.large')
     assert requirements('ml.inf2.xlarge') == 'transformers==4.57.6\n'
     assert IMAGE_TORCH == {'cpu': '2.6', 'gpu': '2.6', 'arm64': '2.6', 'neuron': '2.9'} and set(REQUIREMENTS) == set(IMAGES)
@@ -262,7 +262,7 @@ def test_inf2_only_for_a_neuron_compiled_model(moto_server, folder, tmp_path):
 
 def test_image_not_published_in_region(moto_server, folder):
     "An image tag that does not exist in the region: one line before anything is uploaded or created."
-    from trn_tutorials.endpoint import IMAGE_REGIONS
+    from trn_tutorials.sagemaker.endpoint import IMAGE_REGIONS
     assert 'us-east-1' in IMAGE_REGIONS['neuron'] and 'eu-north-1' not in IMAGE_REGIONS['neuron'] and 'eu-north-1' in IMAGE_REGIONS['cpu']
     with pytest.raises(UsageError) as e: inference_image('ml.inf2.xlarge', 'eu-north-1')
     assert "pytorch-inference-neuronx:2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04 is not published in eu-north-1" in str(e.value)
@@ -297,7 +297,7 @@ def test_name_printed_and_ctrl_c_during_the_wait(moto_server, folder, capsys):
 
 
 def test_archive_under_the_run_prefix(moto_server, folder):
-    from trn_tutorials.sagemaker_aws import run_prefix
+    from trn_tutorials.sagemaker.resources import run_prefix
     ep = deploy(str(folder), role=role(), run_id='run-a', wait=False)
     assert ep.model_data.split('/', 3)[3].startswith(run_prefix('run-a') + '/')
     delete(ep.name)
@@ -403,7 +403,7 @@ def sent_bodies():
 
 def test_predict_sends_pairs(moto_server):
     import boto3
-    from trn_tutorials.endpoint import predict
+    from trn_tutorials.sagemaker.endpoint import predict
     with pytest.raises(UsageError, match=re.escape("item 0 of inputs is an object with key(s) 'text', 'second', not a sentence pair")):
         predict('any', [{'text': 'a', 'second': 'b'}])
     bodies = sent_bodies()

@@ -10,10 +10,10 @@ import pytest
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.files import EMOTION_LABELS
-from trn_tutorials.endpoint import delete, predict
-from trn_tutorials.hf_endpoint import HF_IMAGES, HF_REGIONS, HF_TASK, hf_deploy, hf_image, hf_package, hf_requests
+from trn_tutorials.sagemaker.endpoint import delete, predict
+from trn_tutorials.sagemaker.hf_endpoint import HF_IMAGES, HF_REGIONS, HF_TASK, hf_deploy, hf_image, hf_package, hf_requests
 from trn_tutorials.aws import run_tags
-from trn_tutorials.sagemaker_aws import DLC_ACCOUNTS
+from trn_tutorials.sagemaker.resources import DLC_ACCOUNTS
 from local_services import queue_answer, sagemaker_role as role
 
 REGION, BUCKET = 'us-east-1', 'sagemaker-us-east-1-123456789012'

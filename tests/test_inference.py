@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.inference`: the handler for real, on a tiny BERT trained here: the four functions on JSON, the TorchScript trace against the
+"""Checks of `trn_tutorials.serving.inference`: the handler for real, on a tiny BERT trained here: the four functions on JSON, the TorchScript trace against the
 eager model, the same handler driven by the SageMaker inference toolkit's own handler service in-process, and served over
 HTTP by the toolkit's model server (Multi Model Server, a Java program) on 127.0.0.1.
 
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import trn_tutorials.inference as handler
+import trn_tutorials.serving.inference as handler
 from trn_tutorials.core import UsageError
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.files import EMOTION_LABELS
-from trn_tutorials.endpoint import package
-from trn_tutorials.torchscript import trace
-from trn_tutorials.inference import (JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, input_fn,
+from trn_tutorials.sagemaker.endpoint import package
+from trn_tutorials.serving.torchscript import trace
+from trn_tutorials.serving.inference import (JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, input_fn,
                                      model_fn, output_fn, padded_lengths, predict_fn, texts_of)
 from local_services import HINT, procs_mentioning
 
@@ -331,9 +331,10 @@ def test_served_over_http_by_multi_model_server(trained_model, tmp_path):
 
 
 def test_torchscript_pieces(tmp_path):
-    "`trace` lives in trn_tutorials.torchscript (nbs/internals/11b_torchscript.ipynb), and endpoint no longer forwards it; its example rows and its comparison."
+    "`trace` lives in trn_tutorials.serving.torchscript (nbs/internals/11b_torchscript.ipynb), and endpoint no longer forwards it; its example rows and its comparison."
     from transformers import AutoModelForSequenceClassification
-    from trn_tutorials import endpoint, torchscript as T
+    from trn_tutorials.sagemaker import endpoint
+    from trn_tutorials.serving import torchscript as T
     assert not hasattr(endpoint, 'trace') and endpoint.model_labels is T.model_labels
     ids, mask = T.example_inputs(50, 3, 8, torch.Generator().manual_seed(0))
     assert mask.sum(1).tolist() == [8, 6, 4] and (ids[mask == 0] == 0).all() and (ids[mask == 1] > 0).all()
@@ -384,7 +385,7 @@ def test_trace_records_neuron_cores(tmp_path, monkeypatch):
     machine it compiled on (1 on a Trn1 or Inf2; 2 on a Trn2 by default), and that machine. torch_neuronx is a stand-in here
     (torch.jit.trace as the compiler), and so is neuron-ls."""
     import types, torch
-    import trn_tutorials.torchscript as T
+    import trn_tutorials.serving.torchscript as T
     fake = types.ModuleType('torch_neuronx')
     fake.__version__, fake.trace, fake.dynamic_batch = '2.9.0.2.15.32035', lambda m, ex: torch.jit.trace(m, ex), lambda t: t
     monkeypatch.setitem(sys.modules, 'torch_neuronx', fake)
@@ -602,7 +603,7 @@ def test_traced_pairs_agree_with_eager(models, tmp_path):
 
 def test_segments_follow_the_tokenizers_pair_rule(models):
     from transformers import AutoTokenizer
-    from trn_tutorials.torchscript import segments
+    from trn_tutorials.serving.torchscript import segments
     tok = AutoTokenizer.from_pretrained(models['single'])
     pairs = tok([p['text'] for p in PAIRS], [p['text_pair'] for p in PAIRS], padding=True, return_tensors='pt')
     singles = tok(SINGLE, padding=True, return_tensors='pt')

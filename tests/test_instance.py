@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.instance` (nbs/instance/01_setup.ipynb) against a real moto_server (AWS APIs on 127.0.0.1 through
+"""Checks of `trn_tutorials.instance.ec2` (nbs/instance/01_setup.ipynb) against a real moto_server (AWS APIs on 127.0.0.1 through
 AWS_ENDPOINT_URL): launch, describe and cleanup of a run; a key pair never outlives a key file that could not be written;
 `--my_ip` must be one public host address; every number the AWS and SageMaker entry points take is checked (type, finite,
 range) before any call. The edge cases and exact values the setup chapter used to assert live here, in the chapter's order.
@@ -15,19 +15,19 @@ from pathlib import Path
 
 import boto3, pytest
 
-from trn_tutorials import instance as I
-from trn_tutorials import remote_jupyter as J
-from trn_tutorials import ssh as S
+from trn_tutorials.instance import ec2 as I
+from trn_tutorials.instance import jupyter as J
+from trn_tutorials.instance import ssh as S
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.instance import (InstanceArguments, StatusArguments, caller_ip, ensure_key_pair, find_instance,
+from trn_tutorials.instance.ec2 import (InstanceArguments, StatusArguments, caller_ip, ensure_key_pair, find_instance,
                                     find_instances, guard_user_data, launch_instance, launch_subnets, ssh_cidr,
                                     wait_for_ssh)
 from trn_tutorials.aws import new_run_id, run_tags, tag_filters
-from trn_tutorials.dlami import find_ami
-from trn_tutorials.cleanup import CleanupArguments, cleanup, leftovers
-from trn_tutorials.endpoint import deploy, endpoint_requests
-from trn_tutorials.remote_jupyter import TunnelArguments
-from trn_tutorials.training_job import JobArguments, sm_cost, wait_job
+from trn_tutorials.instance.dlami import find_ami
+from trn_tutorials.instance.cleanup import CleanupArguments, cleanup, leftovers
+from trn_tutorials.sagemaker.endpoint import deploy, endpoint_requests
+from trn_tutorials.instance.jupyter import TunnelArguments
+from trn_tutorials.sagemaker.training_job import JobArguments, sm_cost, wait_job
 from local_services import LATEST_DLAMI, MY_IP, TRN1_DLAMI, TRN2_DLAMI, free_port, one_line
 
 
@@ -78,10 +78,10 @@ def test_arguments_match_the_functions():
 def test_status_arguments_are_a_plain_dataclass():
     "`StatusArguments` is defined in `instance` as it reads: `find_instances`' first three parameters, with their defaults and help."
     import dataclasses, typing
-    import trn_tutorials.instance as i
+    import trn_tutorials.instance.ec2 as i
     from trn_tutorials.cli import command
     from trn_tutorials.core import field_help
-    assert dataclasses.is_dataclass(StatusArguments) and StatusArguments.__module__ == 'trn_tutorials.instance'
+    assert dataclasses.is_dataclass(StatusArguments) and StatusArguments.__module__ == 'trn_tutorials.instance.ec2'
     assert 'StatusArguments' in i.__all__ and not hasattr(i, '__getattr__')
     sig = inspect.signature(find_instances).parameters
     assert {f.name: f.default for f in fields(StatusArguments)} == {k: sig[k].default for k in ('run_id', 'region', 'key_dir')}

@@ -9,15 +9,14 @@ from transformers import EvalPrediction
 
 from test_train import linked
 from trn_tutorials.core import UsageError
-from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.launch import Results, launch, launch_env, torchrun_command
-from trn_tutorials.live_progress import Progress
-from trn_tutorials.progress import (MULTI_LABEL, REGRESSION, SINGLE, THRESHOLDS, split_scores, beats_baseline, best_threshold, collapse_warning,
+from trn_tutorials.data.prepared import Prepared, load_prepared
+from trn_tutorials.training.launch import Results, launch, launch_env, torchrun_command
+from trn_tutorials.training.live_progress import Progress
+from trn_tutorials.training.progress import (MULTI_LABEL, REGRESSION, SINGLE, THRESHOLDS, split_scores, beats_baseline, best_threshold, collapse_warning,
                                     majority_baseline, multi_label_metrics, plot_history, problem_of, progress_line, regression_metrics, summary)
-from trn_tutorials.progress import PLOTS_OF
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.train import check_problem_type
-from trn_tutorials.trainer import labelled_loss
+from trn_tutorials.training.progress import PLOTS_OF
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.trainer import labelled_loss
 
 # emotion -> (a score, the labels of a multi-label variant): both follow the text, so a model can learn them
 SCORE = {'sadness': 0.5, 'joy': 4.5, 'love': 4.0, 'anger': 1.0, 'fear': 1.5, 'surprise': 3.0}
@@ -181,13 +180,12 @@ def test_progress_table_columns(capsys):
 
 
 def test_problem_type_checked(folders):
-    args = TrainArguments(dataset_path=str(folders/'regression'), output_dir=str(folders/'x'))
-    m = load_prepared(folders/'regression').manifest
-    assert check_problem_type(args, m) == REGRESSION
+    "Real regression data: its problem type; packed, refused with the command that prepares it again unpacked."
+    data = load_prepared(folders/'regression')
+    assert data.check_problem_type() == REGRESSION
+    packed = Prepared(data.path, data.splits, data.manifest | {'packing': {'rows': data.rows}})
     with pytest.raises(UsageError, match='packed rows hold single-label texts only: prepare it again without --pack, `trn-tutorials prep'):
-        check_problem_type(args, m | {'packing': {'rows': m['rows']}})
-    with pytest.raises(UsageError, match="holds 'ordinal' data, which this version does not train"):
-        check_problem_type(args, m | {'problem_type': 'ordinal'})
+        packed.check_problem_type()
 
 
 # --- real runs --------------------------------------------------------------------------------------------------------
@@ -275,7 +273,7 @@ def test_single_label_unchanged(folders):
 
 
 def test_glue_scores_follow_each_task_and_the_summary_says_them():
-    from trn_tutorials.progress import glue_scores
+    from trn_tutorials.training.progress import glue_scores
     s = {'accuracy': 0.8, 'f1': 0.79, 'mcc': 0.55, 'per_class': {'not_equivalent': {'f1-score': 0.69}, 'equivalent': {'f1-score': 0.85}}}
     names = ['not_equivalent', 'equivalent']
     assert glue_scores(s, 'mrpc', names) == {'accuracy': 0.8, 'f1': 0.85}   # the positive label's F1, not the weighted one

@@ -1,4 +1,4 @@
-"""`trn_tutorials.launch`: workers, the environment and the torchrun command, bad input refused before torchrun starts, a
+"""`trn_tutorials.training.launch`: workers, the environment and the torchrun command, bad input refused before torchrun starts, a
 worker's failure and a stop said in one line, `stop`, the results shown (graphs loaded from the Neuron cache told apart from
 graphs compiled, the run's warnings), and launches that train one worker to the end."""
 import os, signal, subprocess, sys
@@ -13,31 +13,11 @@ from test_train import linked
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.core import UsageError, folder_lock, lock_holder, parse_args
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.launch import LaunchError, Results, free_port, launch, launch_env, stop, torchrun_command, train_argv, workers
-from trn_tutorials.torchrun import cache_status, graphs_from_cache
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.launch import LaunchError, Results, launch, launch_env, stop, torchrun_command, train_argv
+from trn_tutorials.training.torchrun import cache_status, graphs_from_cache
+from trn_tutorials.training.arguments import TrainArguments
 
 CPU = Accelerator('cpu', 1, 'cpu')
-
-
-def test_workers():
-    trn1_2xl = Accelerator('neuron', 2, '2 NeuronCore(s)')
-    eq(workers(acc=trn1_2xl), 2)
-    fails(lambda: workers(32, trn1_2xl), contains="use --nproc_per_node 2 or fewer")
-    fails(lambda: workers(0, trn1_2xl), contains="--nproc_per_node 0")
-    eq(workers(acc=CPU), 1)
-    fails(lambda: workers(4, Accelerator('neuron', 32, '32 NeuronCore(s)')), contains="1, 2, 8, 32")
-    fails(lambda: workers(2, CPU, 'xla'), contains="--nproc_per_node 1")
-    eq(1024 < free_port() < 65536, True)
-
-
-def test_workers_of_the_cpu_on_purpose_count_cpu_cores_on_a_trn1_too():
-    "A demo with backend='cpu' on a Trn1 (one NeuronCore visible): one worker by default, up to the CPU cores, not the NeuronCores."
-    one_core = Accelerator('neuron', 1, '1 NeuronCore(s)')
-    eq(workers(acc=one_core, backend='cpu'), 1)
-    eq(workers(2, one_core, 'cpu'), 2)   # refused before: "1 NeuronCore(s) visible"
-    fails(lambda: workers(10_000, one_core, 'cpu'), contains=f"use --nproc_per_node {os.cpu_count()} or fewer")
-    eq(workers(acc=Accelerator('neuron', 2, '2 NeuronCore(s)'), backend='cpu'), 1)   # was 2: one per NeuronCore
 
 
 def test_launch_env():
@@ -56,7 +36,7 @@ def test_command():
     eq(train_argv(TrainArguments(dataset_path='d', output_dir='o')), ['--dataset_path', 'd', '--output_dir', 'o'])
     cmd = torchrun_command(TrainArguments(), 2, port=29500, python='python')
     eq(cmd[:5], ['python', '-m', 'torch.distributed.run', '--nproc_per_node', '2'])
-    eq(cmd[cmd.index('-m', 3):][:2], ['-m', 'trn_tutorials.train'])
+    eq(cmd[cmd.index('-m', 3):][:2], ['-m', 'trn_tutorials.training.train'])
 
 
 def test_results_display():
@@ -132,7 +112,7 @@ def test_stop(tmp_path, capsys):
 
 
 def test_stop_message_names_the_checkpoint_there_is(tmp_path):
-    from trn_tutorials.checkpoints import seal_checkpoint
+    from trn_tutorials.training.checkpoints import seal_checkpoint
     out = tmp_path/'out'; out.mkdir()
     sig = ['torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15']
     msg = str(LaunchError(1, sig, str(out/'train.log')))
@@ -171,14 +151,14 @@ def test_results_show_mcc_and_the_run_s_warnings():
 
 def fake_run(monkeypatch, code:str):
     "`launch` runs `code` in place of torchrun: a run that fails, or one that ends without writing metrics.json."
-    import trn_tutorials.launch as L
+    import trn_tutorials.training.launch as L
     monkeypatch.setattr(L, 'torchrun_command', lambda args, n, *a, **k: [sys.executable, '-c', code])
 
 
 def test_a_failed_retrain_keeps_the_previous_metrics(prepared, tmp_path, monkeypatch):
-    from trn_tutorials.train import claim_output_dir
+    from trn_tutorials.training.preflight import claim_output_dir
     args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'model'), max_steps=1)
-    claim_output_dir(args, load_prepared(args.dataset_path).manifest)
+    claim_output_dir(args, load_prepared(args.dataset_path))
     old = '{"final_split": "validation"}'
     (tmp_path/'model'/'metrics.json').write_text(old)
     fake_run(monkeypatch, 'import sys; print("RuntimeError: boom"); sys.exit(1)')
@@ -202,7 +182,7 @@ def test_launch_returns_results(prepared, tmp_path, capsys):
     res = launch(args, nproc_per_node=1)
     assert res.workers == 1 and res.metrics['train']['steps'] == 3
     out, err = capsys.readouterr()   # in a terminal: a tqdm bar on stderr; the workers' own lines only in train.log
-    assert '3/3' in err and 'trn_tutorials.train: progress:' not in out + err and "{'loss'" not in out + err
+    assert '3/3' in err and 'trn_tutorials.training.train: progress:' not in out + err and "{'loss'" not in out + err
     assert (tmp_path/'launched'/'train.log').read_text().strip()
     assert res.metrics['args']['backend'] == 'cpu'   # resolved once by the launcher, not 'auto' detected again per worker
     assert res.compiled_graphs is None and res.metrics['compiled_graphs'] is None
@@ -210,18 +190,11 @@ def test_launch_returns_results(prepared, tmp_path, capsys):
     assert Results.from_metrics(res.metrics, res.wall_s, 'trn1.32xlarge').cost_usd == pytest.approx(21.50 * res.wall_s / 3600)
 
 
-def test_neuron_environment_and_worker_counts():
-    from trn_tutorials.backends import Accelerator
-    from trn_tutorials.launch import workers
+def test_neuron_environment():
     env = launch_env('neuron', 2, base={'NEURON_CC_FLAGS': '--retry_failed_compilation', 'PATH': '/usr/bin'}, python='/venv/bin/python')
     assert env['NEURON_CC_FLAGS'] == '--retry_failed_compilation --model-type transformer'
     assert env['PATH'].split(':')[0] == '/venv/bin' and env['USE_TORCH_XLA'] == '1'
     assert launch_env('cpu', 1, base={})['USE_TORCH_XLA'] == '0'
-    trn1_32 = Accelerator('neuron', 32, '32 NeuronCore(s)')
-    assert [workers(n, trn1_32) for n in (1, 2, 8, 32)] == [1, 2, 8, 32]
-    for n in (3, 4, 16):
-        with pytest.raises(UsageError, match='1, 2, 8, 32'): workers(n, trn1_32)
-    assert workers(2, Accelerator('neuron', 2, '2 NeuronCore(s)')) == 2
 
 
 def graph(root:Path, name:str, done:bool=True):

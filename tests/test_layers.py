@@ -21,23 +21,26 @@ def contract():
     return ini
 
 
-def layer_rows():
-    "The layers contract's rows, top first, each a list of module names."
-    return [[m.strip() for m in r.split('|')] for r in contract()['importlinter:contract:layers']['layers'].split('\n') if r.strip()]
+def layer_rows(part:str='layers') -> list[list[str]]:
+    "The rows of a layers contract, top first, each a list of names: the package's parts (`layers`), or a folder's modules (`data`, ...)."
+    return [[m.strip() for m in r.split('|')] for r in contract()[f'importlinter:contract:{part}']['layers'].split('\n') if r.strip()]
 
 
-def modules():
+def modules() -> list[str]:
     "The package's modules, dotted below it: `core`, `data.prepare`, ..."
     return sorted('.'.join(p.relative_to(PKG).with_suffix('').parts) for p in PKG.rglob('*.py') if not p.stem.startswith('_'))
 
 
 def test_contract_covers_every_module():
+    "The top contract places each module or folder once; each folder's own contract places each of its modules once."
     placed = [m for r in layer_rows() for m in r]
-    assert len(placed) == len(set(placed)), f'a module is in two layers: {sorted(m for m in placed if placed.count(m) > 1)}'
-    missing = sorted(set(modules()) - set(placed))
-    assert not missing, f'.importlinter places no layer for {missing}: add each to the layers contract (and see nbs/reference/architecture.ipynb)'
-    gone = sorted(set(placed) - set(modules()))
-    assert not gone, f'.importlinter names modules the package no longer has: {gone}'
+    assert len(placed) == len(set(placed)), f'a part is in two layers: {sorted(m for m in placed if placed.count(m) > 1)}'
+    tops = sorted({m.split('.')[0] for m in modules()})
+    assert sorted(placed) == tops, f'.importlinter\'s layers name {sorted(placed)}, the package has {tops}: one row entry for each (see nbs/reference/architecture.ipynb)'
+    for folder in (t for t in tops if (PKG/t).is_dir()):
+        inside = sorted(m.split('.', 1)[1] for m in modules() if m.startswith(folder + '.'))
+        named = sorted(m for r in layer_rows(folder) for m in r)
+        assert named == inside, f'.importlinter\'s contract {folder!r} names {named}, the folder holds {inside}'
 
 
 def test_lint_imports():
@@ -80,7 +83,7 @@ RUN = textwrap.dedent('''
     env_after_import = {k: os.environ.get(k) for k in ('USE_TORCH_XLA', 'PJRT_DEVICE')}
     res = launch(TrainArguments(dataset_path=sys.argv[1], output_dir=sys.argv[2], max_steps=4, per_device_train_batch_size=8,
                                 per_device_eval_batch_size=16, logging_steps=2, save_steps=3, backend='cpu'), nproc_per_node=1, echo=False)
-    from trn_tutorials.launch import launch_env
+    from trn_tutorials.training.launch import launch_env
     print(json.dumps({'env': env_after_import, 'kernel_xla': is_torch_xla_available(), 'torch_xla_loaded': 'torch_xla' in sys.modules,
                       'f1': res.f1, 'workers_env': launch_env('cpu', 1)['USE_TORCH_XLA']}))
 ''')

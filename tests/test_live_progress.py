@@ -1,8 +1,8 @@
-"`trn_tutorials.live_progress`: the progress bar and table a launch shows, in a terminal and in a notebook."
+"`trn_tutorials.training.live_progress`: the progress bar and table a launch shows, in a terminal and in a notebook."
 from fastcore.test import test_eq as eq
 
-from trn_tutorials.live_progress import Progress
-from trn_tutorials.progress import progress_line
+from trn_tutorials.training.live_progress import Progress
+from trn_tutorials.training.progress import progress_line
 
 
 def run_lines(p: Progress):

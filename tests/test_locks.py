@@ -14,8 +14,8 @@ from local_services import procs_mentioning
 from test_train import linked
 
 from trn_tutorials.core import lock_holder, lock_path
-from trn_tutorials.data.files import sample_data
-from trn_tutorials.checkpoints import checkpoints
+from trn_tutorials.data.sources import sample_data
+from trn_tutorials.training.checkpoints import checkpoints
 
 TRN = str(Path(sys.executable).parent/'trn-tutorials')
 ENV = dict(os.environ, HF_HUB_OFFLINE='1')
@@ -117,7 +117,7 @@ def test_two_preps_into_one_folder(prepared, tmp_path):
 def test_launch_interrupted_in_python_says_what_was_kept(work, sig):
     "launch() in a notebook cell, interrupted (Jupyter sends the kernel SIGINT) or stopped (`kill`): the KeyboardInterrupt names the checkpoint kept."
     data, out = work/'data', work/f'interrupted-{sig}'
-    code = ("from trn_tutorials.launch import launch\nfrom trn_tutorials.arguments import TrainArguments\n"
+    code = ("from trn_tutorials.training.launch import launch\nfrom trn_tutorials.training.arguments import TrainArguments\n"
             f"launch(TrainArguments(dataset_path={str(data)!r}, output_dir={str(out)!r}, num_train_epochs={EPOCHS}, learning_rate=1e-3, "
             "save_steps=4), nproc_per_node=1)")
     p = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,

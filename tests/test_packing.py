@@ -10,13 +10,15 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 from transformers import (AutoModelForSequenceClassification, AutoTokenizer, BertConfig, DebertaV2Config, DistilBertConfig,
                           ElectraConfig, ModernBertConfig, RobertaConfig, RobertaTokenizerFast, XLMRobertaConfig)
 
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.core import UsageError
-from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.data.checks import validate
-from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.launch import launch
+from trn_tutorials.data.files import EMOTION_LABELS
+from trn_tutorials.data.sources import load_raw, sample_data
+from trn_tutorials.training.launch import launch
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.packing import (ORDER_SEED, PACKABLE, check_packable, choose_packing, pack_lengths, pack_model,
                                         pack_splits, pack_texts, packed_forward, packing_share, rows_for_texts, shuffled,
@@ -422,10 +424,11 @@ def test_sdpa_attention_packs_the_same(family):
 def test_prepare_pack_pairs_and_train(tmp_path):
     "`prep --text_column s1 s2 --pack`, then a packed run: the pairs' segment ids in the rows and handed to the model, every pair scored once."
     from test_data_checks import FIRST, SECOND, pairs_csv
-    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
     from trn_tutorials.data.prepared import load_prepared
-    from trn_tutorials.launch import launch
-    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.training.launch import launch
+    from trn_tutorials.training.arguments import TrainArguments
     words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(48)})
     model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
     prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=48), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],

@@ -1,4 +1,4 @@
-"""`trn_tutorials.precompile`: where the Neuron compile cache is, what it holds, the trial's command and steps, precompile with a
+"""`trn_tutorials.training.precompile`: where the Neuron compile cache is, what it holds, the trial's command and steps, precompile with a
 stand-in `neuron_parallel_compile` that runs the trial on the CPU; a packed folder's shapes planned as its trial and a real run
 feed them."""
 import io, json, os
@@ -14,12 +14,12 @@ from trn_tutorials.data.prepared import row_lengths
 from test_launch import no_weights
 from test_train import linked
 from test_packing import packed  # noqa: F401  (the packed folder, a fixture)
-from trn_tutorials.launch import launch, torchrun_command
-from trn_tutorials.torchrun import cache_status, compile_cache
-from trn_tutorials.precompile import (PrecompileError, precompile, precompile_args, precompile_command,
+from trn_tutorials.training.launch import launch, torchrun_command
+from trn_tutorials.training.torchrun import cache_status, compile_cache
+from trn_tutorials.training.precompile import (PrecompileError, precompile, precompile_args, precompile_command,
                                       precompile_shapes, precompile_steps)
-from trn_tutorials.samplers import BucketBatchSampler
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.samplers import BucketBatchSampler
+from trn_tutorials.training.arguments import TrainArguments
 
 CPU = Accelerator('cpu', 1, 'cpu')
 
@@ -68,8 +68,8 @@ def test_precompile_command():
 
 def test_precompile_steps_reach_every_shape(prepared):
     tmp = prepared
-    eq(precompile_steps(TrainArguments(dataset_path=str(tmp/'data')), 2), 2)
-    n4 = precompile_steps(TrainArguments(dataset_path=str(tmp/'data-4')), 2)
+    eq(precompile_steps(TrainArguments(dataset_path=str(tmp/'data')), load_prepared(str(tmp/'data')), 2), 2)
+    n4 = precompile_steps(TrainArguments(dataset_path=str(tmp/'data-4')), load_prepared(str(tmp/'data-4')), 2)
     rows4 = row_lengths(load_prepared(str(tmp/'data-4')).splits['train'])
     for rank in range(2):
         s = BucketBatchSampler(rows4, 16, 2, rank, fill_last=True, pad_to_batch=True)
@@ -120,9 +120,10 @@ def test_precompile_plans_the_packed_runs_shapes(packed, tmp_path, monkeypatch):
     args = TrainArguments(dataset_path=str(data), output_dir=str(tmp_path/'model'), num_train_epochs=1, learning_rate=1e-3,
                           per_device_train_batch_size=8, per_device_eval_batch_size=8, logging_steps=100, backend='cpu',
                           dataloader_drop_last=True)
-    plan, steps = precompile_shapes(args, 1), precompile_steps(args, 1)
+    data = load_prepared(args.dataset_path)
+    plan, steps = precompile_shapes(args, data, 1), precompile_steps(args, data, 1)
     assert plan == {'train': [(8, L)], 'eval': [(8, L)]} and steps == 2   # one shape, and the first step and a later one
-    assert precompile_shapes(args, 2) == plan and precompile_steps(args, 2) == 2
+    assert precompile_shapes(args, data, 2) == plan and precompile_steps(args, data, 2) == 2
     real = launch(args, 1, echo=False).metrics['train']   # the whole run: every training batch, evaluation and test
     monkeypatch.setenv('PATH', f"{stand_in_compiler(tmp_path, tmp_path/'trial.json')}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv('NEURON_COMPILE_CACHE_URL', str(tmp_path/'ncc'))

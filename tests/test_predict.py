@@ -1,4 +1,4 @@
-"""`trn-tutorials predict` (trn_tutorials.predict) on a tiny BERT trained here: the same answers as the serving handler,
+"""`trn-tutorials predict` (trn_tutorials.serving.predict) on a tiny BERT trained here: the same answers as the serving handler,
 long texts in windows, an output continued after a stop, foreign outputs refused, bad input in one line before the model
 loads, JSON lines and CSV, stdin through the command."""
 import csv, json, os, signal, subprocess, sys, time
@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-import trn_tutorials.predict as predict_mod
+import trn_tutorials.serving.predict as predict_mod
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.cli import predict_kept
 from trn_tutorials.core import UsageError
-from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.inference import TORCHSCRIPT, TRACE_INFO, model_fn, predict_fn
-from trn_tutorials.predict import ClassifyArguments, classify, record_path, rows_done, windows
+from trn_tutorials.data.files import EMOTION_LABELS
+from trn_tutorials.data.sources import load_raw, sample_data
+from trn_tutorials.serving.inference import TORCHSCRIPT, TRACE_INFO, model_fn, predict_fn
+from trn_tutorials.serving.predict import ClassifyArguments, classify, record_path, rows_done, windows
 
 SCORE_TOL = 1.0001e-4   # both round to 4 places
 CLI = [sys.executable, '-c', 'from trn_tutorials.cli import main; main()', 'predict']
@@ -215,7 +216,7 @@ def test_on_neuron_only_a_compiled_model_runs(trained_model, tmp_path, monkeypat
     monkeypatch.setattr(predict_mod, 'detect', lambda: Accelerator('neuron', 2, '2 NeuronCore(s)', 2))
     with pytest.raises(UsageError) as e: classify(str(trained_model), text=['hi'])
     msg = str(e.value)
-    assert msg.startswith('on Neuron, predict runs the compiled model and') and 'from trn_tutorials.torchscript import trace; trace(' in msg
+    assert msg.startswith('on Neuron, predict runs the compiled model and') and 'from trn_tutorials.serving.torchscript import trace; trace(' in msg
     assert msg.endswith("neuron=True)\"") and '\n' not in msg
     d = tmp_path/'compiled'
     import shutil; shutil.copytree(trained_model, d)

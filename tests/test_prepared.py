@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from test_train import linked, small_vocab  # noqa: F401  (small_vocab: a fixture)
 from trn_tutorials.core import RECORD, UsageError, check_prepared_path
-from trn_tutorials.data.prepare import data_fingerprint, prep_command
+from trn_tutorials.data.sources import sample_data
+from trn_tutorials.data.prepared import data_fingerprint, prep_command
 from trn_tutorials.data.prepared import Prepared, load_prepared
 
 
@@ -43,10 +45,24 @@ def test_the_checks_a_run_makes(prepared, tmp_path):
     assert f"use --per_device_train_batch_size {n // 2} or less" in refused(data.check_batch, n, 8, 2)
     assert data.check_batch(1, n, 2).startswith('note: evaluation batches of')
     assert data.check_problem_type() == 'single_label_classification'
-    packed = Prepared(data.path, data.splits, {**data.manifest, 'problem_type': 'regression', 'packing': {'rows': data.rows}})
-    msg = refused(packed.check_problem_type)
-    assert 'packed rows hold single-label texts only' in msg and 'trn-tutorials prep' in msg and '--pack' not in msg.split('`')[1]
-    assert data.check_model() is None   # the model it was prepared for
+
+
+def test_the_model_against_the_data(prepared, tmp_path, small_vocab):
+    "Another tokenizer is refused with the command that prepares the data for it; allowed on purpose, a vocabulary too small never is."
+    tmp = linked(prepared, tmp_path, 'data', 'tiny-bert')
+    data, b = load_prepared(str(tmp/'data')), small_vocab
+    assert data.check_model() is None and data.check_model(str(tmp/'tiny-bert')) is None
+    n = data.manifest['tokenizer']['vocab_size']
+    msg = refused(data.check_model, b)
+    assert 'was prepared with the tokenizer of' in msg and 'tiny-bert' in msg and 'small-vocab' in msg and f'vocabulary {n} vs 45' in msg, msg
+    assert msg.endswith(f"prepare it again for that model with `trn-tutorials prep --dataset_path {tmp/'data'} --data {sample_data()} "
+                        f"--model_id {b}`, or pass --allow_tokenizer_mismatch true"), msg
+    with pytest.raises(UsageError, match=f'small-vocab has 45 token embeddings, fewer than the {n} token ids'):
+        data.check_model(b, allow_tokenizer_mismatch=True)
+    old = Prepared(data.path, data.splits, {k: v for k, v in data.manifest.items() if k != 'tokenizer'})   # recorded before the tokenizer was
+    with pytest.raises(UsageError, match='vocabulary'): old.check_model(b)
+    gone = Prepared(data.path, data.splits, {**old.manifest, 'model_id': str(tmp/'gone')})
+    assert gone.check_model(b) is None   # the data's model is gone: nothing to compare
 
 
 @pytest.mark.parametrize('what', ['model', 'checkpoint', 'half-written', 'partial copy', 'raw data'])

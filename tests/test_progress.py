@@ -1,4 +1,4 @@
-"""`trn_tutorials.progress`: the scores (F1, accuracy, Matthews correlation, the majority baseline), filler rows left out,
+"""`trn_tutorials.training.progress`: the scores (F1, accuracy, Matthews correlation, the majority baseline), filler rows left out,
 the collapse warning, the progress lines the workers print, metrics.json as strict JSON."""
 import json
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from fastcore.test import test_close as close, test_eq as eq
 
-from trn_tutorials.progress import (classification_metrics, collapse_warning, flat_array, majority_baseline, progress_line,
+from trn_tutorials.training.progress import (classification_metrics, collapse_warning, flat_array, majority_baseline, progress_line,
                                     read_progress, split_scores)
-from trn_tutorials.samplers import EvalBatchSampler
+from trn_tutorials.training.samplers import EvalBatchSampler
 
 
 NAMES = ['sadness', 'joy', 'love']
@@ -47,7 +47,7 @@ def strict(text:str):
 
 def test_metrics_text_is_strict_json():
     "A value that is not a finite number is written as null: every JSON parser reads the file."
-    from trn_tutorials.progress import metrics_text
+    from trn_tutorials.training.progress import metrics_text
     m = {'history': [{'step': 5, 'eval_loss': float('nan')}, {'step': 10, 'loss': np.float32('inf')}], 'f1': np.float64(0.5), 'n': np.int64(3)}
     back = strict(metrics_text(m))
     assert back == {'history': [{'step': 5, 'eval_loss': None}, {'step': 10, 'loss': None}], 'f1': 0.5, 'n': 3}

@@ -124,10 +124,10 @@ def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, mon
     aws = journey.InstanceAws(tmp_path)
     try:
         aws.start()
-        from trn_tutorials.cleanup import cleanup
-        from trn_tutorials.endpoint import delete, deploy, predict
-        from trn_tutorials.hf_endpoint import hf_deploy
-        from trn_tutorials.inference import model_fn, predict_fn
+        from trn_tutorials.instance.cleanup import cleanup
+        from trn_tutorials.sagemaker.endpoint import delete, deploy, predict
+        from trn_tutorials.sagemaker.hf_endpoint import hf_deploy
+        from trn_tutorials.serving.inference import model_fn, predict_fn
         from transformers import pipeline
         model = str(shutil.copytree(prepared/'tiny-bert', tmp_path/'model'))   # conftest's tiny BERT, copied: it is read-only
         texts = ['i feel so happy today', 'i am scared']

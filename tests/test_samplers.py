@@ -1,4 +1,4 @@
-"""`trn_tutorials.samplers`: the multi-worker rules, checked on the samplers and the data loaders for 2, 8 and 32 workers (a
+"""`trn_tutorials.training.samplers`: the multi-worker rules, checked on the samplers and the data loaders for 2, 8 and 32 workers (a
 trn1.2xlarge and a trn1.32xlarge): the same input shape on every worker at every step, every training row used once per epoch
 (a few twice when the last batch is filled up), every evaluation row scored exactly once; the steps a run plans, and the
 warning when the global batch leaves too few of them."""
@@ -8,8 +8,8 @@ from fastcore.test import test_eq as eq, test_fail as fails
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows, planned_steps
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.samplers import BucketBatchSampler, EvalBatchSampler, PaddedRows, planned_steps
 
 rng = np.random.default_rng(0)
 LENGTHS = rng.choice([16, 24, 40, 72], size=2003, p=[.4, .3, .2, .1])   # a bucketed split, unsorted
@@ -111,7 +111,7 @@ def test_planned_steps():
 
 # ------------------------------------------------------------------------- 3. too few steps for the global batch
 def test_few_steps_warning_numbers():
-    from trn_tutorials.samplers import MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, few_steps_warning, planned_steps
+    from trn_tutorials.training.samplers import MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH, few_steps_warning, planned_steps
     assert (MIN_OPTIMIZER_STEPS, REFERENCE_GLOBAL_BATCH) == (200, 32)
     args = TrainArguments(num_train_epochs=3, per_device_train_batch_size=16)
     # emotion on a trn1.32xlarge: 16,000 rows in global batches of 32 x 16 = 512: 31 full ones and one of 128 rows an epoch

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from careless import ENV, FAST, TRN
-from trn_tutorials.arguments import check_args
+from trn_tutorials.training.arguments import check_args
 from trn_tutorials.core import UsageError, parse_args
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 
 
 def test_a_token_in_the_environment_is_in_no_file_the_run_makes(tmp_path, prepared):
@@ -54,7 +54,7 @@ def test_push_to_hub_asks_for_a_token_then_for_the_hub(monkeypatch, tmp_path):
 
 
 def test_a_sagemaker_job_with_push_to_hub_is_refused_before_anything_is_made(tmp_path, prepared):
-    from trn_tutorials.training_job import JobArguments, check_submit
+    from trn_tutorials.sagemaker.training_job import JobArguments, check_submit
     args = TrainArguments(dataset_path=str(prepared/'data'), output_dir=str(tmp_path/'out'), push_to_hub=True)
     with pytest.raises(UsageError, match=r'no Hugging Face token from here.*remove --push_to_hub'):
         check_submit(args, JobArguments(role='arn:aws:iam::123456789012:role/SageMakerExecution', region='us-east-1'))

@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.ssh` and `trn_tutorials.remote_jupyter` (nbs/instance/02_ssh.ipynb) against a real OpenSSH sshd on
+"""Checks of `trn_tutorials.instance.ssh` and `trn_tutorials.instance.jupyter` (nbs/instance/02_ssh.ipynb) against a real OpenSSH sshd on
 127.0.0.1 and a real `jupyter server` started through it. "The instance" is this machine, reached through the test sshd
 as the current user.
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.core import UsageError, field_help, parse_args
-from trn_tutorials.dlami import DLAMI, dlami_for
-from trn_tutorials.instance import find_instance, wait_for_ssh
-from trn_tutorials import ssh as S
-from trn_tutorials import remote_jupyter as J
+from trn_tutorials.instance.dlami import DLAMI, dlami_for
+from trn_tutorials.instance.ec2 import find_instance, wait_for_ssh
+from trn_tutorials.instance import ssh as S
+from trn_tutorials.instance import jupyter as J
 from local_services import (alive, free_port, jupyter_command, listen_addresses, make_venv, one_line, procs_mentioning, port_open,
                             rehearse)
 

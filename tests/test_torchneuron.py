@@ -101,12 +101,12 @@ print(json.dumps({'before': before, 'after': after, 'available': torch.neuron.is
 
 WORKER = """
 import json, os, sys
-from trn_tutorials.train import _as_worker
+from trn_tutorials.training.train import _as_worker
 backend = _as_worker(['--backend', 'torchneuron'], relaunch=False)   # what `main` does first, before transformers is imported
 import torch_neuronx
 first = 'torch_neuronx' in sys.modules and not torch_neuronx.after_transformers
-from trn_tutorials.arguments import TrainArguments, training_arguments
-from trn_tutorials.train import check_device
+from trn_tutorials.training.arguments import TrainArguments, training_arguments
+from trn_tutorials.training.train import check_device
 from accelerate import PartialState
 from accelerate.utils import DistributedType
 t = training_arguments(TrainArguments(output_dir='model', backend=backend), backend)
@@ -133,15 +133,15 @@ def test_torchrun_workers_train_on_the_neuron_device(tmp_path):
 
 
 def train_worker(stub:Path, data:Path, tmp:Path, **env) -> subprocess.CompletedProcess:
-    "`python -m trn_tutorials.train --backend torchneuron` in a torchrun worker's environment (one process, no process group)."
+    "`python -m trn_tutorials.training.train --backend torchneuron` in a torchrun worker's environment (one process, no process group)."
     argv = ['--backend', 'torchneuron', '--dataset_path', str(data), '--output_dir', str(tmp/'model'), '--per_device_train_batch_size', '4']
     env = stub_env(stub, TORCHELASTIC_RUN_ID='test', RANK='0', **env)
-    return subprocess.run([sys.executable, '-m', 'trn_tutorials.train', *argv], env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, '-m', 'trn_tutorials.training.train', *argv], env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
 
 
 def test_a_worker_without_the_device_is_refused_in_one_line(tmp_path, prepared):
     "torch_neuronx imported, but no `neuron` device registered: the Trainer would train on the CPU; refused before the model is loaded."
-    from trn_tutorials.train import ERROR_PREFIX
+    from trn_tutorials.training.train import ERROR_PREFIX
     r = train_worker(stub_neuronx(tmp_path/'stub', registers=False), linked(prepared, tmp_path, 'data')/'data', tmp_path, WORLD_SIZE='1')
     errors = [line for line in r.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
     assert r.returncode == 2 and len(errors) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
@@ -151,7 +151,7 @@ def test_a_worker_without_the_device_is_refused_in_one_line(tmp_path, prepared):
 
 def test_a_worker_short_of_its_process_group_is_refused_in_one_line(tmp_path, prepared):
     "WORLD_SIZE 2 but no process group (a worker not started by torchrun's rendezvous): each would train alone; refused."
-    from trn_tutorials.train import ERROR_PREFIX
+    from trn_tutorials.training.train import ERROR_PREFIX
     r = train_worker(stub_neuronx(tmp_path/'stub'), linked(prepared, tmp_path, 'data')/'data', tmp_path, WORLD_SIZE='2')
     errors = [line for line in r.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
     assert r.returncode == 2 and len(errors) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
@@ -162,8 +162,8 @@ def test_packed_rows_load_eager_attention_on_torchneuron(tmp_path, prepared):
     "Packed rows carry a 4-D float mask: on TorchNeuron the model loads with eager attention, as on XLA; unpacked rows keep SDPA."
     out = run(f"""
 import json
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.train import _model
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.train import _model
 from trn_tutorials.data.prepared import load_prepared
 manifest = load_prepared({str(prepared/'data')!r}).manifest
 attention = lambda backend, packing: _model(TrainArguments(output_dir='m'), manifest | {{'packing': packing}}, backend)[2].config._attn_implementation

@@ -1,4 +1,4 @@
-"""`trn_tutorials.torchrun`: process trees ended across sessions, a command's output streamed and logged line by line, a worker's
+"""`trn_tutorials.training.torchrun`: process trees ended across sessions, a command's output streamed and logged line by line, a worker's
 error read from its lines and from torchrun's error records; a worker's end reaches whoever started it (its failure as
 torchrun's record, SIGTERM and SIGHUP as a line naming the checkpoint kept), with real torchrun runs."""
 import os, re, shlex, signal, subprocess, sys, time
@@ -9,14 +9,15 @@ from fastcore.test import test_eq as eq
 
 from local_services import free_port
 
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.core import UsageError
-from trn_tutorials.data.prepare import DataArguments, prepare
-from trn_tutorials.data.files import sample_data
-from trn_tutorials.launch import LaunchError, launch, launch_env, torchrun_command
-from trn_tutorials.torchrun import end_tree, failure_records, process_tree, stream, worker_error
-from trn_tutorials.train import ERROR_PREFIX
-from trn_tutorials.checkpoints import checkpoints
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.data.sources import sample_data
+from trn_tutorials.training.launch import LaunchError, launch, launch_env, torchrun_command
+from trn_tutorials.training.torchrun import end_tree, failure_records, process_tree, stream, worker_error
+from trn_tutorials.training.train import ERROR_PREFIX
+from trn_tutorials.training.checkpoints import checkpoints
 from test_train import linked
 
 OFFLINE = ("import os\n"
@@ -81,7 +82,7 @@ def test_a_stop_signal_to_torchrun_says_what_was_kept_and_the_command_continues(
                  ours[0])
     assert m and Path(m[1]).is_dir(), ours[0]
     again = shlex.split(m[2])
-    assert again[:5] == ['torchrun', '--nproc_per_node', '2', '-m', 'trn_tutorials.train'], again
+    assert again[:5] == ['torchrun', '--nproc_per_node', '2', '-m', 'trn_tutorials.training.train'], again
     if sig != signal.SIGTERM: return   # the same command as SIGTERM's: followed once, there (resumed bit-exactly: tests/test_chaos.py)
     r = subprocess.run(again, env=env, capture_output=True, text=True, timeout=600)   # followed as printed: it continues
     assert r.returncode == 0, r.stderr[-3000:]
@@ -104,7 +105,7 @@ def test_process_tree_and_stream():
 
 def test_worker_error():
     eq(worker_error(['Traceback (most recent call last):', '  File "x.py", line 1', "OSError: no such model 'm'",
-                     'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ', 'trn_tutorials.train FAILED']),
+                     'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ', 'trn_tutorials.training.train FAILED']),
        "OSError: no such model 'm'")
     eq(worker_error(['KeyboardInterrupt']), 'KeyboardInterrupt')
     eq(worker_error(['all fine', 'Error rate: 3%']), None)
@@ -143,7 +144,7 @@ def test_stream_ends_with_a_killed_launcher(tmp_path):
     launcher = subprocess.Popen([sys.executable, '-c', f"""
 import sys
 from trn_tutorials.core import die_with_parent
-from trn_tutorials.torchrun import stream
+from trn_tutorials.training.torchrun import stream
 stream([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=die_with_parent,
        on_start=lambda p: open({str(pidfile)!r}, 'w').write(str(p.pid)))
 """])

@@ -1,4 +1,4 @@
-"""`trn_tutorials.train`, the training script: real torchrun runs of a tiny BERT (the shared `prepared` fixture, no download)
+"""`trn_tutorials.training.train`, the training script: real torchrun runs of a tiny BERT (the shared `prepared` fixture, no download)
 with metrics.json checked, every worker saving, the checks before anything slow (folders, batch, model against data,
 free space, a diverged or collapsed run, the lock), Neuron's rules (no Neuron worker without torchrun; too few steps for
 the global batch), and one line for every stop. (Killed at random moments and resumed bit-exactly: tests/test_chaos.py.)"""
@@ -9,22 +9,24 @@ import pytest
 from fastcore.test import test_eq as eq, test_fail as fails
 
 from careless import ctrl_c_default
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.checkpoints import COMPLETE
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.checkpoints import COMPLETE
 from trn_tutorials.core import UsageError, lock_path
-from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.launch import launch_env, torchrun_command
+from trn_tutorials.data.files import EMOTION_LABELS
+from trn_tutorials.data.sources import load_raw, sample_data
+from trn_tutorials.training.launch import launch_env, torchrun_command
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.progress import PLOTS, PROGRESS_ENV, read_progress
-from trn_tutorials.samplers import BucketBatchSampler
-from trn_tutorials.train import ERROR_PREFIX, LOCK_ENV, check_batch, check_model, check_output_dir, check_space
+from trn_tutorials.training.progress import PLOTS, PROGRESS_ENV, read_progress
+from trn_tutorials.training.samplers import BucketBatchSampler
+from trn_tutorials.training.train import ERROR_PREFIX, LOCK_ENV
 
 TORCHRUN_VARS = ('TORCHELASTIC_RUN_ID', 'LOCAL_RANK', 'RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
                  'TORCHELASTIC_USE_AGENT_STORE', 'TORCHELASTIC_RESTART_COUNT')
 ENV = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS} | {'HF_HUB_OFFLINE': '1'}
-PY = [sys.executable, '-m', 'trn_tutorials.train']
+PY = [sys.executable, '-m', 'trn_tutorials.training.train']
 
 
 def linked(prepared, tmp, *names) -> Path:
@@ -118,8 +120,8 @@ def test_torchneuron_needs_transformers_5():
     "transformers 5 places the model on TorchNeuron's `neuron` device; 4.57 (the compat run) is refused in one line."
     import transformers
     from trn_tutorials.core import UsageError
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.train import _check_runtime
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.training.train import _check_runtime
     if int(transformers.__version__.split('.')[0]) >= 5: assert _check_runtime('torchneuron', 1, TrainArguments()) is None
     else:
         with pytest.raises(UsageError, match="transformers>=5"): _check_runtime('torchneuron', 1, TrainArguments())
@@ -127,7 +129,7 @@ def test_torchneuron_needs_transformers_5():
 
 def test_attention_per_backend_and_packing():
     "Eager attention on the XLA backends, and on TorchNeuron for packed rows (their 4-D float mask); transformers' default elsewhere."
-    from trn_tutorials.train import attention_for
+    from trn_tutorials.training.train import attention_for
     eq({b: (attention_for(b, False), attention_for(b, True)) for b in ('neuron', 'xla', 'torchneuron', 'cuda', 'cpu')},
        {'neuron': ('eager', 'eager'), 'xla': ('eager', 'eager'), 'torchneuron': (None, 'eager'), 'cuda': (None, None), 'cpu': (None, None)})
 
@@ -135,13 +137,13 @@ def test_attention_per_backend_and_packing():
 def test_check_device_on_torchneuron():
     "The Trainer's device and world size, as the Trainer's arguments report them: `neuron` and every worker, or one line."
     from types import SimpleNamespace as NS
-    from trn_tutorials.train import check_device
+    from trn_tutorials.training.train import check_device
     seen = lambda device, world: NS(device=NS(type=device), world_size=world)
     eq(check_device(seen('neuron', 2), 'torchneuron', workers=2), None)
     fails(lambda: check_device(seen('cpu', 1), 'torchneuron', workers=1), contains="the Trainer's device is cpu, not `neuron`")
     fails(lambda: check_device(seen('neuron', 1), 'torchneuron', workers=2), contains="WORLD_SIZE 2 asks for 2 workers, but the Trainer's process group holds 1")
     with pytest.raises(UsageError) as e: check_device(seen('cpu', 1), 'torchneuron', workers=1)
-    assert '\n' not in str(e.value) and 'neuron-ls' in str(e.value) and 'torchrun --nproc_per_node N -m trn_tutorials.train' in str(e.value)
+    assert '\n' not in str(e.value) and 'neuron-ls' in str(e.value) and 'torchrun --nproc_per_node N -m trn_tutorials.training.train' in str(e.value)
     eq([check_device(seen('cpu', 1), b, workers=2) for b in ('neuron', 'xla', 'cuda', 'cpu')], [None] * 4)   # the other backends: not checked here
 
 
@@ -162,41 +164,41 @@ def kernel(neuron_stub, tmp_path, monkeypatch):
 
 
 def test_train_in_a_kernel_refuses_neuron(kernel):
-    from trn_tutorials.train import train
+    from trn_tutorials.training.train import train
     before = dict(os.environ)
     for backend in ('neuron',):
         with pytest.raises(UsageError) as e: train(TrainArguments(backend=backend, dataset_path='data', output_dir='out'))
         msg = str(e.value)
-        assert '\n' not in msg and 'torchrun --nproc_per_node 1 -m trn_tutorials.train' in msg and 'launch(' in msg, msg
+        assert '\n' not in msg and 'torchrun --nproc_per_node 1 -m trn_tutorials.training.train' in msg and 'launch(' in msg, msg
         assert '4.44' in msg, msg
     assert list(kernel.iterdir()) == [] and dict(os.environ) == before   # nothing written, no variable set
 
 
 def test_main_in_a_kernel_refuses_neuron(kernel, capsys):
-    from trn_tutorials.train import main
+    from trn_tutorials.training.train import main
     before = dict(os.environ)
     with pytest.raises(SystemExit) as e: main(['--backend', 'neuron', '--dataset_path', 'data', '--output_dir', 'out'])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(ERROR_PREFIX), err
-    assert 'torchrun --nproc_per_node 1 -m trn_tutorials.train' in err, err
+    assert 'torchrun --nproc_per_node 1 -m trn_tutorials.training.train' in err, err
     assert list(kernel.iterdir()) == [] and dict(os.environ) == before
 
 
 def test_which_backends_need_torchrun(monkeypatch):
-    from trn_tutorials.train import check_torchrun, relaunch_command
+    from trn_tutorials.training.train import check_torchrun, relaunch_command
     for backend in ('cpu', 'cuda', 'xla'): assert check_torchrun(backend, env={}) is None
     for backend in ('neuron', 'torchneuron'):
         with pytest.raises(UsageError, match='torchrun --nproc_per_node 1'): check_torchrun(backend, env={})
         assert check_torchrun(backend, env={'TORCHELASTIC_RUN_ID': 'x', 'LOCAL_RANK': '0'}) is None
     cmd = relaunch_command(['--backend', 'neuron', '--epochs', '1'], port=29555)
     assert cmd == [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '1', '--master_addr', '127.0.0.1',
-                   '--master_port', '29555', '-m', 'trn_tutorials.train', '--backend', 'neuron', '--epochs', '1']
+                   '--master_port', '29555', '-m', 'trn_tutorials.training.train', '--backend', 'neuron', '--epochs', '1']
 
 
 def test_the_warning_reaches_metrics_and_summary(work):
     "One CPU worker with batches of 48: 8 steps, a global batch above 32. The note at the start, then metrics and the summary."
     out = work/'few-steps'
-    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(work/'data'), '--output_dir', str(out),
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.training.train', '--dataset_path', str(work/'data'), '--output_dir', str(out),
                         '--num_train_epochs', '1', '--per_device_train_batch_size', '48', '--save_steps', '0', '--learning_rate', '1e-3'],
                        env=ENV, capture_output=True, text=True, timeout=300, cwd=work)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -207,55 +209,15 @@ def test_the_warning_reaches_metrics_and_summary(work):
     lines = r.stdout.splitlines()
     assert lines.count(few[0]) == 2, r.stdout   # at the start, and in the summary at the end
     assert lines[-1] == few[0] or few[0] in lines[-3:], lines[-5:]
-    from trn_tutorials.progress import summary
+    from trn_tutorials.training.progress import summary
     assert few[0] in summary(m).splitlines()
     assert few[0] not in summary(m | {'warnings': []})
 
 
-# --------------------------------------------------------------------------------------------- folders, batch
-def test_check_output_dir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert check_output_dir(TrainArguments(dataset_path='data', output_dir='runs/model')) == Path('runs/model')
-    for out, words in (('data', 'is the prepared data folder data'), ('data/model', 'is inside the prepared data folder data'),
-                       ('./data/../data/m', 'inside the prepared data folder'), ('', '--output_dir is empty')):
-        with pytest.raises(UsageError, match=words): check_output_dir(TrainArguments(dataset_path='data', output_dir=out))
-    with pytest.raises(UsageError, match='holds the prepared data folder'):   # the data inside the model folder: they never nest
-        check_output_dir(TrainArguments(dataset_path='runs/data', output_dir='runs'))
-    assert list(tmp_path.iterdir()) == [], 'the check wrote nothing'
-
-
-def test_check_batch():
-    rows = {'train': 360, 'validation': 72, 'test': 72}
-    assert check_batch(TrainArguments(per_device_train_batch_size=16, per_device_eval_batch_size=8), rows, 2) is None
-    with pytest.raises(UsageError, match=r'--per_device_train_batch_size 256 on 2 worker\(s\) makes batches of 512 rows, more than the 360 '
-                                         r'training rows of .*: use --per_device_train_batch_size 180 or less'):
-        check_batch(TrainArguments(per_device_train_batch_size=256), rows, 2)
-    with pytest.raises(UsageError, match=r'use 3 worker\(s\) or fewer'): check_batch(TrainArguments(per_device_train_batch_size=1), {'train': 3}, 4)
-    note = check_batch(TrainArguments(per_device_eval_batch_size=64), {'manifest': 1, 'rows': rows}, 2)
-    assert note.startswith('note: evaluation batches of 128 rows') and 'the 72 validation and 72 test rows' in note
-
-
-def test_check_model(work, small_vocab):
-    tmp, a, b, manifest = work, str(work/'tiny-bert'), small_vocab, load_prepared(str(work/'data')).manifest
-    args = lambda **kw: TrainArguments(dataset_path=str(tmp/'data'), **kw)
-    assert check_model(args(), manifest) is None and check_model(args(model_id=a), manifest) is None
-    n = manifest['tokenizer']['vocab_size'] if 'tokenizer' in manifest else None
-    with pytest.raises(UsageError) as e: check_model(args(model_id=b), manifest)
-    msg = str(e.value)
-    assert 'was prepared with the tokenizer of' in msg and 'tiny-bert' in msg and 'small-vocab' in msg and f'vocabulary {n} vs 45' in msg, msg
-    assert msg.endswith(f"prepare it again for that model with `trn-tutorials prep --dataset_path {tmp/'data'} --data {sample_data()} "
-                        f"--model_id {b}`, or pass --allow_tokenizer_mismatch true"), msg
-    # allowed deliberately: a tokenizer that differs only in its special ids trains; a vocabulary too small for the data never does
-    with pytest.raises(UsageError, match=f'small-vocab has 45 token embeddings, fewer than the {n} token ids'):
-        check_model(args(model_id=b, allow_tokenizer_mismatch=True), manifest)
-    old = {k: v for k, v in manifest.items() if k != 'tokenizer'}   # a manifest from before the tokenizer was recorded
-    with pytest.raises(UsageError, match='vocabulary'): check_model(args(model_id=b), old)
-    assert check_model(args(model_id=b), {**old, 'model_id': str(tmp/'gone')}) is None   # the data's model is gone: nothing to compare
-
-
+# --------------------------------------------------------------------------------------------- the model against the data
 def test_mismatch_refused_before_anything_is_written(work, small_vocab):
     tmp, b = work, small_vocab
-    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(tmp/'out-b'),
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.training.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(tmp/'out-b'),
                         '--model_id', b], capture_output=True, text=True, env=ENV, cwd=tmp, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().startswith(ERROR_PREFIX) and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp/'out-b').exists() and not lock_path(tmp/'out-b').exists() and not (tmp/'train.log').exists()
@@ -268,7 +230,7 @@ def test_a_nan_run_stops_and_saves_nothing(work, small_vocab, where, opts):
     "A learning rate of 1000 makes the tiny BERT's loss nan within 15 steps: one line, status 2, nothing saved or sealed."
     tmp = work
     out = tmp/f"nan-{opts[-1]}"
-    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(out),
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.training.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(out),
                         '--learning_rate', '1000', '--max_steps', '40', *opts], capture_output=True, text=True, env=ENV, cwd=tmp, timeout=300)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
@@ -292,7 +254,7 @@ def test_the_lock(work):
     holder = subprocess.Popen([sys.executable, '-c', HOLD, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == 'held'
-        cmd = [sys.executable, '-m', 'trn_tutorials.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(out), '--max_steps', '1', '--save_steps', '0']
+        cmd = [sys.executable, '-m', 'trn_tutorials.training.train', '--dataset_path', str(tmp/'data'), '--output_dir', str(out), '--max_steps', '1', '--save_steps', '0']
         r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
         assert r.returncode == 2 and f'{out} is in use by pid {holder.pid}' in r.stderr and 'trn-tutorials stop --output_dir' in r.stderr, r.stderr
         r = subprocess.run(cmd, capture_output=True, text=True, env=ENV | {LOCK_ENV: os.path.abspath(out)}, timeout=300)
@@ -308,23 +270,6 @@ def one_line(r, code=2):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == code and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
     return lines[0]
-
-
-def test_output_dir_and_data_never_nest(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for out, words in (('runs', 'holds the prepared data folder'), ('.', 'holds the prepared data folder'),
-                       ('runs/data', 'is the prepared data folder'), ('runs/data/m', 'inside the prepared data folder')):
-        with pytest.raises(UsageError, match=words) as e: check_output_dir(TrainArguments(dataset_path='runs/data', output_dir=out))
-        assert f"--output_dir {tmp_path/'runs'/'data-model'}" in str(e.value), e.value
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_free_space_checked_first(work, monkeypatch):
-    tmp, a = work, str(work/'tiny-bert')
-    args = TrainArguments(dataset_path=str(tmp/'data'), output_dir=str(tmp/'space'), model_id=a)
-    assert check_space(args) is None
-    monkeypatch.setattr(shutil, 'disk_usage', lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
-    with pytest.raises(UsageError, match=r'the disk holding .*space has 1.0 kB free, and this run writes about [\d.]+ [kMG]B'): check_space(args)
 
 
 def test_a_collapsed_run_says_so_on_stderr_and_in_metrics(work):
@@ -389,11 +334,11 @@ def test_output_dir_with_the_users_files_is_refused(work, names):
 
 def test_the_torchrun_fix_is_a_complete_command(tmp_path, monkeypatch):
     "Outside torchrun on a NeuronCore: the command printed is the run's own, paths in full, not a sketch with '...'."
-    from trn_tutorials.train import check_torchrun
+    from trn_tutorials.training.train import check_torchrun
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError) as e:
         check_torchrun('neuron', env={}, args=TrainArguments(dataset_path='d', learning_rate=3e-5, bf16=True, backend='neuron'))
-    assert str(e.value).endswith(f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --dataset_path {tmp_path/'d'} "   # both folders, in full
+    assert str(e.value).endswith(f"`torchrun --nproc_per_node 1 -m trn_tutorials.training.train --dataset_path {tmp_path/'d'} "   # both folders, in full
                                  f"--output_dir {tmp_path/'runs'/'emotion-model'} --learning_rate 3e-05 --bf16 true --backend neuron`"), e.value
     with pytest.raises(UsageError) as e: check_torchrun('neuron', env={}, args=['--output_dir=m', '--epochs', '2'])
-    assert f"`torchrun --nproc_per_node 1 -m trn_tutorials.train --output_dir={tmp_path/'m'} --epochs 2`" in str(e.value)
+    assert f"`torchrun --nproc_per_node 1 -m trn_tutorials.training.train --output_dir={tmp_path/'m'} --epochs 2`" in str(e.value)

@@ -5,20 +5,20 @@ import errno, os, subprocess, sys
 
 import pytest
 
-import trn_tutorials.checkpoints as K
-import trn_tutorials.train as T
+import trn_tutorials.training.checkpoints as K
+import trn_tutorials.training.train as T
 from test_train import ENV, linked, neuron_stub, work  # noqa: F401  (neuron_stub, work: fixtures)
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.train import ERROR_PREFIX
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.train import ERROR_PREFIX
 
 
 # ------------------------------------------------------------------------------ 2. no Neuron worker without torchrun
 def test_python_m_relaunches_itself_under_torchrun(work, neuron_stub):
-    """`python -m trn_tutorials.train --backend neuron` outside torchrun starts torchrun with one worker. Here (no torch-xla)
+    """`python -m trn_tutorials.training.train --backend neuron` outside torchrun starts torchrun with one worker. Here (no torch-xla)
     that worker fails its runtime check: the failure is a torchrun worker's, and nothing trained in the first process."""
     out = work/'relaunched'
     env = ENV | {'PYTHONPATH': os.pathsep.join([str(neuron_stub), *filter(None, [os.environ.get('PYTHONPATH')])])}
-    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--backend', 'neuron', '--dataset_path', str(work/'data'),
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.training.train', '--backend', 'neuron', '--dataset_path', str(work/'data'),
                         '--output_dir', str(out), '--max_steps', '2', '--save_steps', '0'],
                        env=env, capture_output=True, text=True, timeout=300, cwd=work)
     said = r.stdout + r.stderr
@@ -33,26 +33,10 @@ def test_python_m_relaunches_itself_under_torchrun(work, neuron_stub):
 
 
 
-def test_prepared_data_read_once(prepared, tmp_path, monkeypatch):
-    "A resumed run (the path that checks the checkpoint's step count against the data) reads the prepared folder once."
-    for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'): monkeypatch.delenv(k, raising=False)
-    args = TrainArguments(dataset_path=str(linked(prepared, tmp_path, 'data')/'data'), output_dir=str(tmp_path/'model'), max_steps=2,
-                          save_steps=2, logging_steps=1, backend='cpu')
-    T.train(args)   # leaves checkpoint-2: the same arguments again resume from it
-    calls, real = [], T.load_prepared
-    def counting(path):
-        calls.append(path); return real(path)
-    monkeypatch.setattr(T, 'load_prepared', counting); monkeypatch.setattr(K, 'load_prepared', counting)
-    backend, ds, manifest, start, few_steps, data = T._prepare(args)
-    assert backend == 'cpu' and start is not None and start.name == 'checkpoint-2'
-    assert calls == [str(tmp_path/'data')], calls
-
-
-
 def test_a_full_disk_is_one_line(work, monkeypatch, capsys):
     "ENOSPC while writing: one line naming the disk, what was kept and the fix; status 2."
     tmp = work
-    import trn_tutorials.train as T
+    import trn_tutorials.training.train as T
     def full(*a, **kw): raise OSError(errno.ENOSPC, 'No space left on device')
     monkeypatch.setattr(T, 'save_plots', full)
     monkeypatch.delenv('RANK', raising=False); monkeypatch.delenv('WORLD_SIZE', raising=False)

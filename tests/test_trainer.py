@@ -1,4 +1,4 @@
-"""`trn_tutorials.trainer`: the Trainer the script builds. The evaluation loss is the mean loss over the labelled texts of every
+"""`trn_tutorials.training.trainer`: the Trainer the script builds. The evaluation loss is the mean loss over the labelled texts of every
 worker (finite with filler rows); the hooks it overrides keep their signatures; the model's columns without private API; the
 graph-extraction trial's padding patched out."""
 import math
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.data.prepared import load_prepared
 from test_progress import strict
 from test_train import linked, torchrun   # the training tests' links to the shared data, their two-worker torchrun launch
@@ -21,7 +21,7 @@ def ce(logits, label) -> float:
 
 def test_all_filler_worker_padded_rows():
     "Two workers of two rows each, gathered: the second worker's rows are all filler (-100); its batch's own mean would be nan."
-    from trn_tutorials.trainer import labelled_loss
+    from trn_tutorials.training.trainer import labelled_loss
     logits = np.array([[2.0, 0.5, -1.0], [0.1, 1.5, 0.2], [3.0, 0.0, 0.0], [0.0, 3.0, 0.0]], dtype=np.float32)
     labels = np.array([0, 2, -100, -100])
     want = (ce(logits[0], 0) + ce(logits[1], 2)) / 2
@@ -37,7 +37,7 @@ def test_all_filler_worker_padded_rows():
 
 def test_unbiased_over_batches_of_unequal_fill():
     "A batch with one labelled row weighs one row, not a full batch: the mean over texts, not over batch means."
-    from trn_tutorials.trainer import labelled_loss
+    from trn_tutorials.training.trainer import labelled_loss
     rng = np.random.default_rng(0)
     logits, labels = rng.normal(size=(8, 6)).astype(np.float32), rng.integers(0, 6, 8)
     labels[5:] = -100   # batch 2 (rows 4-7) has one labelled row
@@ -52,7 +52,7 @@ def test_unbiased_over_batches_of_unequal_fill():
 
 def test_packed_rows():
     "Packed rows: logits [rows, texts, labels], a label per text, -100 in the empty slots and for filler rows."
-    from trn_tutorials.trainer import labelled_loss
+    from trn_tutorials.training.trainer import labelled_loss
     rng = np.random.default_rng(1)
     logits = rng.normal(size=(4, 3, 6)).astype(np.float32)
     labels = np.array([[1, 4, -100], [0, -100, -100], [-100] * 3, [-100] * 3])   # rows 2-3: a worker's filler rows
@@ -64,7 +64,7 @@ def test_evaluation_loop_hook():
     "`LabelledLoss` overrides the public `Trainer.evaluation_loop` with its parameters, in their order (the same in transformers 4.57 and 5)."
     import inspect
     from transformers import Trainer
-    from trn_tutorials.trainer import LabelledLoss, trainer_class
+    from trn_tutorials.training.trainer import LabelledLoss, trainer_class
     assert list(inspect.signature(LabelledLoss.evaluation_loop).parameters) == list(inspect.signature(Trainer.evaluation_loop).parameters)
     assert LabelledLoss in trainer_class().__mro__
 
@@ -85,7 +85,7 @@ def test_two_workers_eval_loss_finite_and_unbiased(prepared, tmp_path, data):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from trn_tutorials.data.prepared import load_prepared
-    from trn_tutorials.samplers import PaddedRows
+    from trn_tutorials.training.samplers import PaddedRows
     prepared = load_prepared(args.dataset_path)
     ds, _ = prepared.splits, prepared.manifest
     val = ds['validation']
@@ -103,8 +103,8 @@ def test_graph_extraction_skips_padding_across_workers(prepared, tmp_path, monke
     "`neuron_parallel_compile`'s trial (NEURON_EXTRACT_GRAPHS_ONLY) feeds placeholders: accelerate's padding is patched out."
     tmp = prepared
     from transformers import AutoModelForSequenceClassification
-    from trn_tutorials.trainer import trainer_class
-    from trn_tutorials.arguments import training_arguments
+    from trn_tutorials.training.trainer import trainer_class
+    from trn_tutorials.training.arguments import training_arguments
     import torch
     model = AutoModelForSequenceClassification.from_pretrained(tmp/'tiny-bert', num_labels=6, ignore_mismatched_sizes=True)
     targs = training_arguments(TrainArguments(output_dir=str(tmp_path/'extract')), 'cpu')
@@ -122,7 +122,7 @@ def test_cpu_resume_overrides_a_pinned_private_hook():
     "its name, its one argument and its `map_location` must stay, on transformers 4.57 and 5."
     import inspect
     from transformers import Trainer
-    from trn_tutorials.trainer import CpuResume
+    from trn_tutorials.training.trainer import CpuResume
     assert [p for p in inspect.signature(Trainer._load_optimizer_and_scheduler).parameters] == ['self', 'checkpoint']
     assert 'map_location' in inspect.getsource(Trainer._load_optimizer_and_scheduler)
     assert '_load_optimizer_and_scheduler' in vars(CpuResume)
@@ -132,8 +132,8 @@ def test_model_columns_without_private_api(prepared, tmp_path):
     "With `remove_unused_columns=False`, `BucketBatches.model_columns` keeps what `forward` takes (and the labels), via `select_columns`."
     tmp = prepared
     from transformers import AutoModelForSequenceClassification
-    from trn_tutorials.trainer import trainer_class
-    from trn_tutorials.arguments import training_arguments
+    from trn_tutorials.training.trainer import trainer_class
+    from trn_tutorials.training.arguments import training_arguments
     model = AutoModelForSequenceClassification.from_pretrained(tmp/'tiny-bert', num_labels=6, ignore_mismatched_sizes=True)
     targs = training_arguments(TrainArguments(output_dir=str(tmp_path/'columns')), 'cpu')
     assert targs.remove_unused_columns is False

@@ -17,11 +17,11 @@ import boto3, pytest
 
 from trn_tutorials.core import UsageError, parse_args
 from trn_tutorials.data.files import EMOTION_LABELS
-from trn_tutorials.launch import Results, train_argv
-from trn_tutorials.arguments import TrainArguments
-import trn_tutorials.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
-from trn_tutorials.sagemaker_aws import run_prefix
-from trn_tutorials.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, sm_cost, stage_source, stop_job,
+from trn_tutorials.training.launch import Results, train_argv
+from trn_tutorials.training.arguments import TrainArguments
+import trn_tutorials.sagemaker.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
+from trn_tutorials.sagemaker.resources import run_prefix
+from trn_tutorials.sagemaker.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, sm_cost, stage_source, stop_job,
                                         submit, wait_job)
 from local_services import SageMakerStandIn, queue_answer
 
@@ -91,9 +91,9 @@ def test_the_request_read_back(aws, prepared):
     got = Path('got'); aws._download(boto3.client('s3'), ch['train'], got/'data'); aws._download(boto3.client('s3'), ch['model'], got/'model')
     assert digests(got/'data') == digests(prepared/'data')
     assert digests(got/'model') == digests(prepared/'tiny-bert')
-    # the code channel: this package and the entry script that runs trn_tutorials.train
+    # the code channel: this package and the entry script that runs trn_tutorials.training.train
     code = [k for k in objects() if '/input/code/' in k]
-    assert any(k.endswith('/code/sm_train.py') for k in code) and any(k.endswith('/code/trn_tutorials/train.py') for k in code)
+    assert any(k.endswith('/code/sm_train.py') for k in code) and any(k.endswith('/code/trn_tutorials/training/train.py') for k in code)
     assert all(k.startswith(run_prefix('r1') + '/') for k in objects())
 
 
@@ -107,7 +107,7 @@ def test_a_job_end_to_end(aws, prepared):
     assert aws.run(name) == 0, '\n'.join(aws.output[-30:])
     assert any('torchrun --nnodes=1 --nproc_per_node=2' in l for l in aws.output)   # the SDK's driver, 2 NeuronCores
     d = wait_job(name, log='train.log', poll_s=0.1, echo=False)
-    assert any(l.startswith('trn_tutorials.train: progress: ') for l in Path('train.log').read_text().splitlines())
+    assert any(l.startswith('trn_tutorials.training.train: progress: ') for l in Path('train.log').read_text().splitlines())
     r = job_results(name, 'dl', description=d)
     assert isinstance(r, Results) and r.workers == 2 and r.split == 'test'
     m = r.metrics
@@ -220,7 +220,7 @@ def test_stage_source_is_this_package(tmp_path):
 
 def test_cleanup_removes_the_runs_sagemaker_resources_twice(aws, prepared):
     "Cleanup finds the run's job, model, endpoint config, endpoint and S3 prefix by its tags; other runs and files stay."
-    from trn_tutorials.cleanup import cleanup, leftovers
+    from trn_tutorials.instance.cleanup import cleanup, leftovers
     from trn_tutorials.aws import run_tags
     bucket, role = aws.bucket(), aws.role()
     args = TrainArguments(dataset_path=str(prepared/'data'))
@@ -303,8 +303,8 @@ def _sdk_registries(name: str, scope: str) -> dict:
 
 def test_the_registry_table_is_the_sdks():
     "DLC_ACCOUNTS holds every region the SDK lists for the PyTorch and Neuron DLCs, with the SDK's account."
-    from trn_tutorials import training_job as tj
-    from trn_tutorials.sagemaker_aws import DLC_ACCOUNTS
+    from trn_tutorials.sagemaker import training_job as tj
+    from trn_tutorials.sagemaker.resources import DLC_ACCOUNTS
     sdk = {**_sdk_registries('pytorch.json', 'training'), **_sdk_registries('pytorch.json', 'inference')}
     assert DLC_ACCOUNTS == sdk
     neuron = _sdk_registries('huggingface-neuronx.json', 'training')
@@ -316,7 +316,7 @@ def test_the_registry_table_is_the_sdks():
 
 
 def test_an_image_that_is_not_in_the_regions_registry_is_refused():
-    from trn_tutorials.training_job import training_image
+    from trn_tutorials.sagemaker.training_job import training_image
     img = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'
     ok = f'763104351884.dkr.ecr.us-west-2.amazonaws.com/{img}'
     assert training_image('us-west-2', ok) == ok
@@ -393,7 +393,7 @@ def deny_get_role(event_name='before-call.iam.GetRole'):
 
 def test_access_denied_on_get_role_warns_and_goes_on(aws, prepared):
     "Creating a job needs iam:PassRole, not iam:GetRole: a caller without GetRole gets one warning and a job."
-    from trn_tutorials.sagemaker_aws import check_role
+    from trn_tutorials.sagemaker.resources import check_role
     role, bucket = aws.role(), aws.bucket()
     boto3.setup_default_session()
     undo = deny_get_role()
@@ -410,7 +410,7 @@ def test_access_denied_on_get_role_warns_and_goes_on(aws, prepared):
 
 def test_one_compile_cache_for_the_project(aws, prepared):
     "Every job of the project reads and fills one Neuron compile cache, which cleanup keeps."
-    from trn_tutorials.sagemaker_aws import COMPILE_CACHE_PREFIX
+    from trn_tutorials.sagemaker.resources import COMPILE_CACHE_PREFIX
     bucket = aws.bucket()
     plans = [submit(TrainArguments(dataset_path=str(prepared/'data')), JobArguments(role=aws.role(), bucket=bucket, run_id=r, dry_run=True))
              for r in ('c1', 'c2')]
@@ -421,7 +421,7 @@ def test_one_compile_cache_for_the_project(aws, prepared):
 def test_sdk_3s_current_import_path():
     "sagemaker.train.configs is a deprecated shim in SDK 3.2x; its classes live in sagemaker.core.training.configs."
     import inspect
-    from trn_tutorials import training_job
+    from trn_tutorials.sagemaker import training_job
     src = inspect.getsource(training_job)
     assert 'sagemaker.train.configs' not in src and 'from sagemaker.core.training.configs import' in src
     from sagemaker.core.training import configs
@@ -444,7 +444,7 @@ GATHER = r'''
 import json, os, sys
 from types import SimpleNamespace
 import torch.distributed as dist
-from trn_tutorials.trainer import gather_shapes
+from trn_tutorials.training.trainer import gather_shapes
 dist.init_process_group('gloo')
 rank, world, folder = dist.get_rank(), dist.get_world_size(), sys.argv[1]
 trainer = SimpleNamespace(args=SimpleNamespace(process_index=rank, world_size=world),
@@ -488,8 +488,8 @@ ONE_PROCESS = r'''
 import json, sys
 from dataclasses import replace
 from trn_tutorials.aws import new_run_id
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.training_job import JobArguments, submit
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.sagemaker.training_job import JobArguments, submit
 data, role, bucket, tests = sys.argv[1:]
 sys.path.insert(0, tests); __import__('local_services').deny_simulate_principal_policy()   # moto lacks the call (the stand-in's bypass)
 args = TrainArguments(dataset_path=data, num_train_epochs=1)
@@ -526,7 +526,7 @@ def test_two_nodes_of_every_efa_type_get_the_efa_settings(aws, prepared):
     its lists (ml.trn1.32xlarge, not ml.trn1n.32xlarge): a multi-node job on any Trainium type with EFA gets them from
     the job's environment; ml.trn1.2xlarge (no EFA) and a single node get none."""
     from sagemaker.train.container_drivers.common.utils import SM_EFA_NCCL_INSTANCES, SM_EFA_RDMA_INSTANCES
-    from trn_tutorials.training_job import SM_INSTANCES
+    from trn_tutorials.sagemaker.training_job import SM_INSTANCES
     efa = {'FI_PROVIDER': 'efa', 'FI_EFA_USE_DEVICE_RDMA': '1', 'RDMAV_FORK_SAFE': '1'}
     args, role, bucket = TrainArguments(dataset_path=str(prepared/'data')), aws.role(), aws.bucket()
     env = lambda t, n: submit(args, JobArguments(role=role, bucket=bucket, instance_type=t, instance_count=n, dry_run=True))['request']['Environment']
@@ -560,7 +560,7 @@ def test_each_job_the_chapter_creates_has_its_own_run():
 def test_list_values_reach_the_script_as_separate_arguments(aws, prepared):
     "`--label_names a b` on the job: the hyperparameters, the container's argv (the SDK's driver), the script's arguments."
     from sagemaker.train.container_drivers.common.utils import hyperparameters_to_cli_args
-    from trn_tutorials.training_job import job_argv
+    from trn_tutorials.sagemaker.training_job import job_argv
     args = TrainArguments(dataset_path=str(prepared/'data'), label_names=['labels', 'other labels'], num_train_epochs=1)
     req = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket(), dry_run=True))['request']
     argv = hyperparameters_to_cli_args(req['HyperParameters'])   # what SageMaker's torchrun driver passes the entry script

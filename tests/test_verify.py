@@ -6,14 +6,15 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.core import UsageError
-from trn_tutorials.data.prepare import DataArguments, prepare
-from trn_tutorials.data.files import load_raw, sample_data
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.launch import launch
-from trn_tutorials.inference import JSON, RequestError, input_fn, output_fn, predict_fn
-from trn_tutorials.torchscript import trace
-from trn_tutorials.predict import load
-from trn_tutorials.verify import (NO_NEURON, RECORD, check_verified, handler, served_form, split_rows, texts_of_rows,
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.data.sources import load_raw, sample_data
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.launch import launch
+from trn_tutorials.serving.inference import JSON, RequestError, input_fn, output_fn, predict_fn
+from trn_tutorials.serving.torchscript import trace
+from trn_tutorials.serving.predict import load
+from trn_tutorials.serving.verify import (NO_NEURON, RECORD, check_verified, handler, served_form, split_rows, texts_of_rows,
                                   verify, weights_hash)
 
 CLI = [sys.executable, '-c', 'from trn_tutorials.cli import main; main()']
@@ -176,7 +177,7 @@ def test_the_command_prints_the_table_and_exits_2_on_a_failing_form(trained):
 
 
 def test_deploy_refuses_a_form_verify_failed_before_anything_is_made(trained, monkeypatch, moto_server):
-    from trn_tutorials.endpoint import deploy
+    from trn_tutorials.sagemaker.endpoint import deploy
     import boto3
     monkeypatch.chdir(trained)
     d = stale(trained, 'stale2')
@@ -189,7 +190,7 @@ def test_deploy_refuses_a_form_verify_failed_before_anything_is_made(trained, mo
 
 def test_verify_json_leaves_predicts_record_of_the_model_alone(trained, monkeypatch):
     "An output `predict` is writing continues after `verify` ran on its model: verify.json is not a file the answers come from."
-    from trn_tutorials.predict import model_fingerprint
+    from trn_tutorials.serving.predict import model_fingerprint
     monkeypatch.chdir(trained)
     d = copy(trained/'model', trained/'fingerprint')
     before = model_fingerprint(str(d))

@@ -13,11 +13,13 @@ import pytest
 pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
 from test_train import TORCHRUN_VARS, linked
-from trn_tutorials.data.files import sample_data
-from trn_tutorials.data.prepare import DataArguments, prepare
-from trn_tutorials.launch import launch, launch_env, torchrun_command
-from trn_tutorials.precompile import compile_report, precompile, precompile_shapes
-from trn_tutorials.arguments import TrainArguments
+from trn_tutorials.data.sources import sample_data
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.training.launch import launch, launch_env, torchrun_command
+from trn_tutorials.data.prepared import load_prepared
+from trn_tutorials.training.precompile import compile_report, precompile, precompile_shapes
+from trn_tutorials.training.arguments import TrainArguments
 
 
 @pytest.fixture(scope='module')
@@ -64,7 +66,7 @@ def test_rehearsal_graphs(tiny, buckets):
     # eager attention: BERT's SDPA mask check (a host sync and a graph per length) never runs
     assert not any('_prepare_4d_attention_mask_for_sdpa' in c['frames'] for c in graphs)
     # precompile's shape list is what the run fed
-    shapes = precompile_shapes(args, 1)
+    shapes = precompile_shapes(args, load_prepared(args.dataset_path), 1)
     assert [list(s) for s in shapes['train']] == t['input_shapes']
     assert [list(s) for s in shapes['eval']] == t['eval_shapes']
     # training throughput leaves the evaluations out; the Trainer's own figure does not
@@ -95,7 +97,7 @@ def test_xla_one_worker_only(tiny):
     tmp, _ = tiny
     args = TrainArguments(dataset_path=str(tmp/'data-1'), output_dir=str(tmp/'two'), max_steps=2, backend='xla')
     r = subprocess.run(torchrun_command(args, 2), env=launch_env('xla', 2), capture_output=True, text=True, timeout=600)
-    assert r.returncode != 0 and 'trn_tutorials.train: error: --backend xla runs one worker' in r.stderr
+    assert r.returncode != 0 and 'trn_tutorials.training.train: error: --backend xla runs one worker' in r.stderr
 
 
 def test_xla_learns_like_the_cpu(tiny):
@@ -116,10 +118,10 @@ def test_xla_learns_like_the_cpu(tiny):
 def test_xla_loop_on_the_xla_device(tiny):
     "The plain loop's Trainium path (`torch_xla.device()`, `MpDeviceLoader`, `xm.optimizer_step`, saving off the device) on PJRT's CPU."
     from transformers import AutoModelForSequenceClassification
-    from trn_tutorials.xla_loop import weights_sha256
+    from trn_tutorials.training.xla_loop import weights_sha256
     tmp, _ = tiny
     out = tmp/'loop'
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '1', '-m', 'trn_tutorials.xla_loop',
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '1', '-m', 'trn_tutorials.training.xla_loop',
            '--backend', 'xla', '--dataset_path', str(tmp/'data-2'), '--output_dir', str(out), '--max_steps', '6',
            '--per_device_train_batch_size', '8', '--per_device_eval_batch_size', '16']
     r = subprocess.run(cmd, env=launch_env('xla', 1), capture_output=True, text=True, timeout=600)
@@ -136,7 +138,7 @@ def test_xla_loop_on_the_xla_device(tiny):
 
 
 def test_neuron_backend_relaunches_and_trains(tiny, tmp_path):
-    """`python -m trn_tutorials.train --backend neuron` outside torchrun re-launches itself under torchrun with one worker, and
+    """`python -m trn_tutorials.training.train --backend neuron` outside torchrun re-launches itself under torchrun with one worker, and
     that worker trains on the Neuron code path: torch-xla's CPU device standing in for the NeuronCore (`PJRT_DEVICE=CPU`), an
     empty `torch_neuronx` package standing in for torch-neuronx (`check_backend` only looks for it)."""
     data = tiny[0]/'data-2'
@@ -145,7 +147,7 @@ def test_neuron_backend_relaunches_and_trains(tiny, tmp_path):
         'HF_HUB_OFFLINE': '1', 'PJRT_DEVICE': 'CPU',
         'PYTHONPATH': os.pathsep.join([str(stub), *filter(None, [os.environ.get('PYTHONPATH')])])}
     out = tmp_path/'model'
-    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.train', '--backend', 'neuron', '--dataset_path', str(data),
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.training.train', '--backend', 'neuron', '--dataset_path', str(data),
                         '--output_dir', str(out), '--num_train_epochs', '1', '--learning_rate', '1e-4', '--per_device_train_batch_size', '16',
                         '--per_device_eval_batch_size', '16', '--logging_steps', '5', '--save_steps', '10'],
                        env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
@@ -160,5 +162,5 @@ def test_neuron_backend_relaunches_and_trains(tiny, tmp_path):
     # one epoch of a tiny random BERT may not beat the majority label yet: that warning (issue 23) is the only one allowed
     assert m['versions'].get('torch-xla') and all('no better than always predicting the majority label' in w for w in m['warnings']), m['warnings']
     # its checkpoints were sealed by the guard (one worker: no meeting to wait for)
-    from trn_tutorials.checkpoints import checkpoints
+    from trn_tutorials.training.checkpoints import checkpoints
     assert [ok for _, ok in checkpoints(out)] and all(ok for _, ok in checkpoints(out)), checkpoints(out)

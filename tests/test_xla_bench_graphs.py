@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.data.files import sample_data
+from trn_tutorials.data.sources import sample_data
 from trn_tutorials.data.packing import rows_for_texts, texts_per_row
 
 ROOT = Path(__file__).parent.parent

@@ -1,4 +1,4 @@
-"""The plain PyTorch loop of `trn_tutorials.xla_loop` under a real torchrun: two CPU workers (gloo, DDP) and one, on an easy
+"""The plain PyTorch loop of `trn_tutorials.training.xla_loop` under a real torchrun: two CPU workers (gloo, DDP) and one, on an easy
 fixture whose loss must fall within a few steps; the saved model is the one every worker held; bad input gets one line.
 
 Its XLA path (PJRT's CPU device) is tested in tests/test_xla.py, in the environment with torch-xla.
@@ -10,11 +10,12 @@ import pytest
 
 from trn_tutorials.backends import XLA_INSTALL
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data.prepare import DataArguments, prepare
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
-from trn_tutorials.launch import launch_env
-from trn_tutorials.arguments import TrainArguments
-from trn_tutorials.xla_loop import ERROR_PREFIX, LoopArguments, Workers, eval_loader, train_loader, weights_sha256
+from trn_tutorials.training.launch import launch_env
+from trn_tutorials.training.arguments import TrainArguments
+from trn_tutorials.training.xla_loop import ERROR_PREFIX, LoopArguments, Workers, eval_loader, train_loader, weights_sha256
 
 GOOD = ['great', 'happy', 'joy', 'lovely', 'fun', 'bright']
 BAD = ['sad', 'awful', 'gloomy', 'dull', 'grim', 'bleak']
@@ -39,7 +40,7 @@ def env():
 
 
 def torchrun(n:int, *opts):
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(n), '-m', 'trn_tutorials.xla_loop',
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(n), '-m', 'trn_tutorials.training.xla_loop',
            '--backend', 'cpu', *map(str, opts)]
     return subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
 
@@ -98,7 +99,7 @@ def test_loaders_one_shape_disjoint_shards(easy):
 
 
 def test_arguments_are_train_arguments():
-    "Every option of the loop is an option of `trn_tutorials.train` with the same type and default (but its own output folder)."
+    "Every option of the loop is an option of `trn_tutorials.training.train` with the same type and default (but its own output folder)."
     from dataclasses import fields
     from typing import get_type_hints   # the types themselves: HfArgumentParser turns a field's 'str' into str once it parsed it
     train, types, loop_types = {f.name: f for f in fields(TrainArguments)}, get_type_hints(TrainArguments), get_type_hints(LoopArguments)
@@ -108,7 +109,7 @@ def test_arguments_are_train_arguments():
 
 
 def run_main(*opts):
-    return subprocess.run([sys.executable, '-m', 'trn_tutorials.xla_loop', *map(str, opts)], env=env(), capture_output=True,
+    return subprocess.run([sys.executable, '-m', 'trn_tutorials.training.xla_loop', *map(str, opts)], env=env(), capture_output=True,
                           text=True, timeout=120)
 
 
@@ -137,8 +138,8 @@ def test_xla_backend_without_torch_xla(easy):
 
 def test_the_xla_loop_refuses_what_it_does_not_implement(prepared):
     env = dict(launch_env('cpu', 1), PYTHONPATH=str(Path(__file__).parents[1]))
-    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.xla_loop', '--dataset_path', str(prepared/'data'), '--backend', 'cpu',
+    r = subprocess.run([sys.executable, '-m', 'trn_tutorials.training.xla_loop', '--dataset_path', str(prepared/'data'), '--backend', 'cpu',
                         '--gradient_accumulation_steps', '2'], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "trn_tutorials.xla_loop: error: --gradient_accumulation_steps is a TrainingArguments flag the plain loop does not implement (it keeps "
-        "the loop short): train with `python -m trn_tutorials.train`, the Trainer, which takes every one"], r.stderr
+        "trn_tutorials.training.xla_loop: error: --gradient_accumulation_steps is a TrainingArguments flag the plain loop does not implement (it keeps "
+        "the loop short): train with `python -m trn_tutorials.training.train`, the Trainer, which takes every one"], r.stderr

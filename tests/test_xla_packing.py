@@ -10,10 +10,11 @@ pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stan
 
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
+from trn_tutorials.data.files import EMOTION_LABELS
+from trn_tutorials.data.sources import load_raw, sample_data
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.packing import choose_packing, pack_lengths, pack_model, pack_texts
-from trn_tutorials.trainer import xla_compiles
+from trn_tutorials.training.trainer import xla_compiles
 from test_train import linked
 
 
@@ -77,9 +78,10 @@ def test_packed_pairs_rehearsal_one_shape(tmp_path):
     pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1)")
     import subprocess
     from test_data_checks import FIRST, SECOND, pairs_csv
-    from trn_tutorials.data.prepare import DataArguments, prepare
-    from trn_tutorials.launch import launch_env, torchrun_command
-    from trn_tutorials.arguments import TrainArguments
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
+    from trn_tutorials.training.launch import launch_env, torchrun_command
+    from trn_tutorials.training.arguments import TrainArguments
     words = sorted({w.lower() for t in FIRST + SECOND for w in t.split()} | {str(i) for i in range(96)})
     model = tiny_bert(tmp_path/'tiny', words, labels=['no', 'yes'])
     m = prepare(DataArguments(data=pairs_csv(tmp_path/'p.csv', n=96), model_id=model, dataset_path=str(tmp_path/'data'), text_column=['s1', 's2'],

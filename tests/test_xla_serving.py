@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip('torch_xla', reason="the XLA serving rehearsal runs in the Trn1 stand-in (.venv-trn1: STAGES=trn1 bash tools/test.sh)")
 
-from trn_tutorials.data.files import load_raw, sample_data
+from trn_tutorials.data.sources import load_raw, sample_data
 
 ROOT = Path(__file__).parent.parent
 
@@ -24,7 +24,7 @@ def tiny(prepared, tmp_path_factory):
 
 def test_predict_fn_answers_on_the_xla_device_as_on_the_cpu(tiny):
     import torch_xla
-    from trn_tutorials.inference import model_fn, predict_fn
+    from trn_tutorials.serving.inference import model_fn, predict_fn
     texts = [t for t in load_raw(sample_data())['test']['text'][:40]]
     clf = model_fn(tiny[1])
     cpu = predict_fn(texts, clf)

@@ -261,7 +261,7 @@ class Instances(threading.Thread):
 
     def boot(self, iid:str, ip:str, key:Path):
         from local_services import Sshd, make_venv
-        from trn_tutorials.dlami import DLAMI
+        from trn_tutorials.instance.dlami import DLAMI
         root = self.work/'instances'/iid
         venv = Path(DLAMI['trn1'].venv)
         (root/'opt'/'aws'/'neuron'/'bin').mkdir(parents=True)
@@ -340,7 +340,7 @@ class Laptop:
         return env
 
     def left(self) -> dict:
-        from trn_tutorials.cleanup import leftovers
+        from trn_tutorials.instance.cleanup import leftovers
         out = {k: v for k, v in leftovers(ec2=True, sagemaker=False).items() if v}
         if keys := sorted(p.name for p in (self.home/'.ssh').glob('*.pem')): out['key files'] = keys
         if self.instances.up: out['instance stand-ins still up'] = sorted(self.instances.up)
@@ -486,7 +486,7 @@ class InstanceAws:
         return {**self.moto.env, **env}
 
     def left(self) -> dict:
-        from trn_tutorials.cleanup import leftovers
+        from trn_tutorials.instance.cleanup import leftovers
         return {k: v for k, v in leftovers(ec2=False).items() if v}
 
     def show_log(self):

@@ -15,25 +15,27 @@ __all__ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scr
 from .core import UsageError, reader_folder, reader_contents, made_before, scratch
 from .models import default_model, local_model, tiny_bert, shown, said, short_path
 from .backends import detect, run_cost
-from .dlami import find_ami
+from .instance.dlami import find_ami
 from .aws import new_run_id
-from .instance import InstanceArguments, launch_instance, find_instance, find_instances
-from .ssh import ssh_command, run_remote, Tunnel, stop_all
-from .remote_jupyter import open_jupyter
-from .data.files import EMOTION_LABELS, load_raw, sample_data
-from .data.prepare import DataArguments, prepare
+from .instance.ec2 import InstanceArguments, launch_instance, find_instance, find_instances
+from .instance.ssh import ssh_command, run_remote, Tunnel, stop_all
+from .instance.jupyter import open_jupyter
+from .data.files import EMOTION_LABELS
+from .data.sources import load_raw, sample_data
+from .data.sources import DataArguments
+from .data.prepare import prepare
 from .data.prepared import load_prepared
 from .data.packing import rows_for_texts
-from .arguments import TrainArguments
-from .train import train
-from .launch import launch, stop, Results
-from .precompile import precompile
-from .predict import classify, ClassifyArguments
-from .verify import verify
-from .training_job import JobArguments, sm_train, submit, wait_job, job_results
-from .endpoint import deploy, predict, delete
-from .hf_endpoint import hf_deploy
-from .cleanup import cleanup, leftovers
+from .training.arguments import TrainArguments
+from .training.train import train
+from .training.launch import launch, stop, Results
+from .training.precompile import precompile
+from .serving.predict import classify, ClassifyArguments
+from .serving.verify import verify
+from .sagemaker.training_job import JobArguments, sm_train, submit, wait_job, job_results
+from .sagemaker.endpoint import deploy, predict, delete
+from .sagemaker.hf_endpoint import hf_deploy
+from .instance.cleanup import cleanup, leftovers
 
 # %% ../nbs/reference/architecture.ipynb #cee87e68
 _all_ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scratch', 'default_model', 'local_model',

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 from .backends import CATALOG, check_backend, detect, instance_type
-from .core import (Limit, UsageError, arguments_of, check_folder, check_numbers, check_owner, documented,
-                                folder_lock, folder_record, given_options, parse_args, quick_exit, stop_signals_as_ctrl_c)
+from .core import (Limit, UsageError, arguments_of, check_numbers, check_owner, documented, folder_lock,
+                                folder_record, given_options, parse_args, quick_exit, stop_signals_as_ctrl_c)
 from .models import default_model, hub_reachable, short_path
 from .core import (ALIASES, CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, check_given_numbers,
                                 check_model_path, check_prepared_path, given_text)
@@ -54,7 +54,7 @@ def prep_kept(dataset_path:str, # the prep's folder
 
 def train_kept(args:TrainArguments) -> str:
     "What a training run stopped by Ctrl-C left in its output folder, and how to continue it."
-    from trn_tutorials.checkpoints import newest_complete
+    from trn_tutorials.training.checkpoints import newest_complete
     last, p = newest_complete(args.output_dir)[0], os.path.abspath(args.output_dir)
     if last is None: return f"no checkpoint was written to {p}: run the same command again to start over"
     return (f"{p} keeps {last.name}, its newest complete checkpoint: " +
@@ -71,12 +71,12 @@ def prep_cmd(data:DataArguments) -> dict:
 
 def precompile_cmd(train:TrainArguments, how:LaunchArguments) -> dict|None:
     "On Neuron, compile the graphs of this training run into the compile cache (see the launch chapter)."
-    from trn_tutorials.precompile import precompile
+    from trn_tutorials.training.precompile import precompile
     return precompile(train, how.nproc_per_node)
 
 def train_cmd(train:TrainArguments, how:LaunchArguments) -> dict:
     "Launch training with torchrun (see the launch chapter)."
-    from trn_tutorials.launch import launch
+    from trn_tutorials.training.launch import launch
     with interrupted(lambda: train_kept(train)): res = launch(train, how.nproc_per_node, how.instance_type)
     print(f"\n{res.scores_text()}, {res.samples_per_second:.1f} samples/s, "
           f"wall {res.wall_s:.0f} s" + (f", ${res.cost_usd:.2f} on {how.instance_type}" if res.cost_usd is not None else '')
@@ -97,7 +97,7 @@ def predict_kept(output:str|None # predict's --output; `None`: the rows went to 
 
 def predict_cmd(a:ClassifyArguments) -> dict:
     "Classify texts with a trained model folder; rows to --output (.jsonl, .csv) or to stdout as JSON lines (see the predict chapter)."
-    from trn_tutorials.predict import classify
+    from trn_tutorials.serving.predict import classify
     import datasets, transformers
     datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()   # stderr is for the summary, or an error's line
     with interrupted(lambda: predict_kept(a.output)): res = classify(**asdict(a))
@@ -116,11 +116,11 @@ def verify_cmd(model_dir:str='runs/emotion-model', # the trained model folder (t
                batch_size:int=32 # rows a forward pass (and texts a request)
               ) -> dict:
     "Score the test split with every served form against the eager model; print the table; refuse (status 2) a form scored too low."
-    from trn_tutorials.verify import verify
+    from trn_tutorials.serving.verify import verify
     if endpoint_url and endpoint_name: raise UsageError('pass --endpoint_url or --endpoint_name, not both')
     endpoint = endpoint_url
     if endpoint_name:
-        from trn_tutorials.endpoint import predict
+        from trn_tutorials.sagemaker.endpoint import predict
         endpoint = lambda texts: predict(endpoint_name, texts, region)
     import datasets, transformers
     datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
@@ -139,8 +139,8 @@ VerifyArguments = arguments_of(verify_cmd, name='VerifyArguments')
 # %% ../nbs/reference/07_cli.ipynb #4fb7cf2d
 def up_cmd(a:InstanceArguments) -> dict:
     "Launch a Trn1 instance (see the setup chapter)."
-    from trn_tutorials.instance import launch_instance
-    from trn_tutorials.ssh import ssh_command
+    from trn_tutorials.instance.ec2 import launch_instance
+    from trn_tutorials.instance.ssh import ssh_command
     inst = launch_instance(**asdict(a))
     print(inst.summary())
     print(f"next: trn-tutorials tunnel --run_id {inst.run_id}\n  or: {ssh_command(inst.host, inst.key_path)}")
@@ -148,16 +148,16 @@ def up_cmd(a:InstanceArguments) -> dict:
 
 def status_cmd(s:StatusArguments) -> list:
     "This project's instances and their cost so far."
-    from trn_tutorials.instance import find_instances
+    from trn_tutorials.instance.ec2 import find_instances
     insts = find_instances(s.run_id, s.region, s.key_dir)
     print('\n'.join(i.summary() for i in insts) or 'no trn-tutorials instances')
     return [i.instance_id for i in insts]
 
 def tunnel_cmd(s:StatusArguments, t:TunnelArguments) -> str:
     "Start Jupyter on the instance and forward it to 127.0.0.1 until Ctrl-C (see the SSH chapter)."
-    from trn_tutorials.dlami import dlami_for
-    from trn_tutorials.instance import find_instance
-    from trn_tutorials.remote_jupyter import NEURON_VENV, open_jupyter
+    from trn_tutorials.instance.dlami import dlami_for
+    from trn_tutorials.instance.ec2 import find_instance
+    from trn_tutorials.instance.jupyter import NEURON_VENV, open_jupyter
     if t.host is None:
         inst = find_instance(s.run_id, s.region, s.key_dir)
         t.host, t.key_path = inst.host, t.key_path or inst.key_path
@@ -170,7 +170,7 @@ def tunnel_cmd(s:StatusArguments, t:TunnelArguments) -> str:
 
 def down_cmd(c:CleanupArguments) -> dict:
     "Terminate and delete what `up` created, and show that nothing is left (see the cleanup chapter)."
-    from trn_tutorials.cleanup import cleanup
+    from trn_tutorials.instance.cleanup import cleanup
     rep = cleanup(**asdict(c)); print(rep)
     return asdict(rep)
 
@@ -180,7 +180,7 @@ def stop_cmd(output_dir:str|None=None, # a training run's output folder (train's
              timeout:float=30 # seconds to wait after SIGTERM before SIGKILL
             ) -> list:
     "Stop the run that holds a folder: torchrun and every worker (see the launch chapter)."
-    from trn_tutorials.launch import stop
+    from trn_tutorials.training.launch import stop
     if (output_dir is None) == (dataset_path is None):
         raise UsageError("name the run's folder: pass --output_dir FOLDER (a training run) or --dataset_path FOLDER (a prep)")
     return stop(output_dir or dataset_path, timeout)
@@ -190,7 +190,7 @@ StopArguments = arguments_of(stop_cmd, {'timeout': Limit(0, example=30)}, name='
 # %% ../nbs/reference/07_cli.ipynb #1a309f19
 def sm_train_cmd(train:TrainArguments, job:JobArguments) -> dict:
     "Train as a SageMaker training job; with --dry_run print the request (see the training-job chapter)."
-    from trn_tutorials.training_job import sm_train
+    from trn_tutorials.sagemaker.training_job import sm_train
     res = sm_train(train, job)
     if job.dry_run: print(json.dumps(res, indent=1, default=str)); return res
     print('\n'.join(f'{k}: {v}' for k, v in res.rows()))
@@ -201,8 +201,8 @@ def sm_deploy_cmd(container:Literal['pytorch', 'huggingface']='pytorch', # pytor
                   **kw # the options of `endpoint.deploy`
                  ) -> dict:
     "Deploy a fine-tuned model to a real-time endpoint (see the endpoint chapter)."
-    from trn_tutorials.endpoint import deploy
-    from trn_tutorials.hf_endpoint import hf_deploy
+    from trn_tutorials.sagemaker.endpoint import deploy
+    from trn_tutorials.sagemaker.hf_endpoint import hf_deploy
     if container == 'huggingface': kw.pop('max_f1_drop', None)   # its pipeline serves the eager weights: nothing to check against them
     ep = (hf_deploy if container == 'huggingface' else deploy)(model_dir, **kw); print(ep)
     print(f'next: trn-tutorials sm-predict --endpoint_name {ep.name} --text "i feel great"')
@@ -232,7 +232,7 @@ def sm_predict_cmd(endpoint_name:str|None=None, # the endpoint to ask
                    region:str|None=None # AWS region (default: your AWS configuration)
                   ) -> list:
     "Ask an endpoint to classify texts or sentence pairs; print a label and its score, a regression's value, or a multi-label model's labels."
-    from trn_tutorials.endpoint import predict
+    from trn_tutorials.sagemaker.endpoint import predict
     if not endpoint_name: raise UsageError("pass --endpoint_name (trn-tutorials sm-deploy printed it)")
     if not text: raise UsageError('pass --text "a text" (one or more)')
     if text_pair is not None and len(text_pair) != len(text):
@@ -254,7 +254,7 @@ PredictArguments = arguments_of(sm_predict_cmd, name='PredictArguments')
 
 def sm_down_cmd(c:CleanupArguments) -> dict:
     "Stop the run's training jobs, delete its endpoints, configs, models and S3 prefix; prove nothing is left."
-    from trn_tutorials.cleanup import cleanup
+    from trn_tutorials.instance.cleanup import cleanup
     rep = cleanup(**{**asdict(c), 'ec2': False}); print(rep)
     return asdict(rep)
 
@@ -301,8 +301,8 @@ def packed_batch(train:TrainArguments, # quickstart's training options: `per_dev
                  manifest:dict # the packed data's record, as `prepare` returns it
                 ) -> int:
     "Rows a step that hold about `per_device_train_batch_size` texts; a one-line error if the checkpoint the run continues has others."
-    from trn_tutorials.checkpoints import data_changed, checkpoint_args, newest_complete
-    from trn_tutorials.data.prepare import data_fingerprint
+    from trn_tutorials.training.checkpoints import data_changed, checkpoint_args, newest_complete
+    from trn_tutorials.data.prepared import data_fingerprint
     from trn_tutorials.data.packing import rows_for_texts, texts_per_row
     texts, rows = train.per_device_train_batch_size, rows_for_texts(train.per_device_train_batch_size, manifest)
     last = newest_complete(train.output_dir)[0] if train.resume else None
@@ -325,11 +325,11 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
     with interrupted(lambda: prep_kept(data.dataset_path, before)): return _quickstart(data, train, how, given, t0)
 
 def _quickstart(data, train, how, given, t0):
-    from trn_tutorials.data.files import default_data
-    from trn_tutorials.launch import workers
-    from trn_tutorials.arguments import check_args, check_flags
-    from trn_tutorials.train import check_output_dir
-    from trn_tutorials.checkpoints import resume_from
+    from trn_tutorials.data.sources import default_data
+    from trn_tutorials.training.launch import workers
+    from trn_tutorials.training.arguments import check_args, check_flags
+    from trn_tutorials.training.train import check_output_dir
+    from trn_tutorials.training.checkpoints import resume_from
     acc = detect()
     online = hub_reachable() if data.data is None or data.model_id is None else None
     if data.data is None: data.data = default_data(online)
@@ -363,20 +363,20 @@ def _quickstart(data, train, how, given, t0):
 COMMANDS = {   # name: (function, its options: 'module:Class' imported when the command runs, help)
     'detect':     ('detect_cmd', [], 'which accelerator is here, how many workers, Trn1 prices'),
     'prep':       ('prep_cmd', ['data.prepare:DataArguments'], 'load, validate, choose the padding length(s), tokenize and save the data'),
-    'precompile': ('precompile_cmd', ['arguments:TrainArguments', 'launch:LaunchArguments'], 'on Neuron: compile the training graphs ahead of the run'),
-    'train':      ('train_cmd', ['arguments:TrainArguments', 'launch:LaunchArguments'], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
+    'precompile': ('precompile_cmd', ['training.arguments:TrainArguments', 'training.launch:LaunchArguments'], 'on Neuron: compile the training graphs ahead of the run'),
+    'train':      ('train_cmd', ['training.arguments:TrainArguments', 'training.launch:LaunchArguments'], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
     'stop':       ('stop_cmd', ['StopArguments'], 'stop the run that holds a folder: torchrun and every worker'),
-    'quickstart': ('quickstart', ['data.prepare:DataArguments', 'arguments:TrainArguments', 'launch:LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
-    'up':         ('up_cmd', ['instance:InstanceArguments'], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
-    'status':     ('status_cmd', ['instance:StatusArguments'], "this project's instances and their cost so far"),
-    'tunnel':     ('tunnel_cmd', ['instance:StatusArguments', 'remote_jupyter:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
-    'down':       ('down_cmd', ['cleanup:CleanupArguments'], 'terminate and delete what up created; prove nothing is left'),
-    'predict':    ('predict_cmd', ['predict:ClassifyArguments'], 'classify texts here with a trained model folder: JSON lines or CSV, long texts in windows'),
+    'quickstart': ('quickstart', ['data.prepare:DataArguments', 'training.arguments:TrainArguments', 'training.launch:LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
+    'up':         ('up_cmd', ['instance.ec2:InstanceArguments'], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
+    'status':     ('status_cmd', ['instance.ec2:StatusArguments'], "this project's instances and their cost so far"),
+    'tunnel':     ('tunnel_cmd', ['instance.ec2:StatusArguments', 'instance.jupyter:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
+    'down':       ('down_cmd', ['instance.cleanup:CleanupArguments'], 'terminate and delete what up created; prove nothing is left'),
+    'predict':    ('predict_cmd', ['serving.predict:ClassifyArguments'], 'classify texts here with a trained model folder: JSON lines or CSV, long texts in windows'),
     'verify':     ('verify_cmd', ['VerifyArguments'], 'score the test split with every served form (eager, TorchScript, Neuron, an endpoint) against the trained model'),
-    'sm-train':   ('sm_train_cmd', ['arguments:TrainArguments', 'training_job:JobArguments'], 'train as a SageMaker training job on ml.trn1 (--dry_run: print the request)'),
+    'sm-train':   ('sm_train_cmd', ['training.arguments:TrainArguments', 'sagemaker.training_job:JobArguments'], 'train as a SageMaker training job on ml.trn1 (--dry_run: print the request)'),
     'sm-deploy':  ('sm_deploy_cmd', ['DeployArguments'], 'deploy a fine-tuned model to a SageMaker real-time endpoint'),
     'sm-predict': ('sm_predict_cmd', ['PredictArguments'], 'ask an endpoint to classify texts'),
-    'sm-down':    ('sm_down_cmd', ['cleanup:CleanupArguments'], "stop the run's jobs, delete its endpoints, models and S3 files"),
+    'sm-down':    ('sm_down_cmd', ['instance.cleanup:CleanupArguments'], "stop the run's jobs, delete its endpoints, models and S3 files"),
 }
 
 def command(name:str # a key of `COMMANDS`
@@ -453,7 +453,7 @@ def disk_full(e:OSError, # the error: errno ENOSPC, or a library's 'No space lef
 # %% ../nbs/reference/07_cli.ipynb #c11a0004
 def _failed(e:Exception) -> str|None:
     "The one line for a run that failed or was stopped (the launcher's `LaunchError`) or a full disk; `None` for anything else."
-    m = sys.modules.get('trn_tutorials.launch')   # loaded whenever a `LaunchError` was raised
+    m = sys.modules.get('trn_tutorials.training.launch')   # loaded whenever a `LaunchError` was raised
     if m is not None and isinstance(e, m.LaunchError): return str(e).replace('launch again with the same arguments', 'run the same command again')
     return None
 
@@ -479,8 +479,8 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
     fn, types = command(name)
     if 'datasets' in sys.modules: sys.modules['datasets'].disable_progress_bars()   # they draw on stderr, which is for the one line of an error
     parsed = parse_args(types, rest, prog=f'trn-tutorials {name}')
-    if 'arguments:TrainArguments' in COMMANDS[name][1]:
-        from trn_tutorials.arguments import alias_notes
+    if 'training.arguments:TrainArguments' in COMMANDS[name][1]:
+        from trn_tutorials.training.arguments import alias_notes
         for n in alias_notes(rest): print(n, file=sys.stderr, flush=True)   # `--epochs`: the original name; stdout may be JSON (`--dry_run`)
     extra = {'given': given_options(types, rest)} if name == 'quickstart' else {}
     again = shlex.join(['trn-tutorials', *argv])   # run from the same folder, the same command goes on from where this one stopped

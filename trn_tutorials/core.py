@@ -14,9 +14,9 @@ __all__ = ['STOP_SIGNALS', 'RECORD', 'KINDS', 'READER_ENV', 'READER_DEFAULT', 'F
            'SHAPE_LIMITS', 'CLASSIFY_LIMITS', 'SM_MAX_HOURS', 'JOB_LIMITS', 'NPROC_LIMIT', 'WHOLE', 'VARIES',
            'UsageError', 'field_help', 'documented', 'parse_args', 'given_options', 'Limit', 'check_number',
            'check_numbers', 'arguments_of', 'check_type', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock',
-           'die_with_parent', 'placeholders', 'quick_exit', 'reading', 'stop_signals_as_ctrl_c', 'folder_record',
-           'write_record', 'check_owner', 'reader_path', 'reader_folder', 'reader_contents', 'made_before', 'scratch',
-           'given_text', 'check_given_numbers', 'check_prepared_path', 'check_model_path']
+           'die_with_parent', 'placeholders', 'quick_exit', 'free_port', 'reading', 'stop_signals_as_ctrl_c',
+           'folder_record', 'write_record', 'check_owner', 'reader_path', 'reader_folder', 'reader_contents',
+           'made_before', 'scratch', 'given_text', 'check_given_numbers', 'check_prepared_path', 'check_model_path']
 
 # %% ../nbs/reference/90_core.ipynb #2b214e09
 class UsageError(ValueError):
@@ -377,6 +377,13 @@ def quick_exit():
     import atexit, gc
     atexit.register(gc.freeze)   # run first of the exit handlers registered before it, last of those after
 
+# %% ../nbs/reference/90_core.ipynb #ab85b181
+def free_port() -> int:
+    "A TCP port on 127.0.0.1 that is free right now: torchrun's rendezvous, a tunnel's local end."
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
 # %% ../nbs/reference/90_core.ipynb #c42a0016
 def _readers(folder) -> list[dict]:
     "The records of the live processes reading `folder` (see `reading`)."
@@ -658,4 +665,4 @@ def check_model_path(model_dir, # a trained model folder (train's --output_dir)
     if folder and not Path(model_dir).is_dir():
         raise UsageError(f"no model folder at {model_dir}: pass --model_dir, the folder train wrote (its --output_dir)")
     if not (Path(model_dir)/'config.json').is_file():
-        raise UsageError(f"{model_dir} has no config.json: pass the folder a model was saved to (trn_tutorials.train's output_dir)")
+        raise UsageError(f"{model_dir} has no config.json: pass the folder a model was saved to (trn_tutorials.training.train's output_dir)")

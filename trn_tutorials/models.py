@@ -10,7 +10,7 @@ from pathlib import Path
 from .core import UsageError
 
 # %% auto #0
-__all__ = ['HUB_MODEL', 'hub_reachable', 'local_model', 'default_model', 'short_path', 'shown', 'said', 'tiny_bert']
+__all__ = ['HUB_MODEL', 'hub_reachable', 'local_model', 'default_model', 'short_path', 'size_text', 'shown', 'said', 'tiny_bert']
 
 # %% ../nbs/internals/01c_models.ipynb #302d0e20
 HUB_MODEL = 'bert-base-uncased'
@@ -49,6 +49,14 @@ def short_path(p # a path, e.g. a model folder
     bases = [Path.cwd(), *(Path(s) for s in sys.path if s)] + ([Path(spec.origin).parent.parent] if spec and spec.origin else [])
     inside = [b for b in bases if b.is_absolute() and p.is_relative_to(b)]
     return str(p.relative_to(max(inside, key=lambda b: len(b.parts)))) if inside else str(p)
+
+# %% ../nbs/internals/01c_models.ipynb #a553d2bb
+def size_text(n:float # a number of bytes
+             ) -> str:
+    "`n` bytes for a message: 1.2 GB, 340 MB, 12 kB, 512 bytes."
+    for unit, k in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
+        if n >= k: return f"{n / k:.3g} {unit}"
+    return f"{int(n)} bytes"
 
 # %% ../nbs/internals/01c_models.ipynb #a44e0002
 def shown(x # a string, or a dict or list holding strings

@@ -28,8 +28,8 @@ from botocore.awsrequest import AWSResponse
 
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.files import EMOTION_LABELS
-from trn_tutorials.endpoint import predict
-from trn_tutorials.hf_endpoint import HF_TASK, hf_package
+from trn_tutorials.sagemaker.endpoint import predict
+from trn_tutorials.sagemaker.hf_endpoint import HF_TASK, hf_package
 
 PINS = {'torch': '2.6.0', 'transformers': '5.5.3', 'huggingface_hub': '1.10.0', 'accelerate': '1.12.0',
         'multi-model-server': '1.1.11', 'sagemaker-huggingface-inference-toolkit': '2.6.0'}

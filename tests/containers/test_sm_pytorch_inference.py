@@ -21,12 +21,14 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
-from trn_tutorials.data.prepare import DataArguments, prepare
-from trn_tutorials.verify import verify
-from trn_tutorials.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package
-from trn_tutorials.torchscript import trace
-from trn_tutorials.inference import JSON, model_fn, output_fn, predict_fn
+from trn_tutorials.data.files import EMOTION_LABELS
+from trn_tutorials.data.sources import load_raw, sample_data
+from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.prepare import prepare
+from trn_tutorials.serving.verify import verify
+from trn_tutorials.sagemaker.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package
+from trn_tutorials.serving.torchscript import trace
+from trn_tutorials.serving.inference import JSON, model_fn, output_fn, predict_fn
 from local_services import procs_mentioning
 
 TEXTS = ['i feel happy today', 'so very scared', 'i feel sad and angry']

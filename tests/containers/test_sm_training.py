@@ -40,8 +40,10 @@ def freeze(python) -> dict:
 def prepared(tmp_path_factory):
     "The sample prepared here, with this venv's (newest) datasets, for a tiny BERT."
     from trn_tutorials.models import tiny_bert
-    from trn_tutorials.data.files import EMOTION_LABELS, load_raw, sample_data
-    from trn_tutorials.data.prepare import DataArguments, prepare
+    from trn_tutorials.data.files import EMOTION_LABELS
+    from trn_tutorials.data.sources import load_raw, sample_data
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
     tmp = tmp_path_factory.mktemp('sm-training')
     raw = load_raw(sample_data())
     words = sorted({w for split in raw.values() for t in split['text'] for w in t.split()})
@@ -74,9 +76,9 @@ def test_a_folder_prepared_here_loads_in_the_images_datasets(container, prepared
 
 
 def test_a_two_node_job_through_the_images_start_up(container, prepared, moto_server, tmp_path, monkeypatch):
-    from trn_tutorials.launch import Results
-    from trn_tutorials.arguments import TrainArguments
-    from trn_tutorials.training_job import JobArguments, job_results, submit, wait_job
+    from trn_tutorials.training.launch import Results
+    from trn_tutorials.training.arguments import TrainArguments
+    from trn_tutorials.sagemaker.training_job import JobArguments, job_results, submit, wait_job
     monkeypatch.chdir(tmp_path)
     before = freeze(container)
     sm_ = SageMakerStandIn()

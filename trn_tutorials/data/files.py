@@ -4,39 +4,27 @@
 
 # %% ../../nbs/data/03b_data_files.ipynb #d7f11e06
 from __future__ import annotations
-import json, os, re, shutil, sys
+
+import json, re, sys
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, concatenate_datasets, load_dataset, load_from_disk
+from datasets import ClassLabel, concatenate_datasets, Dataset, Features, load_dataset, Value
 from datasets.utils import logging as datasets_logging
 
-import trn_tutorials
-from ..core import RECORD, UsageError, documented
-from ..models import hub_reachable
+from ..core import documented, UsageError
 
 # %% auto #0
-__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'SPLIT_NAMES', 'HUB_ID', 'NUMBER_RE', 'sample_data',
-           'default_data', 'KnownData', 'known_name', 'known_defaults', 'root_cause', 'data_files', 'datasets_quiet',
-           'numbers_text', 'column_kind', 'where_rows', 'rows_text', 'is_disk_full', 'load_raw', 'datasets3_form',
-           'size_text', 'free_at', 'check_space']
+__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'SPLIT_NAMES', 'HUB_ID', 'NUMBER_RE', 'KnownData',
+           'root_cause', 'data_files', 'datasets_quiet', 'numbers_text', 'column_kind', 'where_rows', 'rows_text',
+           'is_disk_full']
 
-# %% ../../nbs/data/03b_data_files.ipynb #20b43897
+# %% ../../nbs/data/03b_data_files.ipynb #13e4f7c4
 HUB_DATA = 'dair-ai/emotion'
 
 EMOTION_LABELS = ['sadness', 'joy', 'love', 'anger', 'fear', 'surprise']  # the Hub dataset's label order (ids 0..5)
-
-def sample_data() -> str:
-    "Path of the bundled sample: train/validation/test `.txt` files in emotion's `text;label` format."
-    return str(Path(trn_tutorials.__file__).parent/'samples'/'emotion')
-
-def default_data(online:bool|None=None # whether the Hub is reachable; `None` checks
-                ) -> str:
-    "`dair-ai/emotion` when the Hub is reachable, else the bundled sample."
-    if online is None: online = hub_reachable()
-    return HUB_DATA if online else sample_data()
 
 @documented
 @dataclass(frozen=True)
@@ -61,27 +49,6 @@ KNOWN_DATA = {
     'rte': KnownData('nyu-mll/glue', 'rte', ('sentence1', 'sentence2'), ('entailment', 'not_entailment')),   # entailment pairs
     'stsb': KnownData('nyu-mll/glue', 'stsb', ('sentence1', 'sentence2'), (), problem_type='regression'),   # similarity 0-5
 }
-
-def known_name(data:str|None # a `--data` value: a known dataset's key, a Hub id or a local path
-              ) -> str|None:
-    "The `KNOWN_DATA` key that `data` names (its key or Hub id), unless `data` is a local path. Public: `prepare` and `known_defaults` both ask it."
-    if not data or Path(data).expanduser().exists(): return None
-    return next((k for k, v in KNOWN_DATA.items() if data == k or (data == v.hub_id and v.config is None)), None)
-
-# %% ../../nbs/data/03b_data_files.ipynb #a7c3e9d1
-def known_defaults(args # the settings as given: a `DataArguments` (trn_tutorials.data.prepare)
-                  ):
-    "A copy of `args` with `data` and the options left out filled in from its known dataset: `--preset`, or the one `--data` names."
-    if args.preset is not None and args.preset not in KNOWN_DATA:
-        raise UsageError(f"unknown --preset {args.preset!r}: use one of {', '.join(KNOWN_DATA)}, or leave it out")
-    data = args.data or args.preset or default_data()
-    name = args.preset or known_name(data)
-    k = KNOWN_DATA.get(name)
-    if k is None: return replace(args, data=data, text_column=args.text_column or ['text'])
-    texts = args.text_column or list(k.text_column)
-    return replace(args, data=data, preset=name, text_column=texts, join_texts=args.join_texts or (k.join_texts and len(texts) > 1),
-                   label_names=args.label_names or list(k.label_names) or None, problem_type=args.problem_type or k.problem_type,
-                   column_names=args.column_names or (list(k.column_names) if k.column_names else None))
 
 # %% ../../nbs/data/03b_data_files.ipynb #a213165d
 _FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.tsv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
@@ -422,129 +389,3 @@ def _concat(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
         kinds = '; '.join(f"{f} holds {column_kind(d.features[c], d[:50][c])}" for d, f in zip(parts, files) if d.features[c] != Value('null'))
         raise UsageError(f"the files of split {split!r} hold different kinds of values in column {c!r}: {kinds}: "
                          f"give that column one kind of value in every file") from None
-
-# %% ../../nbs/data/03b_data_files.ipynb #dfc38dd7
-def _text_named(d:Dataset) -> list[str]:
-    "The columns of `d` named as text columns usually are (`_TEXT_NAMES`, any case)."
-    return [c for c in d.column_names if c.lower() in _TEXT_NAMES]
-
-def _find_text(ds:DatasetDict, texts:list[str], label_column:str, data:str) -> DatasetDict:
-    "`ds`, where splits name the default text column `text` differently, with a copy named `text` of each one's usual text column; `ds.text_from` maps split -> that column."
-    labelled = [s for s, d in ds.items() if label_column in d.column_names]   # an unlabelled test split is left out later
-    if texts == ['text']:
-        found = {s: _text_named(ds[s]) for s in labelled if 'text' not in ds[s].column_names}
-        if all(len(n) == 1 for n in found.values()) and len({n[0] for n in found.values()} | ({'text'} if len(found) < len(labelled) else set())) > 1:
-            # the splits name it differently (else --text_column is the fix); the original column stays: `validate` may be given its name
-            out = DatasetDict({s: concatenate_datasets([d, d.select_columns(found[s]).rename_column(found[s][0], 'text')], axis=1)
-                               if s in found else d for s, d in ds.items()})
-            out.text_from = {s: n[0] for s, n in found.items()}
-            return out
-    name = texts[0] if len(texts) == 1 else None
-    key = lambda d: name if name in d.column_names else tuple(_text_named(d))
-    if name is not None and len({key(ds[s]) for s in labelled}) > 1:   # the splits differ: say what each has
-        has = lambda d: (name if name in d.column_names else ' and '.join(_text_named(d)) or f"none of the usual text columns (columns: {', '.join(d.column_names)})")
-        raise UsageError(f"the splits of {data} name their text column differently: {'; '.join(f'{s} has {has(ds[s])}' for s in labelled)}: "
-                         f"give the text column one name in every file (e.g. text)" + ('' if texts == ['text'] else ", and pass it as --text_column"))
-    ds.text_from = {}
-    return ds   # the same text column everywhere (or none): `validate` names the columns there are
-
-# %% ../../nbs/data/03b_data_files.ipynb #a59e6b97
-def load_raw(data:str, # Hub dataset id or known name, data file, folder of split files, or `save_to_disk` folder
-             text_column:str|list[str]='text', # column(s) holding the text (one names the first field of `.txt` lines)
-             label_column:str='label', # column holding the label (names the second field of `.txt` lines)
-             column_names:list[str]|None=None # names of the columns of .csv/.tsv files that have no header line
-            ) -> DatasetDict:
-    "Load `data` as a `DatasetDict` of its splits, unchecked; splits that name the text column differently get a `text` copy of it (`.text_from` says which). Files' wholly empty rows are left out, with a note."
-    p = Path(data).expanduser()
-    texts = [text_column] if isinstance(text_column, str) else list(text_column)
-    if not p.exists():
-        if p.suffix.lower() in _FILE_TYPES or not HUB_ID.match(data): raise UsageError(f"no such file or folder: {data} (check the path)")
-        if not hub_reachable():
-            raise UsageError(f"{data!r} is not a local path and the Hub is unreachable: pass a local path, "
-                             f"e.g. the bundled sample {sample_data()}, or set up network access")
-        known = KNOWN_DATA.get(known_name(data))
-        try: return _find_text(load_dataset(known.hub_id, known.config) if known else load_dataset(data), texts, label_column, data)
-        except UsageError: raise
-        except Exception as e: raise UsageError(f"could not load {data!r} from the Hub: {root_cause(e)}") from None
-    if p.is_dir():
-        if (p/RECORD).exists(): raise UsageError(f"{data} holds prepared (tokenized) data: open it with load_prepared, or pass the raw data")
-        if (p/'dataset_dict.json').exists() or (p/'state.json').exists():
-            ds = load_from_disk(str(p))
-            return _find_text(ds if isinstance(ds, DatasetDict) else DatasetDict(train=ds), texts, label_column, data)
-        files = data_files(p)[0]
-    elif p.suffix.lower() in _FILE_TYPES: files = {'train': [p]}
-    else: raise UsageError(f"unknown file type {p.suffix!r} ({data}): use {_KINDS}, or a folder of them")
-    txt = texts[0] if len(texts) == 1 else 'text'   # a `.txt` line has one text field
-    read = {s: [_load_file(f, s, txt, label_column, column_names) for f in files[s]] for s in ('train', 'validation', 'test') if s in files}
-    ds = _find_text(DatasetDict({s: _concat([d for d, _ in r], files[s], s) for s, r in read.items()}), texts, label_column, data)
-    ds.row_lines = {s: (ds[s]._fingerprint, [w for _, w in r]) for s, r in read.items()}   # for messages: the file and line of a row
-    return ds
-
-# %% ../../nbs/data/03b_data_files.ipynb #d7f11e0b
-def _legacy(f):
-    "`f` (a feature's JSON) with datasets >= 4's `List` written as the `Sequence` datasets 3 reads (lists of dicts are left alone)."
-    if isinstance(f, list): return [_legacy(v) for v in f]
-    if not isinstance(f, dict): return f
-    f = {k: _legacy(v) for k, v in f.items()}
-    if f.get('_type') == 'List' and isinstance(f.get('feature'), dict) and '_type' in f['feature']:
-        f = {**f, '_type': 'Sequence', 'length': f.get('length', -1)}
-    return f
-
-def datasets3_form(folder:str|Path # a `save_to_disk` folder
-                  ) -> Path:
-    "Rewrite the feature types saved in `folder` (each split's `dataset_info.json` and arrow schema) in the form `datasets` 3 reads too."
-    import pyarrow as pa
-    folder = Path(folder)
-    for info in folder.rglob('dataset_info.json'):
-        d = json.loads(info.read_text())
-        info.write_text(json.dumps({**d, 'features': _legacy(d.get('features'))}, indent=2))
-    for f in folder.rglob('*.arrow'):
-        with pa.memory_map(str(f)) as m: t = pa.ipc.open_stream(m).read_all()
-        meta = dict(t.schema.metadata or {})
-        if b'huggingface' not in meta: continue
-        meta[b'huggingface'] = json.dumps(_legacy(json.loads(meta[b'huggingface']))).encode()
-        t = t.replace_schema_metadata(meta)
-        tmp = f.with_name(f.name + '.tmp')
-        with pa.OSFile(str(tmp), 'wb') as sink, pa.ipc.new_stream(sink, t.schema) as w: w.write_table(t)
-        tmp.replace(f)
-    return folder
-
-# %% ../../nbs/data/03b_data_files.ipynb #d7f11e0c
-def size_text(n:float # a number of bytes
-             ) -> str:
-    "`n` bytes for a message: 1.2 GB, 340 MB, 12 kB. Public: `prepare`'s full-disk message says sizes with it."
-    for unit, k in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
-        if n >= k: return f"{n / k:.3g} {unit}"
-    return f"{int(n)} bytes"
-
-def free_at(dest:Path # a folder, made or to be made
-           ) -> tuple[Path, int]:
-    "The nearest existing folder of `dest` and the bytes free on its disk. Public: `prepare`'s full-disk message names them."
-    here = Path(os.path.abspath(dest))
-    while not here.exists(): here = here.parent
-    return here, shutil.disk_usage(here).free
-
-_SHARD = 500e6   # `save_to_disk` writes a split in files of at most this many bytes (datasets' MAX_SHARD_SIZE)
-
-def _space_needed(rows:dict, length:int, inputs:int) -> tuple[float, float]:
-    "Bytes free that saving prepared data needs, and the bytes of data: each split's `rows` x `length` ids of 4 bytes per model input (and a label), plus one rewrite of its largest file (`datasets3_form`)."
-    per = [n * (length * 4 * inputs + 8) for n in rows.values()]
-    return sum(per) + min(max(per, default=0), _SHARD), sum(per)
-
-def _folder_bytes(p:Path) -> int:
-    "The bytes the files under the folder `p` hold."
-    return sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
-
-def check_space(dest:Path, # the folder the prepared data goes to
-                rows:dict, # split -> rows
-                length:int, # the padded (or packed row) length
-                inputs:int # model inputs a row has (`input_ids`, `attention_mask`...)
-               ):
-    "Refuse in one line when the disk of `dest` cannot hold the save (`_space_needed`; `rows`: split -> rows). Data prepared there before stays until the new copy is whole: it is on the disk already, so it needs no room, and it frees none until then."
-    need, data = _space_needed(rows, length, inputs)
-    here, free = free_at(dest)
-    if free < need:
-        old = _folder_bytes(dest) if (dest/RECORD).is_file() else 0
-        before = f"; the data prepared there before ({size_text(old)}) is removed only once the new copy is whole" if old else ''
-        raise UsageError(f"saving the prepared data needs about {size_text(need)} free at {here} ({size_text(data)} of data, and room to rewrite its largest "
-                         f"file once{before}) but {size_text(free)} are free: free some space there, or pass another --dataset_path on a disk with more room")

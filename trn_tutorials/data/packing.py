@@ -4,11 +4,12 @@
 
 # %% ../../nbs/data/03d_packing.ipynb #6d44a521
 from __future__ import annotations
+
 import inspect, math, types
 
 import numpy as np
 
-from ..core import Limit, UsageError, check_number
+from ..core import check_number, Limit, UsageError
 
 # %% auto #0
 __all__ = ['PACKING_LIMITS', 'ORDER_SEED', 'ROW_LENGTHS', 'TEXTS_PER_ROW', 'PACKABLE', 'pack_lengths', 'packing_share',

@@ -4,21 +4,24 @@
 
 # %% ../../nbs/data/03e_prepared.ipynb #a702ad68
 from __future__ import annotations
-import functools, json, os
+
+import functools, json, os, shutil
 from pathlib import Path
 
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, load_from_disk
 from fastcore.basics import patch
 
-from ..core import RECORD, UsageError, check_prepared_path
-from ..models import short_path
-from .files import PROBLEM_TYPES, data_files, datasets_quiet, root_cause
-from .checks import listed, load_tokenizer, problem_type_of, tokenizer_diff, tokenizer_fingerprint
-from .prepare import data_fingerprint, prep_command
+from ..core import check_prepared_path, RECORD, UsageError
+from ..models import short_path, size_text
+from .files import data_files, datasets_quiet, PROBLEM_TYPES, root_cause
+from .labels import listed, problem_type_of
+from .sources import DataArguments, known_defaults
+from .tokenizers import load_tokenizer, tokenizer_diff, tokenizer_fingerprint
 
 # %% auto #0
-__all__ = ['prep_into_own', 'unprepared_fix', 'read_manifest', 'row_lengths', 'Prepared', 'load_prepared']
+__all__ = ['prep_into_own', 'unprepared_fix', 'read_manifest', 'prep_command', 'data_fingerprint', 'row_lengths', 'Prepared',
+           'load_prepared', 'datasets3_form', 'free_at', 'check_save_space']
 
 # %% ../../nbs/data/03e_prepared.ipynb #26fe7e53
 _NEEDED = {'model_id': str, 'max_length': int, 'label_names': list, 'rows': dict}   # what training reads from the manifest
@@ -72,6 +75,58 @@ def _again(p:Path) -> str:
         return f"run `{prep_command(m, dataset_path=os.path.abspath(p))}` again"
     return (f"prepare it again: trn-tutorials prep --dataset_path {shlex.quote(os.path.abspath(p))} with the --data (and options) "
             f"it was prepared from")
+
+# %% ../../nbs/data/03e_prepared.ipynb #d692debf
+_REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'join_texts', 'label_column', 'problem_type', 'label_separator', 'column_names', 'label_names', 'accept_labels',
+         'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'pack', 'row_length', 'max_texts', 'eval_fraction', 'split_seed')   # a record's options
+def _check_record(manifest):
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{type(manifest).__name__} {str(manifest)[:40]!r} is not a prepared folder's record: pass the manifest "
+                         f"`prepare` returns, or load_prepared(path).manifest")
+def _record_options(manifest:dict) -> dict:
+    "The `prep` options a manifest records; an older manifest without `options` gives what it has (data, model, columns, length)."
+    o = manifest.get('options')
+    if isinstance(o, dict): return {k: o.get(k) for k in _REDO}
+    fixed = manifest.get('percentile') is None
+    return {'data': manifest.get('data'), 'model_id': manifest.get('model_id'), 'text_column': manifest.get('text_column'),
+            'label_column': manifest.get('label_column'), 'max_length': manifest.get('max_length') if fixed else None,
+            'percentile': manifest.get('percentile') if not fixed else None}
+
+# %% ../../nbs/data/03e_prepared.ipynb #a1b2c3d1
+def prep_command(manifest:dict, # a prepared folder's record (`prepare`'s return, `load_prepared(...).manifest`)
+                 **changes # options to change, e.g. `model_id=...`; `None` leaves one out
+                ) -> str:
+    "The complete `trn-tutorials prep` command that prepares the folder of `manifest` again (with `changes`), quoted for a shell."
+    import shlex
+    _check_record(manifest)
+    given = {**_record_options(manifest), **changes}
+    o = {k: given[k] for k in sorted(given, key=lambda k: _REDO.index(k) if k in _REDO else len(_REDO)) if given[k] is not None}
+    base = DataArguments()
+    if o.get('data'):   # what the data's known dataset fills in by itself need not be said
+        try: base = known_defaults(DataArguments(data=o['data'], preset=o.get('preset')))
+        except UsageError: pass
+    argv = ['trn-tutorials', 'prep']
+    for k, v in o.items():
+        if k not in ('data', 'model_id', 'dataset_path') and v == getattr(base, k, None): continue
+        if k == 'percentile' and o.get('max_length') is not None: continue   # a fixed length: the percentile plays no part
+        if v is True: argv.append(f'--{k}'); continue   # a flag: --pack
+        argv += [f'--{k}', *(map(str, v) if isinstance(v, (list, tuple)) else [str(v)])]
+    return shlex.join(argv)
+
+def data_fingerprint(manifest:dict # a prepared folder's record
+                    ) -> dict:
+    "What a model trained on the folder depends on: labels, rows per split, tokenizer, lengths, the data and its columns; and `sha256`, a short hash of them."
+    import hashlib
+    _check_record(manifest)
+    o = _record_options(manifest)
+    fp = {'label_names': manifest.get('label_names'), 'rows': manifest.get('rows'), 'tokenizer': manifest.get('tokenizer'),
+          'max_length': manifest.get('max_length'), 'bucket_lengths': manifest.get('bucket_lengths') or [manifest.get('max_length')],
+          'data': o.get('data'), 'text_column': o.get('text_column'), 'label_column': o.get('label_column'),
+          'column_names': o.get('column_names'), 'content_sha256': manifest.get('content_sha256'),
+          **({'packing': manifest['packing']} if manifest.get('packing') else {}),   # only where packed: older folders keep their hash
+          **({'problem_type': manifest['problem_type']} if manifest.get('problem_type', 'single_label_classification') != 'single_label_classification' else {}),
+          **({'text_pair': True} if manifest.get('text_pair') else {})}   # likewise: single texts of single labels hash as before
+    return {**fp, 'sha256': hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()[:16]}
 
 # %% ../../nbs/data/03e_prepared.ipynb #52202cc1
 def row_lengths(split:Dataset # a tokenized split, e.g. `load_prepared(path)['train']`
@@ -157,6 +212,68 @@ def load_prepared(dataset_path:str # folder written by `prepare`
                                  or getattr(ft, 'length', len(m['label_names'])) != len(m['label_names'])):
         raise UsageError(f"the labels of {dataset_path} are not the {m.get('problem_type', 'single_label_classification')} labels its {RECORD} records: {again}")
     return Prepared(dataset_path, ds, m)
+
+# %% ../../nbs/data/03e_prepared.ipynb #d7f11e0b
+def _legacy(f):
+    "`f` (a feature's JSON) with datasets >= 4's `List` written as the `Sequence` datasets 3 reads (lists of dicts are left alone)."
+    if isinstance(f, list): return [_legacy(v) for v in f]
+    if not isinstance(f, dict): return f
+    f = {k: _legacy(v) for k, v in f.items()}
+    if f.get('_type') == 'List' and isinstance(f.get('feature'), dict) and '_type' in f['feature']:
+        f = {**f, '_type': 'Sequence', 'length': f.get('length', -1)}
+    return f
+
+def datasets3_form(folder:str|Path # a `save_to_disk` folder
+                  ) -> Path:
+    "Rewrite the feature types saved in `folder` (each split's `dataset_info.json` and arrow schema) in the form `datasets` 3 reads too."
+    import pyarrow as pa
+    folder = Path(folder)
+    for info in folder.rglob('dataset_info.json'):
+        d = json.loads(info.read_text())
+        info.write_text(json.dumps({**d, 'features': _legacy(d.get('features'))}, indent=2))
+    for f in folder.rglob('*.arrow'):
+        with pa.memory_map(str(f)) as m: t = pa.ipc.open_stream(m).read_all()
+        meta = dict(t.schema.metadata or {})
+        if b'huggingface' not in meta: continue
+        meta[b'huggingface'] = json.dumps(_legacy(json.loads(meta[b'huggingface']))).encode()
+        t = t.replace_schema_metadata(meta)
+        tmp = f.with_name(f.name + '.tmp')
+        with pa.OSFile(str(tmp), 'wb') as sink, pa.ipc.new_stream(sink, t.schema) as w: w.write_table(t)
+        tmp.replace(f)
+    return folder
+
+# %% ../../nbs/data/03e_prepared.ipynb #d7f11e0c
+def free_at(dest:Path # a folder, made or to be made
+           ) -> tuple[Path, int]:
+    "The nearest existing folder of `dest` and the bytes free on its disk. Public: `prepare`'s full-disk message names them."
+    here = Path(os.path.abspath(dest))
+    while not here.exists(): here = here.parent
+    return here, shutil.disk_usage(here).free
+
+_SHARD = 500e6   # `save_to_disk` writes a split in files of at most this many bytes (datasets' MAX_SHARD_SIZE)
+
+def _space_needed(rows:dict, length:int, inputs:int) -> tuple[float, float]:
+    "Bytes free that saving prepared data needs, and the bytes of data: each split's `rows` x `length` ids of 4 bytes per model input (and a label), plus one rewrite of its largest file (`datasets3_form`)."
+    per = [n * (length * 4 * inputs + 8) for n in rows.values()]
+    return sum(per) + min(max(per, default=0), _SHARD), sum(per)
+
+def _folder_bytes(p:Path) -> int:
+    "The bytes the files under the folder `p` hold."
+    return sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
+
+def check_save_space(dest:Path, # the folder the prepared data goes to
+                rows:dict, # split -> rows
+                length:int, # the padded (or packed row) length
+                inputs:int # model inputs a row has (`input_ids`, `attention_mask`...)
+               ):
+    "Refuse in one line when the disk of `dest` cannot hold the save (`_space_needed`; `rows`: split -> rows). Data prepared there before stays until the new copy is whole: it is on the disk already, so it needs no room, and it frees none until then."
+    need, data = _space_needed(rows, length, inputs)
+    here, free = free_at(dest)
+    if free < need:
+        old = _folder_bytes(dest) if (dest/RECORD).is_file() else 0
+        before = f"; the data prepared there before ({size_text(old)}) is removed only once the new copy is whole" if old else ''
+        raise UsageError(f"saving the prepared data needs about {size_text(need)} free at {here} ({size_text(data)} of data, and room to rewrite its largest "
+                         f"file once{before}) but {size_text(free)} are free: free some space there, or pass another --dataset_path on a disk with more room")
 
 # %% ../../nbs/data/03e_prepared.ipynb #560f9ad6
 @patch
