@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trn_tutorials import packing
+from trn_tutorials.data import packing
 from bench_buckets import run, same_rows, versions
 from trn_tutorials.models import local_model
 from trn_tutorials.data.sources import DataArguments

@@ -31,7 +31,8 @@ from typing import Callable
 
 import pytest
 
-from trn_tutorials.core import RECORD, UsageError
+from trn_tutorials.core.folders import RECORD
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.models import tiny_bert
 
 CLASSES = ('owned folders', 'safe fixes', 'resume', 'looks valid', 'no traceback', 'files as people have them')
@@ -123,7 +124,7 @@ def users(d:Path, snap:dict[str, str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------------------- the fix
-_CMD = re.compile(r"`((?:trn-tutorials|python -m trn_tutorials\.train|torchrun)\s[^`]+)`")
+_CMD = re.compile(r"`((?:trn-tutorials|python -m trn_tutorials\.training\.train|torchrun)\s[^`]+)`")
 _STOP = {'or', 'to', 'and', 'if', 'for', 'so', 'instead', 'outside', 'of', 'with', 'the', 'a', 'an', 'that', 'which', 'then',
          'again', 'first', 'less', 'more', 'e.g.', 'is', 'as', 'on', 'in', 'at', 'from', 'by', 'when', 'where', 'after', 'before'}
 _VERB = re.compile(r"(?:\b(?:use|pass|add|with|rerun with|relaunch with)|\be\.g\.)\s+(--\w)")

@@ -148,5 +148,5 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_unconfigure(config):
     "The last thing pytest does: its exit then skips Python's last garbage collection (seconds, with torch and transformers loaded)."
-    from trn_tutorials.core import quick_exit
+    from trn_tutorials.core.processes import quick_exit
     quick_exit()

@@ -50,7 +50,7 @@ REPR = re.compile(r"\b(Value|ClassLabel|List|LargeList|Sequence|Features|Json)\(
 def refused(fn, *a, **kw) -> str:
     "The one line of the `UsageError` that `fn(*a, **kw)` raises: no datasets feature's repr, no traceback in it."
     import pytest
-    from trn_tutorials.core import UsageError
+    from trn_tutorials.core.options import UsageError
     with pytest.raises(UsageError) as e: fn(*a, **kw)
     msg = str(e.value)
     assert '\n' not in msg and not REPR.search(msg), msg
@@ -67,7 +67,7 @@ def prep_args(tmp_path, data=None, **kw):
 
 def hold_lock(folder, option:str='dataset_path', seconds:float=60) -> subprocess.Popen:
     "A real helper process holding `folder`'s lock until it is killed, `seconds` pass, or its parent (this process) ends."
-    code = ("import sys, time\nfrom trn_tutorials.core import die_with_parent, folder_lock\ndie_with_parent()\n"
+    code = ("import sys, time\nfrom trn_tutorials.core.processes import die_with_parent; from trn_tutorials.core.folders import folder_lock\ndie_with_parent()\n"
             "with folder_lock(sys.argv[1], sys.argv[2]):\n    print('held', flush=True); time.sleep(float(sys.argv[3]))")
     p = subprocess.Popen([sys.executable, '-c', code, str(folder), option, str(seconds)], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == 'held', 'the helper did not take the lock'

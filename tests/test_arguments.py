@@ -16,7 +16,7 @@ from fastcore.test import test_eq as eq, test_fail as fails
 from transformers import TrainingArguments, default_data_collator
 
 from test_train import linked
-from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
 from trn_tutorials.training.launch import launch_env, torchrun_command
 from trn_tutorials.training.arguments import (DONE_ANYWAY, OUR_FIELDS, REFUSED, TRAINER_FIELDS, TrainArguments, _LOADER_KEYS, alias_notes,
                                      changed_options, check_args, check_flags, needs_use_cpu, option_argv, refused_option,

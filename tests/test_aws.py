@@ -2,7 +2,7 @@
 import pytest
 from botocore.exceptions import ClientError
 
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.aws import aws_errors, aws_region, check_run_id, explain, new_run_id, tag_filters
 
 

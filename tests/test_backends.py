@@ -16,7 +16,7 @@ import pytest
 
 from trn_tutorials.backends import (CATALOG, check_backend, detect, neuron_core_total, neuron_lnc, neuron_ls, parse_visible_cores,
                                     run_cost, visible_neuron_cores)
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.training.arguments import TrainArguments
 
 FIXTURES = Path(__file__).resolve().parent/'fixtures'/'neuron-ls'

@@ -26,7 +26,8 @@ from local_services import damaged, freeze, hold_lock, unfreeze
 from trn_tutorials.training.arguments import check_args
 from trn_tutorials.training.launch import LaunchArguments
 from trn_tutorials.backends import Accelerator, parse_visible_cores, run_cost
-from trn_tutorials.core import UsageError, parse_args, write_record
+from trn_tutorials.core.options import UsageError, parse_args
+from trn_tutorials.core.folders import write_record
 from trn_tutorials.models import local_model, tiny_bert
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.shapes import choose_length
@@ -287,7 +288,7 @@ CASES = [
          ['was prepared with the tokenizer of', 'vocabulary 30522 vs', '--allow_tokenizer_mismatch true']),
     Case('module output_dir busy', 'module',   # a live process holds the lock (it ends with this test's worker thread)
          lambda d, p: (lambda h: (h.stdout.readline(), ['--dataset_path', p, '--output_dir', str(d/'out')])[1])(subprocess.Popen(
-             [sys.executable, '-c', "import sys, time\nfrom trn_tutorials.core import die_with_parent, folder_lock\ndie_with_parent()\n"
+             [sys.executable, '-c', "import sys, time\nfrom trn_tutorials.core.processes import die_with_parent; from trn_tutorials.core.folders import folder_lock\ndie_with_parent()\n"
               "with folder_lock(sys.argv[1], 'output_dir'): print('held', flush=True); time.sleep(120)", str(d/'out')],
              stdout=subprocess.PIPE, text=True)),
          ['out is in use by pid', 'trn-tutorials stop --output_dir']),
@@ -307,7 +308,7 @@ CASES = [
     Case('cli sm-deploy --instance_count 0', 'cli', lambda d, p: ['sm-deploy', '--instance_count', '0'],
          ['--instance_count 0 is out of range', 'use 1 to 100']),
     Case('launch into a busy folder', 'func',   # the lock is held here (the lambda's default keeps it) while launch tries
-         lambda d, p: lambda cm=sys.modules['trn_tutorials.core'].folder_lock(d/'out', 'output_dir'):
+         lambda d, p: lambda cm=sys.modules['trn_tutorials.core.folders'].folder_lock(d/'out', 'output_dir'):
              (cm.__enter__(), launch(TrainArguments(dataset_path=p, output_dir=str(d/'out')), nproc_per_node=1, echo=False)),
          [f'is in use by pid {os.getpid()}', 'trn-tutorials stop --output_dir', 'or pass another --output_dir']),
     Case('launch --nproc_per_node as a string', 'func',
@@ -426,7 +427,7 @@ def test_bad_input(case, request, tmp_path, monkeypatch):
         problems = [f"status {r.returncode}, not 2"] * (r.returncode != 2) + ['a traceback'] * ('Traceback' in r.stderr) \
             + [f"{len(lines)} stderr lines, not 1"] * (len(lines) != 1) + [f"left behind: {b}" for b in looks_done(d, res['before'])]
         assert not problems, '; '.join(problems) + f"\n--- stderr:\n{r.stderr[-3000:]}\n--- stdout:\n{r.stdout[-1500:]}"
-        assert re.match(r'trn_tutorials\.train: error: ' if case.kind == 'module' else r'trn-tutorials [\w-]+: error: ', lines[0]), lines[0]
+        assert re.match(r'trn_tutorials\.training\.train: error: ' if case.kind == 'module' else r'trn-tutorials [\w-]+: error: ', lines[0]), lines[0]
         check_message(case, lines[0])
     else:
         prepared = request.getfixturevalue('prepared') if case.id.startswith('launch') else ''

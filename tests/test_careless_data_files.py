@@ -3,7 +3,7 @@ without rows, texts holding unquoted commas, splits naming their text column dif
 import pytest
 from datasets import DatasetDict
 
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.models import local_model
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.prepare import prepare

@@ -7,7 +7,7 @@ from pathlib import Path
 import careless
 from careless import Case, tiny_csv, tiny_model, tiny_prepared
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.core import write_record
+from trn_tutorials.core.folders import write_record
 
 
 def _mine(d, name='mine'):
@@ -95,8 +95,8 @@ CASES = [
                     '--dataset_path', 'data', '--eval_fraction', '0.3'],
          ['prepared '], status=0, check=lambda d, r: len(_names(d)) == 16),
     # ---- no traceback: the Python API with wrong types, one line each
-    Case('no traceback', 'prep_command of a list', lambda d: (lambda: __import__('trn_tutorials.data.prepare').data.prepare.prep_command([])), ['not a prepared folder\'s record']),
-    Case('no traceback', 'data_fingerprint of a path', lambda d: (lambda: __import__('trn_tutorials.data.prepare').data.prepare.data_fingerprint(str(d))), ['not a prepared folder\'s record']),
+    Case('no traceback', 'prep_command of a list', lambda d: (lambda: __import__('trn_tutorials.data.prepared').data.prepared.prep_command([])), ['not a prepared folder\'s record']),
+    Case('no traceback', 'data_fingerprint of a path', lambda d: (lambda: __import__('trn_tutorials.data.prepared').data.prepared.data_fingerprint(str(d))), ['not a prepared folder\'s record']),
 ]
 
 

@@ -14,7 +14,7 @@ import json, shutil, signal, threading, time
 from pathlib import Path
 
 from careless import FAST, MIN, Case, make_test, tiny_csv, tiny_model, tiny_prepared
-from trn_tutorials.core import RECORD, lock_holder
+from trn_tutorials.core.folders import RECORD, lock_holder
 from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.training.launch import stop
 from trn_tutorials.training.arguments import TrainArguments

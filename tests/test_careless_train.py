@@ -9,7 +9,7 @@ from pathlib import Path
 
 from careless import FAST, MIN, WORDS, Case, make_test, run_here, tiny_csv, tiny_prepared
 from trn_tutorials.models import tiny_bert
-from trn_tutorials.core import write_record
+from trn_tutorials.core.folders import write_record
 from trn_tutorials.training.progress import PROGRESS_ENV, read_progress
 
 VENV = {'PATH': f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}   # an activated venv: `python` is this one

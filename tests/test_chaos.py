@@ -18,7 +18,8 @@ from local_services import procs_mentioning
 from test_train import linked
 
 from trn_tutorials.training.arguments import TrainArguments
-from trn_tutorials.core import UsageError, lock_holder
+from trn_tutorials.core.options import UsageError
+from trn_tutorials.core.folders import lock_holder
 from trn_tutorials.training.checkpoints import COMPLETE, checkpoints
 from trn_tutorials.training.launch import launch
 

@@ -111,8 +111,8 @@ import json, os, sys, time, types
 from pathlib import Path
 import torch, torch.distributed as dist
 from safetensors.torch import save_file
-from trn_tutorials import checkpoints as train   # `CheckpointGuard` looks up `seal_checkpoint` and `host_store` in its own module
-from trn_tutorials.core import die_with_parent
+from trn_tutorials.training import checkpoints as train   # `CheckpointGuard` looks up `seal_checkpoint` and `host_store` in its own module
+from trn_tutorials.core.processes import die_with_parent
 
 die_with_parent()
 out, mode = Path(sys.argv[1]), sys.argv[2]

@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.instance.cleanup` (nbs/cleanup/06_cleanup.ipynb) against a real moto_server and sshd.
+"""Checks of `trn_tutorials.instance.cleanup` (nbs/instance/06_cleanup.ipynb) against a real moto_server and sshd.
 
 The chapter removes one run, shows that a second run survives, removes it with `all_project=True` and ends on
 `leftovers()`; the exact values it used to assert, the resources made by hand that must survive, and a Jupyter
@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3, pytest
 from botocore.awsrequest import AWSResponse
 
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.aws import run_tags
 from trn_tutorials.instance.cleanup import CleanupArguments, cleanup, leftovers
 from trn_tutorials.instance.ec2 import find_instances, launch_instance
@@ -84,7 +84,7 @@ def test_every_module_that_registers_a_cleaner_is_listed():
     import re, trn_tutorials
     from trn_tutorials.instance.cleanup import CLEANER_MODULES
     pkg = Path(trn_tutorials.__file__).parent
-    calls = {f'trn_tutorials.{p.stem}' for p in pkg.glob('*.py') if re.search(r'^register\(', p.read_text(), re.M)}
+    calls = {'trn_tutorials.' + '.'.join(p.relative_to(pkg).with_suffix('').parts) for p in pkg.rglob('*.py') if re.search(r'^register\(', p.read_text(), re.M)}
     assert calls == set(CLEANER_MODULES), calls
 
 
@@ -102,7 +102,7 @@ def test_later_chapters_register_their_cleaners():
 
 def test_every_option_has_help():
     "Each option of the AWS commands is documented once, as an inline comment (docments), which --help and the docs read."
-    from trn_tutorials.core import field_help
+    from trn_tutorials.core.options import field_help
     from trn_tutorials.instance.ec2 import InstanceArguments, StatusArguments
     from trn_tutorials.instance.jupyter import TunnelArguments
     from trn_tutorials.sagemaker.training_job import JobArguments
@@ -111,7 +111,7 @@ def test_every_option_has_help():
 
 
 # ----------------------------------------------------------------------------------------------------
-# Cleanup on SageMaker and S3 (nbs/cleanup/06_cleanup.ipynb), against a real moto_server on 127.0.0.1.
+# Cleanup on SageMaker and S3 (nbs/instance/06_cleanup.ipynb), against a real moto_server on 127.0.0.1.
 #
 # The resources are made with boto3 as the training job and endpoint chapters make them (names `trn-tutorials-<run id>`,
 # tags `project` and `run-id`, files under `trn-tutorials/<run id>/` in SageMaker's default bucket). moto cannot be told

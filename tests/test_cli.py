@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from trn_tutorials.models import local_model, tiny_bert
-from trn_tutorials.core import parse_args
+from trn_tutorials.core.options import parse_args
 from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.data.sources import sample_data
 
@@ -66,7 +66,7 @@ def test_quickstart_into_a_busy_folder_is_refused_before_prep(tmp_path):
     """The output folder is in use (here this process holds it): refused in one line naming the holder, before the data is
     prepared. In-process through the CLI's entry (careless' `run_here`); quickstart's process: test_quickstart_offline."""
     from careless import run_here
-    from trn_tutorials.core import folder_lock
+    from trn_tutorials.core.folders import folder_lock
     with folder_lock(tmp_path/'model', 'output_dir'):
         r = run_here(['quickstart', '--output_dir', str(tmp_path/'model'), '--dataset_path', str(tmp_path/'data')], tmp_path)
     lines = r.stderr.strip().splitlines()
@@ -130,13 +130,13 @@ def test_quickstart_is_told_what_the_parser_read(argv, given, monkeypatch):
 
 def test_offline_defaults_leave_a_given_learning_rate_alone(monkeypatch, tmp_path):
     "quickstart offline: 1e-4 unless the user gave --learning_rate (in any spelling the parser accepts); stops before preparing."
-    import trn_tutorials.cli as C
+    import trn_tutorials.cli as C, trn_tutorials.quickstart as Q
     monkeypatch.chdir(tmp_path)
     lrs = []
     class Stop(Exception): pass
     def stop(train, *a, **k): lrs.append(train.learning_rate); raise Stop()
     monkeypatch.setattr('trn_tutorials.training.arguments.check_args', stop)   # where it is defined: quickstart imports it from there
-    monkeypatch.setattr(C, 'hub_reachable', lambda *a, **k: False)
+    monkeypatch.setattr(Q, 'hub_reachable', lambda *a, **k: False)
     for argv in ([], ['--learning_rat', '2e-5'], ['--learning_rate=3e-5']):
         with pytest.raises(Stop): C.run(['quickstart', *argv])
     assert lrs == [1e-4, 2e-5, 3e-5]
@@ -270,7 +270,7 @@ def test_a_command_imports_only_what_it_runs(args, unloaded):
 # issue 25: quickstart packs where every shape is a compiled graph
 
 def test_packs_by_default_only_on_neuron_for_bert_with_no_layout_given(tmp_path, distilbert_like, modernbert_like):
-    from trn_tutorials.cli import packs_by_default
+    from trn_tutorials.quickstart import packs_by_default
     from trn_tutorials.data.sources import DataArguments
     bert = tiny_bert(tmp_path/'tiny-bert', ['happy', 'sad'], labels=EMOTION_LABELS)
     d = lambda m=bert, **k: DataArguments(model_id=m, **k)
@@ -290,12 +290,12 @@ def test_quickstart_packs_converts_the_batch_and_resumes_only_the_same_batch(pre
     "quickstart on a backend that packs (the CPU standing in for Neuron here: the XLA test runs the real one): packed rows, the batch of "
     "texts as rows, a relaunch with the same command resumes, one with another batch is refused in texts and the printed fix continues it "
     "(conftest's tiny BERT, 2 steps a run). The layouts given (padded, --pack) are checked up to the launch, which gets the batch they say."
-    import trn_tutorials.cli as C
+    import trn_tutorials.cli as C, trn_tutorials.quickstart as Q
     from trn_tutorials.data.prepared import load_prepared
     from trn_tutorials.training.launch import Results
     from trn_tutorials.data.packing import rows_for_texts
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(C, 'PACKS_ON', ('cpu',))
+    monkeypatch.setattr(Q, 'PACKS_ON', ('cpu',))
     argv = ['quickstart', '--data', sample_data(), '--model_id', str(prepared/'tiny-bert'), '--max_steps', '2', '--learning_rate', '1e-3', '--backend', 'cpu']
     out = C.run(argv)
     said = capsys.readouterr().out
@@ -329,7 +329,7 @@ def test_option_classes_match_the_functions_they_configure():
     from trn_tutorials.cli import DeployArguments, sm_deploy_cmd
     from trn_tutorials.sagemaker.endpoint import deploy
     from trn_tutorials.training.launch import LaunchArguments, launch
-    from trn_tutorials.core import UsageError
+    from trn_tutorials.core.options import UsageError
     def params(fn, skip): return {k: p.default for k, p in inspect.signature(fn).parameters.items() if k not in skip and p.kind is p.POSITIONAL_OR_KEYWORD}
     assert {f.name: f.default for f in fields(LaunchArguments)} == params(launch, ('args', 'echo', 'raw'))
     assert {f.name: f.default for f in fields(DeployArguments)} == {**params(sm_deploy_cmd, ()), **params(deploy, ('model_dir', 'wait'))}
@@ -396,7 +396,8 @@ def test_early_reads_only_what_is_given_as_given():
 def test_the_whole_numbers_are_the_classes_ints():
     "`WHOLE` names exactly the limited options the classes type `int`: the early checks read a number as its class would."
     import typing
-    from trn_tutorials.core import CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, VARIES, WHOLE, _number_kind
+    from trn_tutorials.core.options import (CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, VARIES, WHOLE,
+                                            _number_kind)
     from trn_tutorials.training.arguments import TrainArguments
     from trn_tutorials.data.sources import DataArguments
     from trn_tutorials.serving.predict import ClassifyArguments

@@ -1,4 +1,4 @@
-"""Checks of `trn_tutorials.core`: one-line errors and parsing, numbers checked at construction (`Limit`, `check_numbers`),
+"""Checks of `trn_tutorials.core.options`: one-line errors and parsing, numbers checked at construction (`Limit`, `check_numbers`),
 one declaration per option (`field_help`, `documented`, `arguments_of`), folders checked before anything is written
 (`check_folder`), one run per folder (`folder_lock`, with real processes), and the records that say who wrote a folder
 (`check_owner`, `folder_record`). The chapter (nbs/reference/90_core.ipynb) shows each function once; these pin it down."""
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from local_services import freeze, unfreeze
-from trn_tutorials.core import (RECORD, Limit, UsageError, arguments_of, check_folder, check_number, check_numbers, check_owner,
-                                documented, field_help, folder_lock, folder_record, given_options, lock_holder, lock_path,
-                                parse_args, write_record)
+from trn_tutorials.core.folders import (RECORD, check_folder, check_owner, folder_lock, folder_record, lock_holder, lock_path,
+                                        write_record)
+from trn_tutorials.core.options import (Limit, UsageError, arguments_of, check_number, check_numbers, documented, field_help,
+                                        given_options, parse_args)
 
 
 @dataclass
@@ -140,7 +141,7 @@ def test_check_folder_not_writable(tmp_path):
 
 
 HOLD = """import sys, time
-from trn_tutorials.core import folder_lock
+from trn_tutorials.core.folders import folder_lock
 with folder_lock(sys.argv[1], 'output_dir', root=12345) as lock:
     print('held', flush=True); time.sleep(float(sys.argv[2]))
 """
@@ -177,7 +178,7 @@ def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
 def test_only_one_of_many_racing_runs_gets_the_lock(tmp_path):
     "Eight processes take and release the lock as fast as they can; at no moment do two hold it."
     code = """import json, os, sys, time
-from trn_tutorials.core import folder_lock, UsageError
+from trn_tutorials.core.folders import folder_lock; from trn_tutorials.core.options import UsageError
 got, refused, log = 0, 0, sys.argv[2]
 t = time.time()
 while time.time() - t < 3:

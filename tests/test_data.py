@@ -15,9 +15,10 @@ from transformers import AutoTokenizer, HfArgumentParser
 from careless import ENV, TRN
 from local_services import damage, freeze, hold_lock, one_line, prep_args, stop, unfreeze
 from test_data_checks import TRAIN, two   # a train split of two labels, and a DatasetDict of made-up texts
-from trn_tutorials.core import UsageError, lock_holder, lock_path, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
+from trn_tutorials.core.folders import lock_holder, lock_path
 from trn_tutorials.models import local_model, tiny_bert
-from trn_tutorials.core import MAX_BUCKETS
+from trn_tutorials.core.options import MAX_BUCKETS
 from trn_tutorials.data.sources import DATA_LIMITS, DataArguments
 from trn_tutorials.data.shapes import (_rounded, choose_buckets, choose_length, length_stats, padded_lengths, padding_share,
                                        plot_lengths, token_lengths, tokenize)
@@ -374,7 +375,7 @@ def test_prepare_rerun_buckets_and_load_prepared(ds, lengths, length, tmp_path, 
 def test_every_data_option_has_help_and_the_modules_layer():
     "`prep --help` and the docs read each DataArguments field's comment; data_files and data_checks never import data (no cycle)."
     import subprocess, sys
-    from trn_tutorials.core import field_help
+    from trn_tutorials.core.options import field_help
     assert all(field_help(DataArguments).values()), field_help(DataArguments)
     code = "import sys, trn_tutorials.data.checks, trn_tutorials.data.files; print('trn_tutorials.data.prepare' in sys.modules)"
     assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == 'False'

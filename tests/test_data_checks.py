@@ -15,7 +15,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 from transformers import AutoTokenizer
 
 from local_services import one_line, prep_args, refused
-from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
 from trn_tutorials.models import local_model
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.shapes import choose_length, token_lengths, tokenize

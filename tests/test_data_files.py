@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from careless import ENV, TRN
 from local_services import REPR, refused
-from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
 from trn_tutorials.models import local_model, tiny_bert
 from trn_tutorials.data.files import KNOWN_DATA
 from trn_tutorials.data.sources import known_defaults, load_raw
@@ -111,7 +111,7 @@ def ids(tiny, text, length): return AutoTokenizer.from_pretrained(tiny)(text, pa
 
 # -------------------------------------------------------------------------------------------------------- options
 def test_options_have_one_name_and_one_type_on_the_cli_and_in_python():
-    from trn_tutorials.core import _parser
+    from trn_tutorials.core.options import _parser
     p = _parser([DataArguments], 'trn-tutorials prep')   # the CLI's HfArgumentParser, each field's help in place (alone, not after another test)
     a, = p.parse_args_into_dataclasses(['--text_column', 'title', 'content', '--label_names', 'negative', 'positive',
                                         '--column_names', 'a', 'b', '--preset', 'cola'])
@@ -574,7 +574,7 @@ def test_files_of_one_split_with_different_kinds(tmp_path):
 # --- a full disk: the folder being written, on the disk that is full
 def parsed(cmd:str, **kw):
     from trn_tutorials.cli import command
-    from trn_tutorials.core import parse_args
+    from trn_tutorials.core.options import parse_args
     argv = [x for k, v in kw.items() for x in (f'--{k}', str(v))]
     return parse_args(command(cmd)[1], argv, prog='t')
 
@@ -582,10 +582,10 @@ def parsed(cmd:str, **kw):
 @pytest.fixture
 def two_disks(tmp_path, monkeypatch):
     "Folders `a` and `b` on two disks: `b`'s is full (1 kB free), `a`'s has room."
-    import trn_tutorials.cli as C
+    import trn_tutorials.core.folders as F
     (tmp_path/'a').mkdir(); (tmp_path/'b').mkdir()
     on_b = lambda p: Path(p) == tmp_path/'b' or tmp_path/'b' in Path(p).parents
-    monkeypatch.setattr(C, '_device', lambda p: 2 if on_b(C._existing(p)) else 1)
+    monkeypatch.setattr(F, '_device', lambda p: 2 if on_b(F._existing(p)) else 1)
     usage = namedtuple('usage', 'total used free')
     monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 1000) if on_b(p) else usage(10**12, 0, 10**12))
     return tmp_path
@@ -593,30 +593,32 @@ def two_disks(tmp_path, monkeypatch):
 
 def test_full_disk_names_the_folder_written_not_the_data_read(two_disks):
     "`train` reads --dataset_path on one disk and writes --output_dir on the full one: the line names the output folder only."
-    from trn_tutorials.cli import disk_full
+    from trn_tutorials.cli import _written
+    from trn_tutorials.core.folders import disk_full
     t = two_disks
     p = parsed('train', dataset_path=t/'a'/'data', output_dir=t/'b'/'model')
-    msg = disk_full(OSError(errno.ENOSPC, 'No space left on device'), p)
+    msg = disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p))
     assert msg.startswith(f"the disk holding {t/'b'/'model'} is full") and str(t/'a') not in msg, msg
     p = parsed('train', dataset_path=t/'b'/'data', output_dir=t/'a'/'model')   # the data's disk is full, but training only reads it
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(t/'a'/'model'/'checkpoint-2'/'x')), p).startswith(
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(t/'a'/'model'/'checkpoint-2'/'x')), _written(p)).startswith(
         f"the disk holding {t/'a'/'model'} is full")
 
 
 def test_full_disk_of_a_command_writing_two_folders(two_disks):
     "`quickstart` writes both: without a file named, the one on the disk with no room; with one, the folder that holds it."
-    from trn_tutorials.cli import disk_full
+    from trn_tutorials.cli import _written
+    from trn_tutorials.core.folders import disk_full
     t = two_disks
     p = parsed('quickstart', dataset_path=t/'a'/'data', output_dir=t/'b'/'model')
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), p).startswith(f"the disk holding {t/'b'/'model'} is full")
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p)).startswith(f"the disk holding {t/'b'/'model'} is full")
     p = parsed('quickstart', dataset_path=t/'b'/'data', output_dir=t/'a'/'model')
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), p).startswith(f"the disk holding {t/'b'/'data'} is full")
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
     tmp = t/'b'/'.data.tmp-1a2b3c4d'/'train'/'data-00000-of-00001.arrow'   # prep saves beside the folder first
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(tmp)), p).startswith(f"the disk holding {t/'b'/'data'} is full")
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(tmp)), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
     cache = t/'b'/'cache'/'x.arrow'   # a cache on the full disk, which holds the data folder too: that is named
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), p).startswith(f"the disk holding {t/'b'/'data'} is full")
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
     p = parsed('prep', dataset_path=t/'a'/'data')
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), p).startswith(f"the disk holding {t/'b'/'cache'} is full")
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), _written(p)).startswith(f"the disk holding {t/'b'/'cache'} is full")
 
 
 def test_full_disk_while_reading_names_the_datasets_cache(tmp_path, monkeypatch):
@@ -654,9 +656,9 @@ def test_a_new_folder_needs_no_room_for_an_old_copy(tmp_path, monkeypatch):
     args = lambda: DataArguments(data=str(f), model_id=local_model(), dataset_path=str(tmp_path/'prep'), max_length=32)
     need, data = _space_needed({'train': 360, 'validation': 40}, 32, 3)
     usage = namedtuple('usage', 'total used free')
-    monkeypatch.setattr(F.shutil, 'disk_usage', lambda p: usage(10**12, 10**12, need + 1000))   # less than two copies: enough
+    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**12, 10**12, need + 1000))   # less than two copies: enough
     assert need + 1000 < 2 * data and prepare(args())['rows'] == {'train': 360, 'validation': 40}
-    monkeypatch.setattr(F.shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 50_000))
+    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 50_000))
     msg = refused(prepare, args())   # the data prepared before: named, its size said
     from trn_tutorials.models import size_text
     from trn_tutorials.data.prepared import _folder_bytes

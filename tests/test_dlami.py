@@ -7,7 +7,7 @@
   request and, in the parsed answer, marks the chosen images with a `DeprecationTime` and drops the deprecated ones a
   request did not ask for. The library is not touched.
 - The manifest's compiler pair: `DLAMI['trn1'].neuron` equals the Neuron 2.31 pair in tools/environments.toml and
-  is what the DLAMI chapter (nbs/internals/01a_dlami.ipynb) shows.
+  is what the DLAMI chapter (nbs/instance/01a_dlami.ipynb) shows.
 - The module: `trn_tutorials.instance.dlami` loads without `trn_tutorials.instance.ec2`, which re-exports its names (cli, tests).
 - An instance without the environment (a Trn1 from a Neuron 2.32+ DLAMI): one line naming the fix, before anything
   starts, against a real OpenSSH sshd on 127.0.0.1.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import boto3, pytest
 
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.backends import instance_family
 from trn_tutorials.instance.dlami import DLAMI, Dlami, dlami_for, find_ami
 from trn_tutorials.instance.ec2 import launch_instance
@@ -137,7 +137,7 @@ def test_manifest_pair():
     "One place holds the Neuron 2.31 pair: DLAMI['trn1'].neuron, equal to the rehearsal file's and shown by the DLAMI chapter."
     assert tuple(DLAMI['trn1'].neuron) == PAIR
     assert sorted(_environments()['trn1-dlami']['neuron']) == sorted(PAIR)
-    chapter = json.loads((ROOT/'nbs/internals/01a_dlami.ipynb').read_text())
+    chapter = json.loads((ROOT/'nbs/instance/01a_dlami.ipynb').read_text())
     text = '\n'.join(''.join(c['source']) + ''.join(''.join(o.get('text', '') or o.get('data', {}).get('text/plain', ''))
                                                    for o in c.get('outputs', [])) for c in chapter['cells'])
     assert '2.27.5334.0' not in text   # the 2.32 compiler is not paired with the 2.31 torch-neuronx
@@ -159,11 +159,8 @@ def test_missing_venv_names_the_fix(sshd, tmp_path):
     assert not (work/'.trn-tutorials').exists() and procs_mentioning(str(work)) == [] and S.LIVE == []
 
 
-def test_module_apart_and_reexported():
-    "The image lookup has its own module, which does not load the launch code; `instance` still offers every name."
-    import trn_tutorials.instance.dlami as D, trn_tutorials.instance.ec2 as I
-    for name in ('NEURON_PIP', 'DLAMI', 'Dlami', 'dlami_for', 'find_ami', 'image_note'):
-        assert getattr(I, name) is getattr(D, name), name
+def test_module_apart():
+    "The image lookup has its own module, which does not load the launch code."
     code = "import sys, trn_tutorials.instance.dlami; print('trn_tutorials.instance.ec2' in sys.modules)"
     assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == 'False'
 
@@ -174,7 +171,7 @@ def test_newest_by_creation_date(moto_server):
     im = find_ami(instance_type='trn1.2xlarge')
     assert (im['id'], im['created']) == (TRN1_DLAMI, '2026-08-12T00:00:00.000Z')
     assert find_ami(ami=OLDER_PT)['created'] < im['created']
-    cells = json.loads((ROOT/'nbs/internals/01a_dlami.ipynb').read_text())['cells']
+    cells = json.loads((ROOT/'nbs/instance/01a_dlami.ipynb').read_text())['cells']
     shown = json.dumps([o for c in cells for o in c.get('outputs', [])])
     assert TRN1_DLAMI in shown and '2026-08-12T' not in shown and "'created'" not in shown
 
@@ -204,7 +201,7 @@ def test_trn2_takes_the_newest_torchneuron_dlami_on_either_ubuntu(tmp_path, monk
 
 def test_the_canonical_stack_block():
     "The one 'Which stack is current' block of the book: dated, which stack on which Trainium, and what this package does."
-    cells = json.loads((ROOT/'nbs/internals/01a_dlami.ipynb').read_text())['cells']
+    cells = json.loads((ROOT/'nbs/instance/01a_dlami.ipynb').read_text())['cells']
     blocks = [''.join(c['source']) for c in cells if c['cell_type'] == 'markdown' and ''.join(c['source']).startswith('## Which stack is current')]
     assert len(blocks) == 1
     for s in ('Checked 2026-11-24', '| Trn1', '| Trn2, Trn3', 'Neuron **2.31** DLAMI', 'torch-neuronx` 2.9', '2026-05-20', 'Neuron 2.30',

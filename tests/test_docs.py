@@ -144,7 +144,7 @@ def page_of(nb_path):
 
 
 def pages():
-    "The site's pages, by their path under the site (internals/data_files.html)."
+    "The site's pages, by their path under the site (data/data_files.html)."
     return {page_of(p) for p in NBS}
 
 

@@ -15,11 +15,12 @@ import boto3
 import pytest
 
 import trn_tutorials.serving.inference as handler
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.files import EMOTION_LABELS
-from trn_tutorials.sagemaker.endpoint import (DEFAULT_INSTANCE_TYPE, IMAGES, Endpoint, check_endpoint_name, check_instance_type, delete, deploy,
-                                    endpoint_requests, image_kind, inference_image, package, predict, requirements)
+from trn_tutorials.sagemaker.model_package import (DEFAULT_INSTANCE_TYPE, IMAGES, check_instance_type, image_kind,
+                                                   inference_image, package, requirements)
+from trn_tutorials.sagemaker.endpoint import Endpoint, check_endpoint_name, delete, deploy, endpoint_requests, predict
 from trn_tutorials.serving.inference import JSON, model_fn, output_fn, predict_fn
 from trn_tutorials.instance.cleanup import leftovers
 from trn_tutorials.aws import run_tags
@@ -209,7 +210,7 @@ def test_predict_checks_texts_before_calling(moto_server):
 # ---------------------------------------------------------------------------------------------------------------
 def test_requirements_pinned_per_image():
     "Every instance installs the same transformers, one that exists with the image's torch (not whatever is newest that day)."
-    from trn_tutorials.sagemaker.endpoint import IMAGE_TORCH, REQUIREMENTS
+    from trn_tutorials.sagemaker.model_package import IMAGE_TORCH, REQUIREMENTS
     assert requirements() == 'transformers==5.5.3\n' == requirements('ml.m5.large')
     assert requirements('ml.inf2.xlarge') == 'transformers==4.57.6\n'
     assert IMAGE_TORCH == {'cpu': '2.6', 'gpu': '2.6', 'arm64': '2.6', 'neuron': '2.9'} and set(REQUIREMENTS) == set(IMAGES)
@@ -262,7 +263,7 @@ def test_inf2_only_for_a_neuron_compiled_model(moto_server, folder, tmp_path):
 
 def test_image_not_published_in_region(moto_server, folder):
     "An image tag that does not exist in the region: one line before anything is uploaded or created."
-    from trn_tutorials.sagemaker.endpoint import IMAGE_REGIONS
+    from trn_tutorials.sagemaker.model_package import IMAGE_REGIONS
     assert 'us-east-1' in IMAGE_REGIONS['neuron'] and 'eu-north-1' not in IMAGE_REGIONS['neuron'] and 'eu-north-1' in IMAGE_REGIONS['cpu']
     with pytest.raises(UsageError) as e: inference_image('ml.inf2.xlarge', 'eu-north-1')
     assert "pytorch-inference-neuronx:2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04 is not published in eu-north-1" in str(e.value)
@@ -441,5 +442,5 @@ def test_sm_predict_text_pair(moto_server, capsys):
         assert len(bodies) == n   # refused before any call
     finally: boto3.DEFAULT_SESSION = None
     from trn_tutorials.cli import PredictArguments
-    from trn_tutorials.core import parse_args
+    from trn_tutorials.core.options import parse_args
     assert parse_args([PredictArguments], ['--text', 'a', '--text_pair', 'b'])[0].text_pair == ['b']

@@ -7,7 +7,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.sagemaker.endpoint import delete, predict

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 import trn_tutorials.serving.inference as handler
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.models import tiny_bert
 from trn_tutorials.data.files import EMOTION_LABELS
-from trn_tutorials.sagemaker.endpoint import package
+from trn_tutorials.sagemaker.model_package import package
 from trn_tutorials.serving.torchscript import trace
 from trn_tutorials.serving.inference import (JSON, TORCHSCRIPT, TRACE_INFO, ModelFolderError, RequestError, check_model_folder, input_fn,
-                                     model_fn, output_fn, padded_lengths, predict_fn, texts_of)
+                                     model_fn, output_fn, trained_lengths, predict_fn, texts_of)
 from local_services import HINT, procs_mentioning
 
 SCORE_TOL = 1.0001e-4   # scores are rounded to 4 places: two roundings of one probability differ by at most 1e-4
@@ -40,7 +40,7 @@ def unpacked(model_dir, dest, **kw):
 # ---------------------------------------------------------------------------------------------------------------
 def test_four_functions_on_json(trained_model):
     clf = model_fn(str(trained_model))
-    assert not clf.traced and clf.labels == EMOTION_LABELS and clf.lengths == padded_lengths(trained_model)
+    assert not clf.traced and clf.labels == EMOTION_LABELS and clf.lengths == trained_lengths(trained_model)
     assert len(clf.lengths) == 3 and clf.max_length == clf.lengths[-1]
     body = json.dumps({'inputs': TEXTS}).encode()
     texts = input_fn(body, JSON)
@@ -122,7 +122,7 @@ def test_model_folder_checks(tmp_path):
     cfg.write_text(json.dumps({**json.loads(cfg.read_text()), 'id2label': {'0': 'LABEL_0', '1': 'LABEL_1'}}))
     with pytest.raises(ModelFolderError, match=r'names no labels \(id2label: LABEL_0, LABEL_1\): set id2label, e.g.'): model_fn(no_names)
     named = Path(tiny_bert(tmp_path/'named', ['hello', 'world'], labels=['neg', 'pos']))
-    assert check_model_folder(named) == ['neg', 'pos'] and padded_lengths(named) is None   # not trained by `train`: no lengths
+    assert check_model_folder(named) == ['neg', 'pos'] and trained_lengths(named) is None   # not trained by `train`: no lengths
     clf = model_fn(str(named))
     assert clf.lengths is None and clf.max_length == 128   # the tiny config's max_position_embeddings
     for f in ('tokenizer.json', 'tokenizer_config.json', 'vocab.txt'): (named/f).unlink(missing_ok=True)
@@ -164,7 +164,7 @@ def test_torchscript_agrees_with_eager(trained_model, tmp_path, capfd, monkeypat
     shutil.copytree(trained_model, d, ignore=shutil.ignore_patterns('checkpoint-*'))
     eager = predict_fn(TEXTS, model_fn(str(d)))
     info = trace(str(d))
-    lengths = padded_lengths(d)
+    lengths = trained_lengths(d)
     assert info['max_abs_diff'] <= 1e-4 and info['lengths'] == lengths
     assert sorted(map(tuple, info['checked_shapes'])) == sorted((b, n) for n in lengths for b in (1, 3))
     assert json.loads((d/TRACE_INFO).read_text()) == info
@@ -331,7 +331,7 @@ def test_served_over_http_by_multi_model_server(trained_model, tmp_path):
 
 
 def test_torchscript_pieces(tmp_path):
-    "`trace` lives in trn_tutorials.serving.torchscript (nbs/internals/11b_torchscript.ipynb), and endpoint no longer forwards it; its example rows and its comparison."
+    "`trace` lives in trn_tutorials.serving.torchscript (nbs/serving/11b_torchscript.ipynb), and endpoint no longer forwards it; its example rows and its comparison."
     from transformers import AutoModelForSequenceClassification
     from trn_tutorials.sagemaker import endpoint
     from trn_tutorials.serving import torchscript as T
@@ -405,7 +405,7 @@ def test_torchscript_chapter_says_what_the_handler_does(trained_model, tmp_path)
     d = tmp_path/'traced'
     shutil.copytree(trained_model, d, ignore=shutil.ignore_patterns('checkpoint-*'))
     (d/TORCHSCRIPT).write_bytes(b'made by a newer PyTorch than the image holds')
-    (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch.jit', 'torch': '2.13.0', 'lengths': padded_lengths(d)}))
+    (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch.jit', 'torch': '2.13.0', 'lengths': trained_lengths(d)}))
     served = unpacked(d, tmp_path/'opt-ml-model')
     assert (served/TORCHSCRIPT).is_file() and not (served/'model.safetensors').exists()   # nothing to fall back on
     with pytest.raises(ModelFolderError, match='package the folder with torchscript=False'): model_fn(str(served))

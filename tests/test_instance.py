@@ -18,7 +18,7 @@ import boto3, pytest
 from trn_tutorials.instance import ec2 as I
 from trn_tutorials.instance import jupyter as J
 from trn_tutorials.instance import ssh as S
-from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
 from trn_tutorials.instance.ec2 import (InstanceArguments, StatusArguments, caller_ip, ensure_key_pair, find_instance,
                                     find_instances, guard_user_data, launch_instance, launch_subnets, ssh_cidr,
                                     wait_for_ssh)
@@ -27,7 +27,8 @@ from trn_tutorials.instance.dlami import find_ami
 from trn_tutorials.instance.cleanup import CleanupArguments, cleanup, leftovers
 from trn_tutorials.sagemaker.endpoint import deploy, endpoint_requests
 from trn_tutorials.instance.jupyter import TunnelArguments
-from trn_tutorials.sagemaker.training_job import JobArguments, sm_cost, wait_job
+from trn_tutorials.sagemaker.training_job import JobArguments, wait_job
+from trn_tutorials.sagemaker.job_image import sm_cost
 from local_services import LATEST_DLAMI, MY_IP, TRN1_DLAMI, TRN2_DLAMI, free_port, one_line
 
 
@@ -80,7 +81,7 @@ def test_status_arguments_are_a_plain_dataclass():
     import dataclasses, typing
     import trn_tutorials.instance.ec2 as i
     from trn_tutorials.cli import command
-    from trn_tutorials.core import field_help
+    from trn_tutorials.core.options import field_help
     assert dataclasses.is_dataclass(StatusArguments) and StatusArguments.__module__ == 'trn_tutorials.instance.ec2'
     assert 'StatusArguments' in i.__all__ and not hasattr(i, '__getattr__')
     sig = inspect.signature(find_instances).parameters

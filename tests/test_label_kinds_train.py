@@ -8,7 +8,7 @@ import torch
 from transformers import EvalPrediction
 
 from test_train import linked
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.data.prepared import Prepared, load_prepared
 from trn_tutorials.training.launch import Results, launch, launch_env, torchrun_command
 from trn_tutorials.training.live_progress import Progress

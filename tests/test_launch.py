@@ -11,7 +11,8 @@ from fastcore.test import test_eq as eq, test_fail as fails
 from test_torchrun import alive
 from test_train import linked
 from trn_tutorials.backends import Accelerator
-from trn_tutorials.core import UsageError, folder_lock, lock_holder, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
+from trn_tutorials.core.folders import folder_lock, lock_holder
 from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.training.launch import LaunchError, Results, launch, launch_env, stop, torchrun_command, train_argv
 from trn_tutorials.training.torchrun import cache_status, graphs_from_cache
@@ -75,7 +76,7 @@ def test_launch_refuses_bad_input(prepared, tmp_path):
 
 
 HOLD = """import sys, time
-from trn_tutorials.core import folder_lock
+from trn_tutorials.core.folders import folder_lock
 if sys.argv[2] == 'kernel':   # what a Jupyter kernel looks like to the lock
     from IPython.core.interactiveshell import InteractiveShell; InteractiveShell.instance()
 import subprocess

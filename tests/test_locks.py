@@ -1,4 +1,4 @@
-"""One run per folder (`trn_tutorials.core`'s folder locks), with real processes: a busy folder is refused, `stop` ends a run,
+"""One run per folder (`trn_tutorials.core.folders`' locks), with real processes: a busy folder is refused, `stop` ends a run,
 a run interrupted in Python says what it kept, a prep and a run never share a folder. One CPU worker: workers are not the
 point here. The refusals, and the commands that only lead up to or follow the one that matters, run in-process through the
 CLI's entry (careless' `run_here`); the run holding the folder, the `stop` that ends one and a Python kernel are real
@@ -13,7 +13,7 @@ from careless import run_here
 from local_services import procs_mentioning
 from test_train import linked
 
-from trn_tutorials.core import lock_holder, lock_path
+from trn_tutorials.core.folders import lock_holder, lock_path
 from trn_tutorials.data.sources import sample_data
 from trn_tutorials.training.checkpoints import checkpoints
 
@@ -154,7 +154,7 @@ def test_prep_into_data_a_run_reads_is_refused_and_the_fix_works(prepared, tmp_p
 
 def test_a_run_waits_for_no_prep_but_refuses_one_that_writes_its_data(work):
     "While a prep writes the folder, a run into it is refused in one line (it would read data being replaced)."
-    from trn_tutorials.core import folder_lock
+    from trn_tutorials.core.folders import folder_lock
     data = work/'data'
     with folder_lock(data, 'dataset_path'):   # as `prep` holds it while it writes
         r = here('train', '--dataset_path', data, '--output_dir', work/'too-early', '--max_steps', '2', cwd=work)

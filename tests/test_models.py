@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.models import default_model, local_model, short_path, tiny_bert
 
 

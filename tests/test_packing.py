@@ -11,7 +11,7 @@ from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Ber
                           ElectraConfig, ModernBertConfig, RobertaConfig, RobertaTokenizerFast, XLMRobertaConfig)
 
 from trn_tutorials.training.arguments import TrainArguments
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared

@@ -9,7 +9,7 @@ import pytest
 import trn_tutorials.serving.predict as predict_mod
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.cli import predict_kept
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.data.sources import load_raw, sample_data
 from trn_tutorials.serving.inference import TORCHSCRIPT, TRACE_INFO, model_fn, predict_fn
@@ -222,7 +222,7 @@ def test_on_neuron_only_a_compiled_model_runs(trained_model, tmp_path, monkeypat
     import shutil; shutil.copytree(trained_model, d)
     (d/TORCHSCRIPT).write_bytes(b'')
     (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch_neuronx 2.9.0', 'lengths': [40]}))
-    assert predict_mod.check_model(str(d), 'neuron') == EMOTION_LABELS
+    assert predict_mod.check_servable(str(d), 'neuron') == EMOTION_LABELS
     assert predict_mod.default_batch_size('neuron', 128) == 128 and predict_mod.default_batch_size('cpu', 40) == 102
 
 

@@ -9,7 +9,8 @@ from fastcore.test import test_eq as eq, test_fail as fails
 
 from test_train import linked
 from trn_tutorials.backends import Accelerator
-from trn_tutorials.core import UsageError, free_port
+from trn_tutorials.core.options import UsageError
+from trn_tutorials.core.processes import free_port
 from trn_tutorials.data.prepared import Prepared
 from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.training.preflight import Run, check_output_dir, check_space, preflight, workers

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from test_train import linked, small_vocab  # noqa: F401  (small_vocab: a fixture)
-from trn_tutorials.core import RECORD, UsageError, check_prepared_path
+from trn_tutorials.core.folders import RECORD, check_prepared_path
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.data.sources import sample_data
 from trn_tutorials.data.prepared import data_fingerprint, prep_command
 from trn_tutorials.data.prepared import Prepared, load_prepared

@@ -17,7 +17,7 @@ def test_sidebar_sections_in_order():
 
 
 def test_page_names_drop_the_number_as_nbdev_does():
-    assert preview.page_name('train/05b_precompile.ipynb') == 'train/precompile.html'
+    assert preview.page_name('training/05b_precompile.ipynb') == 'training/precompile.html'
     assert preview.page_name('index.ipynb') == 'index.html'
 
 
@@ -28,8 +28,8 @@ def test_renders_a_section_with_titles_from_front_matter(tmp_path):
             d = json.loads((ROOT / 'nbs' / nb).read_text())
             d['cells'].insert(0, {'cell_type': 'raw', 'id': 'front', 'metadata': {}, 'source': f'---\ntitle: "T {nb}"\ndescription: d\n---'})
             (proc / nb).parent.mkdir(parents=True, exist_ok=True); (proc / nb).write_text(json.dumps(d))
-    pages = preview.render(proc, tmp_path / 'out', ['cleanup'])
-    assert [p.relative_to(tmp_path / 'out').as_posix() for p in pages] == ['cleanup/cleanup.html']
+    pages = preview.render(proc, tmp_path / 'out', ['instance/06_cleanup.ipynb'])
+    assert [p.relative_to(tmp_path / 'out').as_posix() for p in pages] == ['instance/cleanup.html']
     page = pages[0].read_text()
-    assert 'T cleanup/06_cleanup.ipynb' in page and 'How it works (internals)' in page and 'class=here' in page
-    assert '../train/launch.html' in page   # links relative to the page's folder
+    assert 'T instance/06_cleanup.ipynb' in page and 'How it works: the instance' in page and 'class=here' in page
+    assert '../training/launch.html' in page   # links relative to the page's folder

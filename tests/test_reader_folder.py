@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import (READER_ENV, UsageError, made_before, reader_contents, reader_folder, reader_path, scratch,
-                                write_record)
+from trn_tutorials.reader import READER_ENV, made_before, reader_contents, reader_folder, reader_path, scratch
+from trn_tutorials.core.options import UsageError
+from trn_tutorials.core.folders import write_record
 
 ROOT = Path(__file__).parents[1]
 

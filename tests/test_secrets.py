@@ -9,7 +9,7 @@ import pytest
 
 from careless import ENV, FAST, TRN
 from trn_tutorials.training.arguments import check_args
-from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
 from trn_tutorials.training.arguments import TrainArguments
 
 

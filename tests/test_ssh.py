@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import UsageError, field_help, parse_args
+from trn_tutorials.core.options import UsageError, field_help, parse_args
 from trn_tutorials.instance.dlami import DLAMI, dlami_for
 from trn_tutorials.instance.ec2 import find_instance, wait_for_ssh
 from trn_tutorials.instance import ssh as S

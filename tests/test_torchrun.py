@@ -10,7 +10,7 @@ from fastcore.test import test_eq as eq
 from local_services import free_port
 
 from trn_tutorials.training.arguments import TrainArguments
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.sources import sample_data
@@ -143,7 +143,7 @@ def test_stream_ends_with_a_killed_launcher(tmp_path):
     pidfile = tmp_path/'pid'
     launcher = subprocess.Popen([sys.executable, '-c', f"""
 import sys
-from trn_tutorials.core import die_with_parent
+from trn_tutorials.core.processes import die_with_parent
 from trn_tutorials.training.torchrun import stream
 stream([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=die_with_parent,
        on_start=lambda p: open({str(pidfile)!r}, 'w').write(str(p.pid)))

@@ -11,7 +11,8 @@ from fastcore.test import test_eq as eq, test_fail as fails
 from careless import ctrl_c_default
 from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.training.checkpoints import COMPLETE
-from trn_tutorials.core import UsageError, lock_path
+from trn_tutorials.core.options import UsageError
+from trn_tutorials.core.folders import lock_path
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
@@ -119,7 +120,7 @@ def test_every_worker_saves_the_model(prepared, tmp_path):
 def test_torchneuron_needs_transformers_5():
     "transformers 5 places the model on TorchNeuron's `neuron` device; 4.57 (the compat run) is refused in one line."
     import transformers
-    from trn_tutorials.core import UsageError
+    from trn_tutorials.core.options import UsageError
     from trn_tutorials.training.arguments import TrainArguments
     from trn_tutorials.training.train import _check_runtime
     if int(transformers.__version__.split('.')[0]) >= 5: assert _check_runtime('torchneuron', 1, TrainArguments()) is None
@@ -242,7 +243,7 @@ def test_a_nan_run_stops_and_saves_nothing(work, small_vocab, where, opts):
 
 # -------------------------------------------------------------------------------------------------- the lock
 HOLD = """import sys, time
-from trn_tutorials.core import die_with_parent, folder_lock
+from trn_tutorials.core.processes import die_with_parent; from trn_tutorials.core.folders import folder_lock
 die_with_parent()
 with folder_lock(sys.argv[1], 'output_dir'): print('held', flush=True); time.sleep(120)"""
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import boto3, pytest
 
-from trn_tutorials.core import UsageError, parse_args
+from trn_tutorials.core.options import UsageError, parse_args
 from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.training.launch import Results, train_argv
 from trn_tutorials.training.arguments import TrainArguments
 import trn_tutorials.sagemaker.endpoint   # registers the SageMaker cleaners (training jobs, S3, endpoints), as `trn-tutorials down` does
 from trn_tutorials.sagemaker.resources import run_prefix
-from trn_tutorials.sagemaker.training_job import (CONTAINER, JobArguments, JobError, export_model, job_results, sm_cost, stage_source, stop_job,
-                                        submit, wait_job)
+from trn_tutorials.sagemaker.training_job import CONTAINER, JobArguments, JobError, job_results, stop_job, submit, wait_job
+from trn_tutorials.sagemaker.job_image import export_model, sm_cost, stage_source
 from local_services import SageMakerStandIn, queue_answer
 
 try: import sagemaker.train as _sdk
@@ -137,10 +137,15 @@ def test_a_failed_job_names_the_reason(aws, prepared):
     assert any('no-such-org/no-such-model' in l and 'Error' in l for l in aws.output), aws.output[-20:]
 
 
-def test_dry_run_creates_nothing(aws, prepared, capsys):
+def test_dry_run_creates_nothing(aws, prepared, capsys, monkeypatch):
+    "A dry run creates and uploads nothing, and reads the prepared folder once (its preflight's `Prepared` is passed down)."
+    import trn_tutorials.data.prepared as P
+    reads, real = [], P.load_from_disk
+    monkeypatch.setattr(P, 'load_from_disk', lambda path: reads.append(path) or real(path))
     bucket = aws.bucket()
     args = TrainArguments(dataset_path=str(prepared/'data'), num_train_epochs=1)
     plan = submit(args, JobArguments(role=aws.role(), bucket=bucket, spot=True, max_wait_hours=4, dry_run=True))
+    assert reads == [str(prepared/'data')], reads
     req = plan['request']
     assert req['ResourceConfig']['InstanceType'] == 'ml.trn1.2xlarge' and req['EnableManagedSpotTraining'] is True
     assert req['HyperParameters']['num_train_epochs'] == '1.0' and req['Environment']['TRN_TUTORIALS_PROGRESS'] == '1'
@@ -303,7 +308,7 @@ def _sdk_registries(name: str, scope: str) -> dict:
 
 def test_the_registry_table_is_the_sdks():
     "DLC_ACCOUNTS holds every region the SDK lists for the PyTorch and Neuron DLCs, with the SDK's account."
-    from trn_tutorials.sagemaker import training_job as tj
+    from trn_tutorials.sagemaker import job_image as tj
     from trn_tutorials.sagemaker.resources import DLC_ACCOUNTS
     sdk = {**_sdk_registries('pytorch.json', 'training'), **_sdk_registries('pytorch.json', 'inference')}
     assert DLC_ACCOUNTS == sdk
@@ -316,7 +321,7 @@ def test_the_registry_table_is_the_sdks():
 
 
 def test_an_image_that_is_not_in_the_regions_registry_is_refused():
-    from trn_tutorials.sagemaker.training_job import training_image
+    from trn_tutorials.sagemaker.job_image import training_image
     img = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'
     ok = f'763104351884.dkr.ecr.us-west-2.amazonaws.com/{img}'
     assert training_image('us-west-2', ok) == ok
@@ -526,7 +531,7 @@ def test_two_nodes_of_every_efa_type_get_the_efa_settings(aws, prepared):
     its lists (ml.trn1.32xlarge, not ml.trn1n.32xlarge): a multi-node job on any Trainium type with EFA gets them from
     the job's environment; ml.trn1.2xlarge (no EFA) and a single node get none."""
     from sagemaker.train.container_drivers.common.utils import SM_EFA_NCCL_INSTANCES, SM_EFA_RDMA_INSTANCES
-    from trn_tutorials.sagemaker.training_job import SM_INSTANCES
+    from trn_tutorials.sagemaker.job_image import SM_INSTANCES
     efa = {'FI_PROVIDER': 'efa', 'FI_EFA_USE_DEVICE_RDMA': '1', 'RDMAV_FORK_SAFE': '1'}
     args, role, bucket = TrainArguments(dataset_path=str(prepared/'data')), aws.role(), aws.bucket()
     env = lambda t, n: submit(args, JobArguments(role=role, bucket=bucket, instance_type=t, instance_count=n, dry_run=True))['request']['Environment']
@@ -560,7 +565,7 @@ def test_each_job_the_chapter_creates_has_its_own_run():
 def test_list_values_reach_the_script_as_separate_arguments(aws, prepared):
     "`--label_names a b` on the job: the hyperparameters, the container's argv (the SDK's driver), the script's arguments."
     from sagemaker.train.container_drivers.common.utils import hyperparameters_to_cli_args
-    from trn_tutorials.sagemaker.training_job import job_argv
+    from trn_tutorials.sagemaker.job_image import job_argv
     args = TrainArguments(dataset_path=str(prepared/'data'), label_names=['labels', 'other labels'], num_train_epochs=1)
     req = submit(args, JobArguments(role=aws.role(), bucket=aws.bucket(), dry_run=True))['request']
     argv = hyperparameters_to_cli_args(req['HyperParameters'])   # what SageMaker's torchrun driver passes the entry script

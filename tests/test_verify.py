@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from trn_tutorials.core import UsageError
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.sources import load_raw, sample_data
@@ -14,7 +14,7 @@ from trn_tutorials.training.launch import launch
 from trn_tutorials.serving.inference import JSON, RequestError, input_fn, output_fn, predict_fn
 from trn_tutorials.serving.torchscript import trace
 from trn_tutorials.serving.predict import load
-from trn_tutorials.serving.verify import (NO_NEURON, RECORD, check_verified, handler, served_form, split_rows, texts_of_rows,
+from trn_tutorials.serving.verify import (NO_NEURON, VERIFY_RECORD, check_verified, handler, served_form, split_rows, texts_of_rows,
                                   verify, weights_hash)
 
 CLI = [sys.executable, '-c', 'from trn_tutorials.cli import main; main()']
@@ -31,7 +31,7 @@ def trained(tmp_path_factory, prepared):
 
 
 def copy(model, to):
-    shutil.copytree(model, to, ignore=shutil.ignore_patterns('checkpoint-*', RECORD))
+    shutil.copytree(model, to, ignore=shutil.ignore_patterns('checkpoint-*', VERIFY_RECORD))
     return to
 
 
@@ -55,7 +55,7 @@ def test_the_eager_form_scores_what_training_scored_and_every_form_is_on_one_lin
     assert v.forms['neuron'] == {'status': NO_NEURON}   # no torch-neuronx here, said so
     assert v.forms['endpoint']['status'].startswith('not run: no endpoint given')
     assert v.failing() == [] and not Path('model/model.pt').exists()   # the trace was made aside: the folder is as training left it
-    rec = json.loads(Path('model', RECORD).read_text())
+    rec = json.loads(Path('model', VERIFY_RECORD).read_text())
     assert rec['weights'] == weights_hash('model') and rec['forms'] == v.forms and rec['model_pt'] is None
     table = v.table().splitlines()
     assert len(table) == 6 and table[2].startswith('| eager | ') and 'not run: this Python has no torch-neuronx' in table[4]
@@ -195,6 +195,6 @@ def test_verify_json_leaves_predicts_record_of_the_model_alone(trained, monkeypa
     d = copy(trained/'model', trained/'fingerprint')
     before = model_fingerprint(str(d))
     verify(str(d), record=True)
-    assert (d/RECORD).exists() and model_fingerprint(str(d)) == before
+    assert (d/VERIFY_RECORD).exists() and model_fingerprint(str(d)) == before
     trace(str(d))
     assert model_fingerprint(str(d)) != before   # a trace changes what predict runs

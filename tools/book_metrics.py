@@ -22,7 +22,7 @@ import argparse, ast, json, re, statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ['', 'instance', 'data', 'train', 'cleanup', 'sagemaker', 'internals', 'reference']
+ORDER = ['', 'instance', 'data', 'training', 'serving', 'sagemaker', 'reference']
 EXPORT = re.compile(r'^#\|\s*(export|exports|exporti)\s*$', re.M)
 HIDDEN = re.compile(r'^#\|\s*(hide|export|exporti|default_exp)(\s|$)', re.M)   # `#| exports` cells are shown
 DEFAULT_EXP = re.compile(r'^#\|\s*default_exp\s+(\S+)', re.M)

@@ -203,7 +203,7 @@ def note_rehearsed(fn:Path, ids:list[str], note:str=REHEARSED):
     subprocess.run([str(Path(sys.executable).parent/'nbdev_clean'), '--fname', str(fn)], check=False)
 
 def _contents(p:Path) -> dict:
-    from trn_tutorials.core import reader_contents
+    from trn_tutorials.reader import reader_contents
     return reader_contents(p) if p.is_dir() else {}
 
 

@@ -4,7 +4,7 @@ Quarto, in its sections and order.
 
     STAGES=docs make test                                      # _proc/: nbdev's preprocessing, on a clean copy
     .venv/bin/python tools/preview_site.py                     # every page, into _preview/
-    .venv/bin/python tools/preview_site.py index.ipynb train   # the index and the Train section only
+    .venv/bin/python tools/preview_site.py index.ipynb training   # the index and the training folder only
     chromium --headless --no-sandbox --screenshot=index.png --window-size=1280,2000 _preview/index.html
 
 It is not the site: Quarto (which nbdev_docs runs after the preprocessing) is downloaded from GitHub, which this

@@ -3,10 +3,10 @@
 flagged with `tst_flags` (`#| aws`, `#| neuron`, `#| xla`, `#| slow`) and `#| eval: false`, whose
 outputs are left as they are (empty, or from a real run). Then `nbdev_clean` the notebook.
 
-Usage: .venv/bin/python tools/run_nb.py nbs/train/04_train.ipynb [more notebooks]
-       .venv-trn1/bin/python tools/run_nb.py nbs/train/05_launch.ipynb --flags xla --keep CELL_ID
+Usage: .venv/bin/python tools/run_nb.py nbs/training/04_train.ipynb [more notebooks]
+       .venv-trn1/bin/python tools/run_nb.py nbs/training/05_launch.ipynb --flags xla --keep CELL_ID
          (run the `#| xla` cells too, in the Trn1 stand-in with torch-xla, and store only the outputs of cell CELL_ID)
-       .venv-trn1/bin/python tools/run_nb.py --check --flags xla -- nbs/train/05_launch.ipynb
+       .venv-trn1/bin/python tools/run_nb.py --check --flags xla -- nbs/training/05_launch.ipynb
          (execute only, as tools/test.sh does: nothing is written; the flagged cells' outputs are printed)
        .venv/bin/python tools/run_nb.py --reader --check --flags aws -- nbs/instance/01_setup.ipynb
          (as a reader's Run All: `IN_TEST` unset, so no hidden rehearsal cell starts a stand-in; the `#| aws` cells

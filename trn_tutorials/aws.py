@@ -4,6 +4,7 @@
 
 # %% ../nbs/reference/91_aws.ipynb #a3b50004
 from __future__ import annotations
+
 import re, secrets
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -11,7 +12,7 @@ from datetime import datetime, timezone
 import boto3
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, ParamValidationError
 
-from .core import UsageError
+from .core.options import UsageError
 
 # %% auto #0
 __all__ = ['PROJECT', 'new_run_id', 'check_run_id', 'run_tags', 'tag_filters', 'tag_spec', 'aws_region', 'explain', 'aws_errors']

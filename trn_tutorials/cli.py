@@ -4,25 +4,26 @@
 
 # %% ../nbs/reference/07_cli.ipynb #85ac7e4b
 from __future__ import annotations
-import errno, importlib, json, os, shlex, signal, sys, time
+
+import errno, importlib, json, os, shlex, signal, sys
 from contextlib import contextmanager
-from pathlib import Path
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Literal
 
-from .backends import CATALOG, check_backend, detect, instance_type
-from .core import (Limit, UsageError, arguments_of, check_numbers, check_owner, documented, folder_lock,
-                                folder_record, given_options, parse_args, quick_exit, stop_signals_as_ctrl_c)
-from .models import default_model, hub_reachable, short_path
-from .core import (ALIASES, CLASSIFY_LIMITS, JOB_LIMITS, NPROC_LIMIT, SHAPE_LIMITS, TRAIN_LIMITS, check_given_numbers,
-                                check_model_path, check_prepared_path, given_text)
+from .backends import CATALOG, detect
+from .models import short_path
+from .core.folders import check_model_path, check_prepared_path, disk_full, folder_record
+from .core.options import (ALIASES, arguments_of, check_given_numbers, check_numbers, CLASSIFY_LIMITS, documented,
+                                        given_options, given_text, JOB_LIMITS, Limit, NPROC_LIMIT, parse_args, SHAPE_LIMITS,
+                                        TRAIN_LIMITS, UsageError)
+from .core.processes import quick_exit, stop_signals_as_ctrl_c
 
 # %% auto #0
-__all__ = ['VerifyArguments', 'StopArguments', 'PredictArguments', 'PACKS_ON', 'OFFLINE_SAMPLE_DEFAULTS', 'COMMANDS', 'EARLY',
-           'detect_cmd', 'interrupted', 'prep_kept', 'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd',
-           'predict_kept', 'predict_cmd', 'verify_cmd', 'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'stop_cmd',
-           'sm_train_cmd', 'sm_deploy_cmd', 'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd', 'keep_user_data',
-           'packs_by_default', 'packed_batch', 'quickstart', 'command', 'early', 'disk_full', 'run', 'main']
+__all__ = ['VerifyArguments', 'StopArguments', 'PredictArguments', 'COMMANDS', 'EARLY', 'detect_cmd', 'interrupted', 'prep_kept',
+           'train_kept', 'prep_cmd', 'precompile_cmd', 'train_cmd', 'predict_kept', 'predict_cmd', 'verify_cmd',
+           'up_cmd', 'status_cmd', 'tunnel_cmd', 'down_cmd', 'stop_cmd', 'sm_train_cmd', 'sm_deploy_cmd',
+           'DeployArguments', 'sm_predict_cmd', 'sm_down_cmd', 'command', 'early', 'run', 'main']
 
 # %% ../nbs/reference/07_cli.ipynb #ed3142f0
 def detect_cmd() -> dict:
@@ -258,107 +259,6 @@ def sm_down_cmd(c:CleanupArguments) -> dict:
     rep = cleanup(**{**asdict(c), 'ec2': False}); print(rep)
     return asdict(rep)
 
-# %% ../nbs/reference/07_cli.ipynb #b7c1e2d4
-def _held_data(rec:dict) -> str|None:
-    "What the prepared data in a folder was prepared from, as its record says (an older record: its `data`)."
-    o = rec.get('options') if isinstance(rec.get('options'), dict) else rec
-    return o.get('data') if isinstance(o.get('data'), str) else None
-
-def _same(a:str, b:str) -> bool:
-    "Whether two `--data` values name the same data: the same Hub id, or the same file or folder."
-    return a == b or (os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b))
-
-def keep_user_data(data:DataArguments # quickstart's data options, `data` resolved
-                  ):
-    "Refuse in one line to prepare quickstart's data over a folder that holds data prepared from other data."
-    rec = folder_record(data.dataset_path)
-    if rec is None or rec.get('kind', 'prepared data') != 'prepared data': return   # none, or `check_owner` refuses it
-    held = _held_data(rec)
-    if held and _same(os.path.expanduser(held), os.path.expanduser(data.data)): return
-    p = Path(os.path.abspath(data.dataset_path))
-    free = next(q for i in range(1, 1000) if not (q := p.parent/('quickstart-data' + (f'-{i}' if i > 1 else ''))).exists())
-    what = f"data prepared from {held}" if held else "prepared data whose source it does not record (an older trn-tutorials)"
-    raise UsageError(f"--dataset_path {p} holds {what}, which quickstart would replace with {data.data}: "
-                     f"pass --dataset_path {shlex.quote(str(free))} to keep it")
-
-# %% ../nbs/reference/07_cli.ipynb #7d03afef
-PACKS_ON = ('neuron', 'torchneuron', 'xla')   # the Neuron backends and their XLA rehearsal: every input shape is a compiled graph
-
-def packs_by_default(data:DataArguments, # quickstart's data options, `model_id` resolved
-                     backend:str, # the backend the run trains on, as `check_backend` resolved it
-                     given:set[str]=frozenset() # fields whose options the user gave (`given_options`)
-                    ) -> bool:
-    "Whether quickstart packs data the user did not ask to pack: on `PACKS_ON`, for a model packing supports, no layout given, labels not said to be scores or sets."
-    if data.pack or backend not in PACKS_ON or given & {'pack', 'buckets', 'max_length'}: return False
-    if data.problem_type not in (None, 'single_label_classification') or data.label_separator: return False   # packed rows hold classes
-    from transformers import AutoConfig
-    from trn_tutorials.data.packing import PACKABLE
-    try: return AutoConfig.from_pretrained(data.model_id).model_type in PACKABLE
-    except (OSError, ValueError): return False   # no such model, or not one transformers knows: `prep` says so in one line
-
-# %% ../nbs/reference/07_cli.ipynb #7b6a8cb6
-def packed_batch(train:TrainArguments, # quickstart's training options: `per_device_train_batch_size` in texts
-                 manifest:dict # the packed data's record, as `prepare` returns it
-                ) -> int:
-    "Rows a step that hold about `per_device_train_batch_size` texts; a one-line error if the checkpoint the run continues has others."
-    from trn_tutorials.training.checkpoints import data_changed, checkpoint_args, newest_complete
-    from trn_tutorials.data.prepared import data_fingerprint
-    from trn_tutorials.data.packing import rows_for_texts, texts_per_row
-    texts, rows = train.per_device_train_batch_size, rows_for_texts(train.per_device_train_batch_size, manifest)
-    last = newest_complete(train.output_dir)[0] if train.resume else None
-    run = (checkpoint_args(last) if last else None) or {}
-    if not isinstance(run.get('data'), dict) or data_changed(run['data'], data_fingerprint(manifest)): return rows   # launch's checks say what differs
-    if (was := run.get('per_device_train_batch_size', rows)) != rows:
-        raise UsageError(f"{last} was written by a run of {was} packed rows a step, not the {rows} that hold {texts} texts: use "
-                         f"--per_device_train_batch_size {round(was * texts_per_row(manifest))} to continue it, or another --output_dir")
-    return rows
-
-# %% ../nbs/reference/07_cli.ipynb #86fbfb87
-OFFLINE_SAMPLE_DEFAULTS = {'learning_rate': 1e-4}
-
-def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
-               given:set[str]=frozenset() # fields whose options the user gave (`given_options`): the offline defaults leave them alone
-              ) -> dict:
-    "Detect, prepare, train and report, end to end."
-    train.label_names = None   # `--label_names` names the data's labels (DataArguments); the Trainer's stay its 'labels' column
-    t0, before = time.time(), folder_record(data.dataset_path)
-    with interrupted(lambda: prep_kept(data.dataset_path, before)): return _quickstart(data, train, how, given, t0)
-
-def _quickstart(data, train, how, given, t0):
-    from trn_tutorials.data.sources import default_data
-    from trn_tutorials.training.launch import workers
-    from trn_tutorials.training.arguments import check_args, check_flags
-    from trn_tutorials.training.train import check_output_dir
-    from trn_tutorials.training.checkpoints import resume_from
-    acc = detect()
-    online = hub_reachable() if data.data is None or data.model_id is None else None
-    if data.data is None: data.data = default_data(online)
-    if data.model_id is None: data.model_id = default_model(online)
-    if online is False and data.data == default_data(False):
-        for k, v in OFFLINE_SAMPLE_DEFAULTS.items():
-            if k not in given: setattr(train, k, v)
-    train.model_id = data.model_id
-    check_args(train)   # everything that can be wrong with the options, before the data is prepared
-    check_owner(data.dataset_path, 'prepared data', 'dataset_path'); keep_user_data(data); check_output_dir(train)
-    with folder_lock(train.output_dir, 'output_dir'): pass   # a run into it now: refused before the data is prepared
-    if how.instance_type: instance_type(how.instance_type)
-    backend = check_backend(train.backend, acc, how.instance_type)
-    check_flags(train, backend)   # before the data is prepared
-    workers(how.nproc_per_node, acc, backend)
-    auto = packs_by_default(data, backend, given)   # quickstart packs on Neuron, where no layout was given
-    data.pack = data.pack or auto
-    resume_from(train, later=('per_device_train_batch_size',) if data.pack else ())   # in rows once the data is packed
-    print(f"accelerator: {backend} ({acc.detail if backend == acc.backend else 'PJRT on the CPU: the Neuron code path, rehearsed'})\ndata:  {short_path(data.data)}" + (" (bundled sample: the Hub is unreachable)" if online is False else '')
-          + f"\nmodel: {short_path(data.model_id)}" + (f"\nlayout: packed rows, the default on {backend} (--buckets 2 or --max_length pads instead)" if auto else '') + '\n', flush=True)
-    m = prep_cmd(data)
-    if data.pack:   # quickstart's batch counts texts, packed or not
-        texts, train.per_device_train_batch_size = train.per_device_train_batch_size, packed_batch(train, m)
-        print(f"\nbatch: {texts} texts a step = {train.per_device_train_batch_size} packed rows (`trn-tutorials train --per_device_train_batch_size "
-              f"{train.per_device_train_batch_size}` on this data)", flush=True)
-    out = train_cmd(train, how)
-    print(f"quickstart finished in {time.time() - t0:.0f} s; model and metrics.json in {short_path(train.output_dir)}")
-    return out
-
 # %% ../nbs/reference/07_cli.ipynb #e70f4820
 COMMANDS = {   # name: (function, its options: 'module:Class' imported when the command runs, help)
     'detect':     ('detect_cmd', [], 'which accelerator is here, how many workers, Trn1 prices'),
@@ -366,7 +266,7 @@ COMMANDS = {   # name: (function, its options: 'module:Class' imported when the 
     'precompile': ('precompile_cmd', ['training.arguments:TrainArguments', 'training.launch:LaunchArguments'], 'on Neuron: compile the training graphs ahead of the run'),
     'train':      ('train_cmd', ['training.arguments:TrainArguments', 'training.launch:LaunchArguments'], 'train with torchrun on every NeuronCore (or GPU, or the CPU)'),
     'stop':       ('stop_cmd', ['StopArguments'], 'stop the run that holds a folder: torchrun and every worker'),
-    'quickstart': ('quickstart', ['data.prepare:DataArguments', 'training.arguments:TrainArguments', 'training.launch:LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
+    'quickstart': ('quickstart:quickstart', ['data.prepare:DataArguments', 'training.arguments:TrainArguments', 'training.launch:LaunchArguments'], 'prep + train end to end (offline: bundled sample + MiniLM)'),
     'up':         ('up_cmd', ['instance.ec2:InstanceArguments'], 'launch a Trn1 instance with the Neuron DLAMI (SSH from your address only, cost guard on)'),
     'status':     ('status_cmd', ['instance.ec2:StatusArguments'], "this project's instances and their cost so far"),
     'tunnel':     ('tunnel_cmd', ['instance.ec2:StatusArguments', 'instance.jupyter:TunnelArguments'], 'Jupyter on the instance, forwarded to 127.0.0.1 with a token'),
@@ -415,40 +315,10 @@ def early(name:str, # a key of `COMMANDS`
         except UsageError as e: return str(e)
 
 # %% ../nbs/reference/07_cli.ipynb #c11a0003
-def _existing(p) -> Path:
-    "The nearest existing folder of `p` (itself if it exists)."
-    p = Path(os.path.abspath(p))
-    while not p.exists(): p = p.parent
-    return p
-
-def _device(p) -> int:
-    "The filesystem holding `p` (its nearest existing folder)."
-    return _existing(p).stat().st_dev
-
 def _written(parsed:tuple) -> list[str]:
     "The folders a command writes: --output_dir, and --dataset_path where it prepares data (training only reads it)."
     return list(dict.fromkeys(os.path.abspath(v) for a in parsed for k in ('output_dir', 'dataset_path')
                               if (k == 'output_dir' or hasattr(a, 'data')) and isinstance(v := getattr(a, k, None), str)))
-
-def _holds(folder:str, f:str) -> bool:
-    "Whether the file `f` is in `folder`, or in the hidden copy beside it that a save writes first (`.name.tmp-…`)."
-    p, q = Path(folder), Path(f)
-    return p == q or p in q.parents or any(a.parent == p.parent and a.name.startswith(f'.{p.name}.') for a in (q, *q.parents))
-
-def disk_full(e:OSError, # the error: errno ENOSPC, or a library's 'No space left on device'
-              parsed:tuple # the command's parsed arguments, which name its folders
-             ) -> str:
-    "One line for a full disk: the folder the command was writing there (not one it only reads, nor one on another disk), and what to do."
-    import shutil
-    mine = _written(parsed)
-    if e.filename:
-        f = os.path.abspath(e.filename)
-        mine = [m for m in mine if _holds(m, f)] or [m for m in mine if _device(m) == _device(f)] or [os.path.dirname(f)]
-    elif len({_device(m) for m in mine}) > 1:   # no file named: of the disks it writes, the one with the least room left is full
-        full = min(mine, key=lambda m: shutil.disk_usage(_existing(m)).free)
-        mine = [m for m in mine if _device(m) == _device(full)]
-    return (f"the disk holding {' and '.join(mine) or os.getcwd()} is full (No space left on device): free space on it (old runs, "
-            "checkpoints, caches) or choose folders on a disk with room, then run the same command again")
 
 # %% ../nbs/reference/07_cli.ipynb #c11a0004
 def _failed(e:Exception) -> str|None:
@@ -503,7 +373,7 @@ def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
             if 'the same command again' in said: said += f": `{again}`"
             print(f"trn-tutorials {name}: error: {said}", file=sys.stderr); sys.exit(1)
         if not isinstance(e, OSError) or (e.errno != errno.ENOSPC and 'No space left on device' not in str(e)): raise
-        print(f"trn-tutorials {name}: error: {disk_full(e, parsed)}", file=sys.stderr); sys.exit(1)   # a full disk, however reported
+        print(f"trn-tutorials {name}: error: {disk_full(e, _written(parsed))}", file=sys.stderr); sys.exit(1)   # a full disk, however reported
 
 # %% ../nbs/reference/07_cli.ipynb #758edb8c
 def main():

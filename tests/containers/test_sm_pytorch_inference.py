@@ -26,7 +26,8 @@ from trn_tutorials.data.sources import load_raw, sample_data
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.prepare import prepare
 from trn_tutorials.serving.verify import verify
-from trn_tutorials.sagemaker.endpoint import IMAGE_TORCH, REQUIREMENTS, endpoint_requests, package
+from trn_tutorials.sagemaker.model_package import IMAGE_TORCH, REQUIREMENTS, package
+from trn_tutorials.sagemaker.endpoint import endpoint_requests
 from trn_tutorials.serving.torchscript import trace
 from trn_tutorials.serving.inference import JSON, model_fn, output_fn, predict_fn
 from local_services import procs_mentioning

@@ -9,7 +9,8 @@ import collections, functools, math
 
 from datasets import ClassLabel, concatenate_datasets, Dataset, DatasetDict, Value
 
-from ..core import check_number, Limit, RECORD, UsageError
+from ..core.folders import RECORD
+from ..core.options import check_number, Limit, UsageError
 from .files import column_kind, rows_text, SPLIT_NAMES
 from .labels import (_alike, _encode, _label_names, _label_sets, _label_values, _multi_names, _of, _problem,
                                        _regression_values, _where, check_problem, column_values, listed, problem_type_of,

@@ -14,7 +14,7 @@ import numpy as np
 from datasets import ClassLabel, concatenate_datasets, Dataset, Features, load_dataset, Value
 from datasets.utils import logging as datasets_logging
 
-from ..core import documented, UsageError
+from ..core.options import documented, UsageError
 
 # %% auto #0
 __all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'SPLIT_NAMES', 'HUB_ID', 'NUMBER_RE', 'KnownData',

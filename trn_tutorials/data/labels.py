@@ -9,7 +9,7 @@ import math, re
 
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
-from ..core import UsageError
+from ..core.options import UsageError
 from .files import column_kind, EMOTION_LABELS, NUMBER_RE, numbers_text, PROBLEM_TYPES, where_rows
 
 # %% auto #0

@@ -9,7 +9,7 @@ import inspect, math, types
 
 import numpy as np
 
-from ..core import check_number, Limit, UsageError
+from ..core.options import check_number, Limit, UsageError
 
 # %% auto #0
 __all__ = ['PACKING_LIMITS', 'ORDER_SEED', 'ROW_LENGTHS', 'TEXTS_PER_ROW', 'PACKABLE', 'pack_lengths', 'packing_share',

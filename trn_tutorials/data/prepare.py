@@ -12,8 +12,9 @@ import numpy as np
 from datasets import DatasetDict
 
 from .. import __version__
-from ..core import check_owner, check_type, folder_lock, folder_record, RECORD, UsageError
 from ..models import default_model, short_path, size_text
+from ..core.folders import check_owner, folder_lock, folder_record, RECORD
+from ..core.options import check_type, UsageError
 from .checks import check_text_not_label, label_line, repeat_warning, validate_left_out
 from .files import data_files, is_disk_full, rows_text, SPLIT_NAMES
 from .labels import check_problem, column_values, listed, problem_type_of

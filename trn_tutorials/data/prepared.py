@@ -12,8 +12,9 @@ import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, load_from_disk
 from fastcore.basics import patch
 
-from ..core import check_prepared_path, RECORD, UsageError
 from ..models import short_path, size_text
+from ..core.folders import check_prepared_path, RECORD
+from ..core.options import UsageError
 from .files import data_files, datasets_quiet, PROBLEM_TYPES, root_cause
 from .labels import listed, problem_type_of
 from .sources import DataArguments, known_defaults

@@ -10,7 +10,7 @@ import math, warnings
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, Sequence, Value
 
-from ..core import check_number, UsageError
+from ..core.options import check_number, UsageError
 from .sources import DATA_LIMITS
 
 # %% auto #0

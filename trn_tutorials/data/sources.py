@@ -11,8 +11,9 @@ from pathlib import Path
 import trn_tutorials
 from datasets import concatenate_datasets, Dataset, DatasetDict, load_dataset, load_from_disk
 
-from ..core import check_numbers, documented, RECORD, SHAPE_LIMITS, UsageError
 from ..models import hub_reachable
+from ..core.folders import RECORD
+from ..core.options import check_numbers, documented, SHAPE_LIMITS, UsageError
 from .checks import SPLIT_LIMITS
 from .files import (_concat, _FILE_TYPES, _KINDS, _load_file, _TEXT_NAMES, data_files, HUB_DATA, HUB_ID,
                                       KNOWN_DATA, root_cause)
@@ -111,7 +112,7 @@ def load_raw(data:str, # Hub dataset id or known name, data file, folder of spli
 
 # %% ../../nbs/data/03a_sources.ipynb #650ef876
 DATA_LIMITS = {  # the values each numeric option of `DataArguments` may take
-    **SHAPE_LIMITS,   # percentile, pad_multiple, max_length, buckets (at most `MAX_BUCKETS`), row_length, max_texts: in `trn_tutorials.core`, read by the command line before anything loads
+    **SHAPE_LIMITS,   # percentile, pad_multiple, max_length, buckets (at most `MAX_BUCKETS`), row_length, max_texts: in `trn_tutorials.core.options`, read by the command line before anything loads
     **SPLIT_LIMITS,   # eval_fraction, split_seed, min_label_rows: see the data checks chapter
 }
 

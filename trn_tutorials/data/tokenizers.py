@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core import UsageError
 from ..models import hub_reachable, local_model
+from ..core.options import UsageError
 from .files import HUB_ID, root_cause
 
 # %% auto #0

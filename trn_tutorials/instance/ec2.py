@@ -4,6 +4,7 @@
 
 # %% ../../nbs/instance/01_setup.ipynb #072bc137
 from __future__ import annotations
+
 import ipaddress, math, os, socket, tempfile, time, urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -12,13 +13,15 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from ..core import Limit, UsageError, check_folder, check_number, check_numbers, documented
-from ..aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags, tag_filters, tag_spec
+from ..aws import aws_errors, aws_region, check_run_id, new_run_id, PROJECT, run_tags, tag_filters, tag_spec
 from ..backends import instance_type as _instance_type, run_cost
+from ..core.folders import check_folder
+from ..core.options import check_number, check_numbers, documented, Limit, UsageError
 from .dlami import dlami_for, find_ami, image_note   # the image (its own chapter), importable from here too
+from .ssh import USER
 
 # %% auto #0
-__all__ = ['CHECKIP_URL', 'MAX_HOURS', 'USER', 'LIVE_STATES', 'MIN_VOLUME_GB', 'INSTANCE_LIMITS', 'launch_subnets', 'caller_ip',
+__all__ = ['CHECKIP_URL', 'MAX_HOURS', 'LIVE_STATES', 'MIN_VOLUME_GB', 'INSTANCE_LIMITS', 'launch_subnets', 'caller_ip',
            'ssh_cidr', 'key_file', 'ensure_key_pair', 'create_ssh_group', 'guard_user_data', 'wait_for_ssh', 'Instance',
            'find_instances', 'find_instance', 'launch_instance', 'InstanceArguments', 'StatusArguments']
 
@@ -223,7 +226,6 @@ class Instance:
         hours = max(0.0, (now - self.launch_time).total_seconds()) / 3600
         return f"{self.run_id}  {self.instance_id}  {self.instance_type}  {self.state:8}  {self.host or '-'}  {hours:.1f} h  " + (f"${c:.2f}" if (c := self.cost(now)) is not None else 'price unknown')
 
-USER = 'ubuntu'
 LIVE_STATES = ('pending', 'running', 'stopping', 'stopped', 'shutting-down')
 
 def _instance(d:dict, region:str, key_dir:str='~/.ssh') -> Instance:

@@ -4,13 +4,14 @@
 
 # %% ../../nbs/instance/02_ssh.ipynb #2d960cc1
 from __future__ import annotations
+
 import atexit, shlex, shutil, socket, subprocess, tempfile, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastcore.basics import patch
 
-from ..core import Limit, UsageError, check_number
+from ..core.options import check_number, Limit, UsageError
 
 # %% auto #0
 __all__ = ['USER', 'KNOWN_HOSTS', 'TUNNEL_LIMITS', 'LIVE', 'check_ports', 'ssh_command', 'ssh_config_entry', 'check_key',

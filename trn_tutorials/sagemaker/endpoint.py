@@ -4,7 +4,8 @@
 
 # %% ../../nbs/sagemaker/12_endpoint.ipynb #fc59eec4
 from __future__ import annotations
-import difflib, json, re, tarfile, tempfile, time
+
+import json, re, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
@@ -12,170 +13,19 @@ from urllib.parse import urlencode
 import boto3
 from botocore.exceptions import ClientError, WaiterError
 
-from ..instance.cleanup import Scope, register
-from ..core import Limit, UsageError, check_number
-from ..models import short_path
-from ..serving.inference import JSON, TORCHSCRIPT, TRACE_INFO, RequestError, texts_of
-from ..aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
+from ..aws import aws_errors, aws_region, check_run_id, new_run_id, PROJECT, run_tags
+from ..core.options import check_number, Limit, UsageError
+from ..instance.cleanup import register, Scope
+from .model_package import (_ships_trace, check_instance_type, DEFAULT_INSTANCE_TYPE, image_kind,
+                                                   inference_image, neuron_workers, package)
+from .resources import check_role, default_bucket, project_buckets, run_prefix, SageMakerFinder, sm_finder
+from ..serving.inference import JSON, RequestError, texts_of
 from ..serving.torchscript import model_labels
 from ..serving.verify import check_verified, served_form
-from .resources import (SageMakerFinder, check_role, default_bucket, dlc_registry, project_buckets,
-                                               run_prefix, sm_finder)
 
 # %% auto #0
-__all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'NEURON_CORES',
-           'CORES_PER_WORKER', 'REQUIREMENTS', 'INSTANCES', 'check_instance_type', 'image_kind', 'inference_image',
-           'neuron_workers', 'requirements', 'neuron_compiler', 'package', 'endpoint_requests', 'Endpoint',
-           'check_endpoint_name', 'upload', 'wait_in_service', 'create_endpoint', 'deploy', 'predict', 'delete',
-           'find_endpoints', 'remove_endpoints']
-
-# %% ../../nbs/sagemaker/12_endpoint.ipynb #9370af2d
-DEFAULT_INSTANCE_TYPE = 'ml.m5.large'  # 2 vCPU, 8 GiB: room for the model, torch and the pip install at start
-
-def _hosting_types() -> list[str]:
-    import botocore.session
-    return botocore.session.get_session().get_service_model('sagemaker').shape_for('ProductionVariantInstanceType').enum
-
-def check_instance_type(instance_type:str # a SageMaker hosting instance type, e.g. 'ml.m5.large'
-                       ) -> str:
-    "`instance_type` if SageMaker can host an endpoint on it, else a `UsageError` with the closest names."
-    known = _hosting_types()
-    if instance_type in known: return instance_type
-    guess = instance_type if str(instance_type).startswith('ml.') else f'ml.{instance_type}'
-    close = difflib.get_close_matches(guess, known, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}?" if close else f"e.g. {DEFAULT_INSTANCE_TYPE} (CPU) or ml.inf2.xlarge (Inferentia 2)"
-    raise UsageError(f"{instance_type!r} is not an instance type SageMaker endpoints run on: {hint}")
-
-# %% ../../nbs/sagemaker/12_endpoint.ipynb #94e96ff3
-IMAGES_CHECKED = '2026-11-23'  # when the tags below were read from aws/deep-learning-containers
-IMAGES = {   # kind -> (ECR repository, tag)
-    'cpu':    ('pytorch-inference', '2.6.0-cpu-py312-ubuntu22.04-sagemaker'),
-    'gpu':    ('pytorch-inference', '2.6.0-gpu-py312-cu124-ubuntu22.04-sagemaker'),
-    'arm64':  ('pytorch-inference-arm64', '2.6.0-cpu-py312-ubuntu22.04-sagemaker'),
-    'neuron': ('pytorch-inference-neuronx', '2.9.0-neuronx-py312-sdk2.31.1-ubuntu24.04'),
-}
-IMAGE_TORCH = {'cpu': '2.6', 'gpu': '2.6', 'arm64': '2.6', 'neuron': '2.9'}   # the torch each image holds
-_PT26_REGIONS = ('af-south-1 ap-east-1 ap-east-2 ap-northeast-1 ap-northeast-2 ap-northeast-3 ap-south-1 ap-south-2 ap-southeast-1 '
-                 'ap-southeast-2 ap-southeast-3 ap-southeast-4 ap-southeast-5 ap-southeast-6 ap-southeast-7 ca-central-1 ca-west-1 '
-                 'cn-north-1 cn-northwest-1 eu-central-1 eu-central-2 eu-north-1 eu-south-1 eu-south-2 eu-west-1 eu-west-2 eu-west-3 '
-                 'il-central-1 me-central-1 me-south-1 me-west-1 mx-central-1 sa-east-1 us-east-1 us-east-2 us-gov-east-1 '
-                 'us-gov-west-1 us-west-1 us-west-2').split()
-IMAGE_REGIONS = {   # kind -> regions the image is published in: the SDK's own image_uri_config (sagemaker-core 2.27), pytorch.json
-    # inference 2.6.0; for Neuron, huggingface-neuronx.json inference (AWS's Neuron inference images; the SDK lists none for pytorch-inference-neuronx)
-    **dict.fromkeys(['cpu', 'gpu', 'arm64'], frozenset(_PT26_REGIONS)),
-    'neuron': frozenset('ap-northeast-1 ap-south-1 ap-south-2 ap-southeast-1 ap-southeast-2 ap-southeast-4 ap-southeast-5 ap-southeast-7 '
-                        'ca-west-1 cn-north-1 cn-northwest-1 eu-central-1 eu-central-2 eu-south-2 eu-west-1 eu-west-3 il-central-1 '
-                        'mx-central-1 sa-east-1 us-east-1 us-east-2 us-gov-east-1 us-gov-west-1 us-west-2'.split())}
-
-def image_kind(instance_type:str # a SageMaker hosting instance type
-              ) -> str:
-    "Which serving image `instance_type` needs: 'cpu', 'gpu', 'arm64' (Graviton) or 'neuron' (Inferentia 2, Trn1)."
-    m = re.fullmatch(r'ml\.([a-z]+)(\d+)([a-z-]*)\..+', check_instance_type(instance_type))
-    family, gen, extra = m.groups() if m else ('', '', '')
-    if family == 'inf' and gen == '1':
-        raise UsageError(f"{instance_type} (Inferentia 1) needs a model compiled with torch-neuron: use ml.inf2.xlarge, or a CPU type such as {DEFAULT_INSTANCE_TYPE}")
-    if family in ('inf', 'trn'): return 'neuron'
-    if family in ('g', 'p'): return 'gpu'
-    if 'g' in extra: return 'arm64'
-    if family in ('m', 'c', 'r', 't', 'x', 'z'): return 'cpu'
-    raise UsageError(f"{instance_type} needs a serving image this package does not choose: use a CPU type such as {DEFAULT_INSTANCE_TYPE}, a GPU (ml.g5) or ml.inf2")
-
-
-# %% ../../nbs/sagemaker/12_endpoint.ipynb #38428c2c
-def inference_image(instance_type:str=DEFAULT_INSTANCE_TYPE, # a SageMaker hosting instance type
-                    region:str|None=None # AWS region; default: your AWS configuration
-                   ) -> str:
-    "The URI of the PyTorch serving image for `instance_type` in `region`."
-    region, kind = aws_region(region), image_kind(instance_type)
-    repo, tag = IMAGES[kind]
-    if region not in IMAGE_REGIONS[kind]:
-        raise UsageError(f"{repo}:{tag} is not published in {region}: deploy in a region that has it, e.g. us-east-1 "
-                         f"(IMAGE_REGIONS[{kind!r}], read {IMAGES_CHECKED})")
-    return f"{dlc_registry(region)}/{repo}:{tag}"   # the one registry table: sagemaker_aws.DLC_ACCOUNTS
-
-# %% ../../nbs/sagemaker/12_endpoint.ipynb #a1e0c002
-NEURON_CORES = {   # Neuron hosting type -> its NeuronCores (NeuronCore-v2: 2 per Inferentia2 or Trainium chip; Neuron docs, read 2026-11-27)
-    'ml.inf2.xlarge': 2, 'ml.inf2.8xlarge': 2, 'ml.inf2.24xlarge': 12, 'ml.inf2.48xlarge': 24,
-    'ml.trn1.2xlarge': 2, 'ml.trn1.32xlarge': 32, 'ml.trn1n.32xlarge': 32}
-CORES_PER_WORKER = 1   # NEURON_RT_NUM_CORES: trace(..., neuron=True) on a Trn1 or Inf2 compiles for one NeuronCore
-_NEURONCORE_V2 = ('inf2', 'trn1', 'trn1n')   # the instance families a model compiled for NeuronCore-v2 comes from and runs on
-
-def neuron_workers(instance_type:str, # a Neuron hosting type, e.g. 'ml.inf2.xlarge'
-                   model_cores:int|None=CORES_PER_WORKER, # NeuronCores one copy of the model runs on (`torchscript.json`: neuron_cores)
-                   compiled_on:str|None=None # the instance type it was compiled on (`torchscript.json`: compiled_on), if known
-                  ) -> dict[str, str]:
-    "The environment that starts one TorchServe worker per NeuronCore of `instance_type`, one core each; a `UsageError` if the model cannot run so."
-    fix = "compile it again with trace(model_dir, neuron=True) on a Trn1 or Inf2 instance"
-    if instance_type not in NEURON_CORES:
-        gen = 'NeuronCore-v3 (Trainium2)' if '.trn2.' in instance_type else 'NeuronCores this package does not serve on'
-        raise UsageError(f"{instance_type} has {gen}: trace(model_dir, neuron=True) compiles for the NeuronCore-v2 of Trn1 and Inf2; "
-                         f"deploy to ml.inf2.xlarge (or another of {', '.join(NEURON_CORES)})")
-    if model_cores is None:
-        raise UsageError(f"{TORCHSCRIPT}'s {TRACE_INFO} records no NeuronCore count: {fix}, which records it")
-    where = f' (on {compiled_on})' if compiled_on else ''
-    if model_cores != CORES_PER_WORKER:
-        raise UsageError(f"{TORCHSCRIPT} is compiled for {model_cores} NeuronCores per copy{where}, and each worker on {instance_type} "
-                         f"gets {CORES_PER_WORKER}: {fix} (one NeuronCore per copy)")
-    if compiled_on and compiled_on.split('.')[0] not in _NEURONCORE_V2:
-        raise UsageError(f"{TORCHSCRIPT} is compiled on {compiled_on}, whose NeuronCores differ from those of {instance_type}: {fix}")
-    return {'SAGEMAKER_MODEL_SERVER_WORKERS': str(NEURON_CORES[instance_type] // CORES_PER_WORKER), 'NEURON_RT_NUM_CORES': str(CORES_PER_WORKER)}
-
-# %% ../../nbs/sagemaker/12_endpoint.ipynb #ad755a9e
-_LEFT_OUT = ('*.png', '*.log', 'training_args.bin', '.*', '*.tar.gz')   # training leftovers the endpoint does not need
-_EAGER_WEIGHTS = ('model.safetensors', 'model-*.safetensors', 'model.safetensors.index.json', 'pytorch_model*.bin')
-REQUIREMENTS = {   # image kind -> code/requirements.txt: transformers pinned to one version that runs on that image's torch
-    **dict.fromkeys(['cpu', 'gpu', 'arm64'], 'transformers==5.5.3\n'),   # what AWS pairs with torch 2.6 in its Hugging Face image
-    'neuron': 'transformers==4.57.6\n'}   # the line the Neuron SDK 2.31 libraries support (NxD Inference: 4.57.*)
-
-def requirements(instance_type:str=DEFAULT_INSTANCE_TYPE # the endpoint's instance type: which image installs the file
-                ) -> str:
-    "`code/requirements.txt` for `instance_type`'s image: what it lacks, pinned, so that every instance installs the same."
-    return REQUIREMENTS[image_kind(instance_type)]
-
-def neuron_compiler(model_dir:str # a model folder
-                   ) -> str|None:
-    "The compiler of `model_dir/model.pt` if `trace(..., neuron=True)` made it (e.g. 'torch_neuronx 2.9.0.2.15.32035'), else `None`."
-    info = Path(model_dir)/TRACE_INFO
-    if not (Path(model_dir)/TORCHSCRIPT).is_file() or not info.is_file(): return None
-    compiler = json.loads(info.read_text()).get('compiler') or ''
-    return compiler if compiler.startswith('torch_neuronx') else None
-
-def _ships_trace(model_dir, instance_type:str, torchscript:bool) -> bool:
-    "Whether the archive for `instance_type` carries `model.pt` (instead of the eager weights); refuses Neuron without a compiled model that fits a worker."
-    compiled, has_trace = neuron_compiler(model_dir), (Path(model_dir)/TORCHSCRIPT).is_file()
-    if image_kind(instance_type) == 'neuron':
-        if not compiled:
-            raise UsageError(f"{instance_type} serves only a model compiled for Neuron, and {short_path(model_dir)} has none: run "
-                             f"trace(model_dir, neuron=True) on a Trn1 or Inf2 instance first, or deploy to a CPU type such as {DEFAULT_INSTANCE_TYPE}")
-        info = json.loads((Path(model_dir)/TRACE_INFO).read_text())
-        neuron_workers(instance_type, info.get('neuron_cores'), info.get('compiled_on'))   # one NeuronCore per copy, or one line
-        return True
-    if compiled and torchscript:
-        print(f"{TORCHSCRIPT} is compiled for Neuron ({compiled}): left out for {instance_type}, which serves the eager model")
-        return False
-    return has_trace and torchscript
-
-
-# %% ../../nbs/sagemaker/12_endpoint.ipynb #6f8a475e
-def package(model_dir:str, # a model folder (`train`'s output_dir), traced or not
-            dest:str='model.tar.gz', # the archive to write
-            instance_type:str=DEFAULT_INSTANCE_TYPE, # the endpoint's instance type: its image decides the trace and the requirements
-            torchscript:bool=True # ship `model.pt` (instead of the eager weights) if the folder has one
-           ) -> Path:
-    "Write `model.tar.gz`: the model files at its root (the trace or the eager weights, not both), `code/inference.py` and `code/requirements.txt`."
-    model_labels(model_dir)
-    import trn_tutorials.serving.inference as handler
-    src, dest = Path(model_dir), Path(dest)
-    skip = _EAGER_WEIGHTS if _ships_trace(model_dir, instance_type, torchscript) else (TORCHSCRIPT, TRACE_INFO)
-    files = sorted(p for p in src.iterdir() if p.is_file() and not any(p.match(x) for x in _LEFT_OUT + skip) and p.resolve() != dest.resolve())
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(dest, 'w:gz') as tar:
-        (Path(tmp)/'requirements.txt').write_text(requirements(instance_type))
-        for p in files: tar.add(p, arcname=p.name)
-        tar.add(handler.__file__, arcname='code/inference.py')
-        tar.add(Path(tmp)/'requirements.txt', arcname='code/requirements.txt')
-    return dest
-
+__all__ = ['INSTANCES', 'endpoint_requests', 'Endpoint', 'check_endpoint_name', 'upload', 'wait_in_service', 'create_endpoint',
+           'deploy', 'predict', 'delete', 'find_endpoints', 'remove_endpoints']
 
 # %% ../../nbs/sagemaker/12_endpoint.ipynb #994b4799
 INSTANCES = Limit(1, example=1)   # instances behind an endpoint

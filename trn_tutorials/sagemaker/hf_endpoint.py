@@ -4,15 +4,16 @@
 
 # %% ../../nbs/sagemaker/13_hf_endpoint.ipynb #fbb05c13
 from __future__ import annotations
+
 import re, tarfile, tempfile
 from pathlib import Path
 
-from ..core import UsageError, check_number
-from .endpoint import (INSTANCES, Endpoint, check_endpoint_name, check_instance_type, create_endpoint,
-                                              endpoint_requests, image_kind)
-from ..serving.inference import ModelFolderError, check_model_folder
-from ..aws import PROJECT, aws_region, check_run_id, new_run_id
-from .resources import DLC_ACCOUNTS, check_role, dlc_registry
+from ..aws import aws_region, check_run_id, new_run_id, PROJECT
+from ..core.options import check_number, UsageError
+from .endpoint import check_endpoint_name, create_endpoint, Endpoint, endpoint_requests, INSTANCES
+from .model_package import check_instance_type, image_kind
+from .resources import check_role, DLC_ACCOUNTS, dlc_registry
+from ..serving.inference import check_model_folder, ModelFolderError
 
 # %% auto #0
 __all__ = ['HF_TASK', 'HF_IMAGES_CHECKED', 'HF_IMAGES', 'HF_REGIONS', 'HF_DEFAULT_INSTANCE_TYPE', 'hf_package', 'hf_image',

@@ -4,86 +4,32 @@
 
 # %% ../../nbs/sagemaker/09_training_job.ipynb #3f60820d
 from __future__ import annotations
-import json, os, re, shutil, sys, tarfile, tempfile, time
+
+import json, re, shutil, tarfile, tempfile, time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..backends import CATALOG
-from ..core import Limit, UsageError, check_number, check_numbers, documented
-from ..core import JOB_LIMITS
+from ..aws import aws_errors, aws_region, check_run_id, new_run_id, PROJECT, run_tags
 from ..models import short_path
-from ..aws import PROJECT, aws_errors, aws_region, check_run_id, new_run_id, run_tags
+from ..core.options import check_number, check_numbers, documented, JOB_LIMITS, UsageError
+from .job_image import ENTRY_SCRIPT, image_can_read, sm_cost, sm_instance, stage_source, training_image
+from .resources import (check_role, COMPILE_CACHE_PREFIX, default_bucket, dry_run_hooks, DryRunStop,
+                                               run_prefix, upload_folder)
 from ..training.launch import NEURON_ENV, Results
-from ..training.preflight import preflight
-from ..training.torchrun import worker_error
 from ..training.live_progress import Progress
-from .resources import (COMPILE_CACHE_PREFIX, DLC_ACCOUNTS, DryRunStop, check_role, default_bucket, dlc_registry,
-                                         dry_run_hooks, run_prefix, upload_folder)
+from ..training.preflight import preflight
 from ..training.progress import PROGRESS_ENV
+from ..training.torchrun import worker_error
 if TYPE_CHECKING: from trn_tutorials.training.arguments import TrainArguments   # loaded when used: the job's entry imports this module before `main` sets USE_TORCH_XLA
 
 # %% auto #0
-__all__ = ['SM_PRICES', 'SM_PRICE_DATE', 'SM_INSTANCES', 'NEURON_TRAINING_IMAGE', 'IMAGES_CHECKED', 'NEURON_TRAINING_REGIONS',
-           'CONTAINER', 'ENTRY_SCRIPT', 'JOB_REQUIREMENTS', 'SM_EFA_INSTANCES', 'EFA_ENV', 'IMAGE_DATASETS',
-           'IMAGE_FEATURE_TYPES', 'LOG_GROUP', 'sm_instance', 'sm_cost', 'training_image', 'JobArguments', 'check_job',
-           'job_hyperparameters', 'stage_source', 'export_model', 'job_argv', 'job_main', 'compile_cache_url',
-           'efa_environment', 'model_trainer', 'job_session', 'image_can_read', 'check_submit', 'check_name_free',
+__all__ = ['CONTAINER', 'SM_EFA_INSTANCES', 'EFA_ENV', 'LOG_GROUP', 'JobArguments', 'check_job', 'job_hyperparameters',
+           'compile_cache_url', 'efa_environment', 'model_trainer', 'job_session', 'check_submit', 'check_name_free',
            'job_channels', 'submit', 'JobError', 'wait_job', 'job_results', 'sm_train', 'stop_job']
 
-# %% ../../nbs/sagemaker/09_training_job.ipynb #b77160aa
-SM_PRICES = {'ml.trn1.2xlarge': 1.54}   # on-demand USD per hour, us-east-1; the others: see the SageMaker pricing page
-SM_PRICE_DATE = '2026-11-23'
-SM_INSTANCES = {f'ml.{k}': v for k, v in CATALOG.items() if v.family == 'trn1'}   # SageMaker trains on Trn1/Trn1n
-
-def sm_instance(name:str # a SageMaker instance type, e.g. 'ml.trn1.2xlarge'
-               ):
-    "The `core.InstanceType` behind a SageMaker training instance type, or a one-line `UsageError`."
-    if name in SM_INSTANCES: return SM_INSTANCES[name]
-    if f'ml.{name}' in SM_INSTANCES: raise UsageError(f"SageMaker instance types start with 'ml.': use --instance_type ml.{name}")
-    raise UsageError(f"unknown SageMaker training instance type {name!r}: use one of {', '.join(SM_INSTANCES)}")
-
-def sm_cost(name:str, # SageMaker instance type
-            seconds:float, # billable seconds (SageMaker's `BillableTimeInSeconds`, per instance)
-            count:int=1 # instances
-           ) -> float|None:
-    "What `seconds` of `count` instances cost at SageMaker's on-demand rate; `None` where no price is known."
-    check_number('seconds', seconds, float, Limit(0, example=3600)); check_number('count', count, int, Limit(1, example=1))
-    p = SM_PRICES.get(name)
-    return None if p is None else round(p * count * seconds / 3600, 4)
-
-# %% ../../nbs/sagemaker/09_training_job.ipynb #7732ef3a
-NEURON_TRAINING_IMAGE = 'pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04'   # the last PyTorch/XLA (Trn1) training image (Neuron SDK 2.30; since 2.33 TorchNeuron has its own, for Trn2/Trn3)
-IMAGES_CHECKED = '2026-11-24'   # read from the SageMaker Python SDK 3.27's image_uri_config (pytorch.json, huggingface-neuronx.json)
-NEURON_TRAINING_REGIONS = (   # where the SDK lists the Neuron training DLCs (its newest, huggingface-pytorch-training-neuronx 4.55.4)
-    'ap-northeast-1', 'ap-south-1', 'ap-south-2', 'ap-southeast-1', 'ap-southeast-2', 'ap-southeast-4',
-    'ap-southeast-5', 'ap-southeast-7', 'ca-west-1', 'cn-north-1', 'cn-northwest-1', 'eu-central-1', 'eu-central-2',
-    'eu-south-2', 'eu-west-1', 'eu-west-3', 'il-central-1', 'mx-central-1', 'sa-east-1', 'us-east-1', 'us-east-2',
-    'us-gov-east-1', 'us-gov-west-1', 'us-west-2')
-
-# %% ../../nbs/sagemaker/09_training_job.ipynb #4060ea48
-def training_image(region:str, # the job's AWS region
-                   image_uri:str|None=None # your own image instead (it must have torch-neuronx)
-                  ) -> str:
-    "The Neuron training image for `region` (or `image_uri`, checked against the region), else a one-line `UsageError`."
-    if image_uri:
-        m = re.fullmatch(r'(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.[a-z0-9.-]+/.+', image_uri)
-        if m and m[2] != region:
-            dlc = m[1] in DLC_ACCOUNTS.values() and region in DLC_ACCOUNTS
-            raise UsageError(f"image {image_uri} is in {m[2]}'s registry and the job runs in {region}: SageMaker pulls only from the job's "
-                             f"region; use {dlc_registry(region) + '/' + image_uri.split('/', 1)[1] if dlc else f'a copy in {region} (ECR replication)'}, "
-                             f"or --region {m[2]}")
-        if m and m[1] in DLC_ACCOUNTS.values() and m[1] != DLC_ACCOUNTS.get(region):
-            raise UsageError(f"the Deep Learning Containers in {region} are in account {DLC_ACCOUNTS[region]}, not {m[1]}: "
-                             f"use {dlc_registry(region)}/{image_uri.split('/', 1)[1]}")
-        return image_uri
-    if region not in NEURON_TRAINING_REGIONS:
-        raise UsageError(f"no Neuron training image is listed for {region}: use a region with Trn1 training "
-                         f"(e.g. us-east-1, us-west-2), or pass --image_uri")
-    return f'{dlc_registry(region)}/{NEURON_TRAINING_IMAGE}'
-
 # %% ../../nbs/sagemaker/09_training_job.ipynb #9244c80c
-# `JOB_LIMITS` (and `SM_MAX_HOURS`, SageMaker's longest job) live in `trn_tutorials.core`: the command line reads them before anything loads
+# `JOB_LIMITS` (and `SM_MAX_HOURS`, SageMaker's longest job) live in `trn_tutorials.core.options`: the command line reads them before anything loads
 
 @documented
 @dataclass
@@ -140,60 +86,6 @@ def job_hyperparameters(args:TrainArguments, # the run's arguments, as for a loc
     if model and Path(model).exists(): hp['model_id'] = CONTAINER['model']
     elif model: hp['model_id'] = model
     return hp
-
-# %% ../../nbs/sagemaker/09_training_job.ipynb #e5153f76
-ENTRY_SCRIPT = 'sm_train.py'
-JOB_REQUIREMENTS = ['transformers>=4.57.1,<4.58', 'accelerate>=1.9,<2',   # the trn1 extra: what this package needs on Neuron
-                    'numpy<2',   # keeps the image's numpy 1.26.4 (its Neuron packages are built against numpy 1)
-                    'datasets>=3.0', 'scikit-learn>=1.3', 'matplotlib>=3.7', 'boto3>=1.34',   # met by the image's datasets 3.0.0; boto3: imported by this package
-                    'fastcore>=1.12.3']   # reads the options' help (`arguments_of`) when the package's modules load
-
-def stage_source(dest:str|Path # an empty or new folder
-                ) -> Path:
-    "A source folder for the job: this package, the entry script and `requirements.txt`."
-    dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
-    import trn_tutorials
-    pkg = Path(trn_tutorials.__file__).parent   # the installed package: what `import trn_tutorials` reads
-    shutil.copytree(pkg, dest/pkg.name, ignore=shutil.ignore_patterns('__pycache__', '*.pyc'), dirs_exist_ok=True)
-    (dest/ENTRY_SCRIPT).write_text(
-        '"SageMaker\'s torchrun driver runs this on every worker: `trn_tutorials.training.train`, then the model to SM_MODEL_DIR."\n'
-        'from trn_tutorials.sagemaker.training_job import job_main\n'
-        "if __name__ == '__main__': job_main()\n")
-    (dest/'requirements.txt').write_text('\n'.join(JOB_REQUIREMENTS) + '\n')
-    return dest
-
-# %% ../../nbs/sagemaker/09_training_job.ipynb #bb1e8795
-def export_model(output_dir:str|Path, # the run's output folder
-                 model_dir:str|Path # where SageMaker collects the model (`SM_MODEL_DIR`)
-                ) -> list[str]:
-    "Copy the final model, `metrics.json` and plots from `output_dir` to `model_dir`; the checkpoints stay."
-    out, dest = Path(output_dir), Path(model_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    done = []
-    for p in sorted(out.iterdir()):
-        if p.is_file() and p.name != 'train.log':
-            shutil.copy2(p, dest/p.name); done.append(p.name)
-    return done
-
-def job_argv(argv:list[str] # the container's arguments: `--name value` for each hyperparameter, as SageMaker's driver passes them
-            ) -> list[str]:
-    "`argv` as `trn_tutorials.training.train` reads it: a list value (JSON, as the SDK sends a list) becomes one argument per item."
-    out = []
-    for a in argv:
-        if a.startswith('[') and out and out[-1].startswith('--'):
-            try: v = json.loads(a)
-            except ValueError: v = None
-            if isinstance(v, list) and all(isinstance(x, str) for x in v): out += v; continue
-        out.append(a)
-    return out
-
-def job_main(argv:list[str]|None=None # the job's `--name value` options; default `sys.argv[1:]`
-            ):
-    "The job's entry point on each worker: train, then (first worker) export the model for `model.tar.gz`."
-    from trn_tutorials.training.train import main
-    metrics = main(job_argv(sys.argv[1:] if argv is None else argv))
-    if int(os.environ.get('RANK', 0)) == 0 and metrics:
-        export_model(metrics['args']['output_dir'], os.environ.get('SM_MODEL_DIR', '/opt/ml/model'))
 
 # %% ../../nbs/sagemaker/09_training_job.ipynb #827ca721
 def _session(region:str, bucket:str|None, run_id:str, boto_session=None):
@@ -262,37 +154,6 @@ def job_session(job:JobArguments # the job's options (`region`, `bucket` and `dr
     # ModelTrainer.train returns None and keeps the job only in a private attribute: the request names it (botocore's event)
     else: session.events.register('before-parameter-build.sagemaker.CreateTrainingJob', lambda params, **kw: seen.update(name=params['TrainingJobName']))
     return session, seen
-
-# %% ../../nbs/sagemaker/09_training_job.ipynb #a1d2c3e2
-IMAGE_DATASETS = '3.0.0'   # the datasets the Neuron training image holds
-IMAGE_FEATURE_TYPES = frozenset({'Array2D', 'Array3D', 'Array4D', 'Array5D', 'Audio', 'ClassLabel', 'Image', 'LargeList', 'Sequence',
-                                 'Translation', 'TranslationVariableLanguages', 'Value'})   # the feature types datasets 3.0.0 reads
-
-def _saved_types(folder:Path) -> set[str]:
-    "Every feature `_type` `folder` names: in each split's `dataset_info.json` and its arrow files' schemas."
-    import pyarrow as pa
-    found = set()
-    def walk(d):
-        if isinstance(d, list):
-            for v in d: walk(v)
-        if isinstance(d, dict):
-            if isinstance(d.get('_type'), str): found.add(d['_type'])
-            for v in d.values(): walk(v)
-    for info in folder.rglob('dataset_info.json'): walk(json.loads(info.read_text()).get('features'))
-    for f in folder.rglob('*.arrow'):
-        with pa.memory_map(str(f)) as m: meta = pa.ipc.open_stream(m).schema.metadata or {}
-        if b'huggingface' in meta: walk(json.loads(meta[b'huggingface']))
-    return found
-
-def image_can_read(dataset_path:str # the folder `prepare` wrote
-                  ) -> str:
-    "`dataset_path` if the training image's `datasets` reads its feature types, else a one-line `UsageError` naming the fix."
-    bad = sorted(_saved_types(Path(dataset_path).expanduser()) - IMAGE_FEATURE_TYPES)
-    if bad:
-        raise UsageError(f"the training image's datasets {IMAGE_DATASETS} cannot read the feature type(s) {', '.join(bad)} saved in "
-                         f"{dataset_path} (written by datasets >= 4): run `trn-tutorials prep --dataset_path {dataset_path}` again "
-                         f"with this trn-tutorials, which saves a form both read")
-    return dataset_path
 
 # %% ../../nbs/sagemaker/09_training_job.ipynb #1c793738
 def check_submit(args:TrainArguments, # the run's arguments, as for a local `launch`
