@@ -1,6 +1,6 @@
 """Checks of `trn_tutorials.data.prepared`: a prepared folder opened once as a `Prepared`, what it answers without reading
 the folder again, and the one line for each other thing a path can hold where a prepared folder belongs."""
-import os, shutil, subprocess, sys, time
+import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 
 import pytest
@@ -69,9 +69,10 @@ def test_the_model_against_the_data(prepared, tmp_path, small_vocab):
 @pytest.mark.parametrize('what', ['model', 'checkpoint', 'half-written', 'partial copy', 'raw data'])
 def test_what_else_a_path_holds(prepared, tmp_path, what):
     "One line each, naming what the path holds and how to get a prepared folder, from the path alone (no import of torch)."
-    if what == 'model':
-        path = tmp_path/'runs'/'emotion-model'; path.mkdir(parents=True); (path/RECORD).write_text('{"kind": "model"}')
-        words = ['is a model folder', 'trn-tutorials prep']
+    if what == 'model':   # its record names the data it was trained on: the fix passes that
+        path = tmp_path/'runs'/'emotion-model'; path.mkdir(parents=True)
+        (path/RECORD).write_text(json.dumps({'kind': 'model', 'data': {'dataset_path': str(prepared/'data')}}))
+        words = ['is a model folder', f"pass --dataset_path {prepared/'data'}, the data it was trained on"]
     elif what == 'checkpoint':
         path = tmp_path/'runs'/'emotion-model'/'checkpoint-20'; path.mkdir(parents=True); (path/'trainer_state.json').write_text('{}')
         words = ['is a training checkpoint', f'--output_dir {path.parent}']
@@ -89,6 +90,7 @@ def test_what_else_a_path_holds(prepared, tmp_path, what):
     assert all(w in msg for w in words), msg
     if what != 'raw data':
         assert refused(check_prepared_path, str(path)) == msg   # the command line's early check says the same, before any import
+    if what == 'model': assert load_prepared(str(prepared/'data')).rows['train'] == 360   # the fix, as printed, works
 
 
 def test_the_command_line_refuses_a_model_folder_before_torch(tmp_path):

@@ -5,7 +5,7 @@
 # %% ../../nbs/reference/90a_folders.ipynb #5264803c
 from __future__ import annotations
 
-import json, os, re, socket, sys
+import json, os, re, shlex, socket, sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -221,18 +221,20 @@ _PARTIAL = re.compile(r'^\.(.+)\.(tmp|old)-[0-9a-f]{8}$')   # `prepare`'s copy w
 
 def _what_else(p:Path, given:str) -> str|None:
     "What the folder `p` holds, if it is a model, a checkpoint or a half-written prepare, with the fix; `None` for anything else."
-    import shlex
     if (m := _PARTIAL.match(p.name)):
         dest = shlex.quote(os.path.abspath(p.with_name(m[1])))
         return (f"{given} is a copy a stopped `trn-tutorials prep` left {'half-written' if m[2] == 'tmp' else 'while replacing the data'}: "
                 f"run `trn-tutorials prep --dataset_path {dest}` with the data it was preparing, which finishes or removes it, and pass {dest}")
-    rec = folder_record(p) or {}
-    if rec.get('kind') == 'model' or (p/'config.json').is_file() and any((p/w).exists() for w in _WEIGHTS):
-        return (f"{given} is a model folder (trn-tutorials train writes them), not prepared data: pass --dataset_path, the folder "
-                f"`trn-tutorials prep` wrote (the model's trn_tutorials.json names it)")
+    def fix(model:Path) -> str:   # the data the model's record says it was trained on, where that is still there
+        rec = folder_record(model) or {}
+        data = rec['data'].get('dataset_path') if isinstance(rec.get('data'), dict) else None
+        return (f"pass --dataset_path {shlex.quote(data)}, the data it was trained on" if data and Path(data).is_dir() else
+                "pass --dataset_path, the folder `trn-tutorials prep` wrote")
+    if (folder_record(p) or {}).get('kind') == 'model' or (p/'config.json').is_file() and any((p/w).exists() for w in _WEIGHTS):
+        return f"{given} is a model folder (trn-tutorials train writes them), not prepared data: {fix(p)}"
     if re.fullmatch(r'checkpoint-\d+', p.name) or (p/'trainer_state.json').is_file():
-        return (f"{given} is a training checkpoint (of the run in {p.parent}), not prepared data: pass --dataset_path, the folder "
-                f"`trn-tutorials prep` wrote; to resume the run, pass --output_dir {p.parent} instead")
+        return (f"{given} is a training checkpoint (of the run in {p.parent}), not prepared data: {fix(p.parent)}; "
+                f"to resume the run, pass --output_dir {shlex.quote(str(p.parent))} instead")
     return None
 
 def _half_written(p:Path, given:str) -> str|None:
