@@ -164,9 +164,11 @@ def test_packed_rows_load_eager_attention_on_torchneuron(tmp_path, prepared):
 import json
 from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.training.train import _model
-from trn_tutorials.data.prepared import load_prepared
-manifest = load_prepared({str(prepared/'data')!r}).manifest
-attention = lambda backend, packing: _model(TrainArguments(output_dir='m'), manifest | {{'packing': packing}}, backend)[2].config._attn_implementation
+from trn_tutorials.training.preflight import Run
+from trn_tutorials.data.prepared import Prepared, load_prepared
+data = load_prepared({str(prepared/'data')!r})
+run = lambda backend, packing: Run(TrainArguments(output_dir='m', backend=backend), 1, None, Prepared(data.path, data.splits, data.manifest | {{'packing': packing}}))
+attention = lambda backend, packing: _model(run(backend, packing))[2].config._attn_implementation
 print(json.dumps({{'packed': attention('torchneuron', {{'rows': {{'train': 1}}}}), 'padded': attention('torchneuron', None)}}))
 """, stub_neuronx(tmp_path/'stub'), tmp_path)
     assert out == {'packed': 'eager', 'padded': 'sdpa'}, out
