@@ -225,12 +225,12 @@ def test_ctrl_c_and_a_full_disk_are_one_line(monkeypatch, capsys, tmp_path):
     import errno
     def ctrl_c(*a, **k): raise KeyboardInterrupt()
     def full(*a, **k): raise OSError(errno.ENOSPC, 'No space left on device', str(tmp_path/'data'/'.tmp'/'x.arrow'))
-    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], **{'data.prepare': ctrl_c})
+    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], **{'data.prepare.prepare': ctrl_c})
     assert code == 130 and len(err) == 1 and 'nothing was written' in err[0] and str(tmp_path/'data') in err[0], err
-    code, err = run_cli(monkeypatch, capsys, ['train', '--output_dir', str(tmp_path/'model')], **{'launch.launch': ctrl_c})
+    code, err = run_cli(monkeypatch, capsys, ['train', '--output_dir', str(tmp_path/'model')], **{'training.launch.launch': ctrl_c})
     assert code == 130 and len(err) == 1 and 'no checkpoint' in err[0] and 'run the same command again' in err[0], err
     assert f'`trn-tutorials train --output_dir {tmp_path}/model`' in err[0], err
-    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], **{'data.prepare': full})
+    code, err = run_cli(monkeypatch, capsys, ['prep', '--dataset_path', str(tmp_path/'data')], **{'data.prepare.prepare': full})
     assert code == 1 and len(err) == 1 and 'disk' in err[0] and 'full' in err[0] and str(tmp_path/'data') in err[0], err
 
 

@@ -363,7 +363,7 @@ def test_no_egress_said_where_packages_are_installed(tmp_path):
     """The PyTorch image installs code/requirements.txt from PyPI at every start: the endpoint chapter says what fails without a
     route to PyPI and what to do instead; its vendored requirements.txt installs from code/wheels with the index unreachable."""
     import subprocess, sys
-    text = _markdown('12_endpoint.ipynb')
+    text = _markdown('12a_model_package.ipynb')   # what an endpoint runs: its package and where its requirements come from
     for says in ('network isolation', 'failed to install required packages', 'CA_REPOSITORY_ARN', 'hf_endpoint.html', 'pip download'):
         assert says in text, says
     import textwrap

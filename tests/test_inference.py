@@ -409,7 +409,7 @@ def test_torchscript_chapter_says_what_the_handler_does(trained_model, tmp_path)
     served = unpacked(d, tmp_path/'opt-ml-model')
     assert (served/TORCHSCRIPT).is_file() and not (served/'model.safetensors').exists()   # nothing to fall back on
     with pytest.raises(ModelFolderError, match='package the folder with torchscript=False'): model_fn(str(served))
-    prose = ' '.join('\n'.join(''.join(c['source']) for c in json.loads((Path(__file__).parents[1]/'nbs'/'internals'/'11b_torchscript.ipynb').read_text())['cells']
+    prose = ' '.join('\n'.join(''.join(c['source']) for c in json.loads((Path(__file__).parents[1]/'nbs'/'serving'/'11b_torchscript.ipynb').read_text())['cells']
                                if c['cell_type'] == 'markdown').split())
     assert 'then serves the eager model' not in prose and 'falls back' not in prose
     assert 'torchscript=False' in prose and 'does not start' in prose

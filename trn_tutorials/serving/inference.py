@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json, os, re, sys
 from pathlib import Path
-from ..data.files import PROBLEM_TYPES
 
 # %% auto #0
-__all__ = ['JSON', 'PAIR', 'USAGE', 'TORCHSCRIPT', 'TRACE_INFO', 'BATCH_SIZE', 'RequestError', 'ModelFolderError',
-           'check_model_folder', 'trained_lengths', 'Classifier', 'model_fn', 'texts_of', 'input_fn', 'batch_logits',
-           'predict_fn', 'output_fn']
+__all__ = ['JSON', 'PAIR', 'USAGE', 'PROBLEM_TYPES', 'TORCHSCRIPT', 'TRACE_INFO', 'BATCH_SIZE', 'RequestError',
+           'ModelFolderError', 'check_model_folder', 'trained_lengths', 'Classifier', 'model_fn', 'texts_of',
+           'input_fn', 'batch_logits', 'predict_fn', 'output_fn']
 
 # %% ../../nbs/serving/11_inference.ipynb #3cabafd8
 try:   # in the serving container: the toolkit answers this error class with its status code
@@ -36,6 +35,7 @@ class ModelFolderError(ValueError):
 JSON = 'application/json'
 PAIR = '{"text": "a text", "text_pair": "another"}'   # a sentence pair, as the Hugging Face text-classification pipeline takes it
 USAGE = f'send {{"inputs": "a text"}} or {{"inputs": ["a text", ...]}}; a sentence pair as {{"inputs": {PAIR}}} or a list of them'
+PROBLEM_TYPES = ('single_label_classification', 'regression', 'multi_label_classification')   # config.problem_type: transformers' names (data.files has the same: this handler imports nothing of the package)
 TORCHSCRIPT = 'model.pt'  # a traced (or Neuron-compiled) model; when present it is served, and it must load
 TRACE_INFO = 'torchscript.json'  # written with model.pt: the compiler, the PyTorch version, the lengths it was checked on
 BATCH_SIZE = int(os.environ.get('TRN_TUTORIALS_BATCH_SIZE', '32'))  # texts per forward pass
