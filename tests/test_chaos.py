@@ -42,13 +42,23 @@ def send(pids, sig):
         except ProcessLookupError: pass
 
 
+# `load_from_disk` opens the prepared folder's dataset_dict.json once a call: an audit hook notes each open, with its process
+COUNT_OPENS = """import os, sys
+_want, _log = os.environ['COUNT_OPENS_OF'], os.environ['COUNT_OPENS_LOG']
+def _hook(event, args):
+    if event == 'open' and args and isinstance(args[0], str) and args[0] == _want:
+        with open(_log, 'a') as f: f.write(f'{os.getpid()}\\n')
+sys.addaudithook(_hook)
+"""
+
+
 class Run:
     "One `trn-tutorials train` of the chaos run into `out`, its output in a log file."
-    def __init__(self, data, out, log):
+    def __init__(self, data, out, log, env:dict|None=None):
         self.out, self.log = out, log
         self.p = subprocess.Popen([TRN, 'train', '--dataset_path', str(data), '--output_dir', str(out), '--num_train_epochs', str(EPOCHS),
                                    '--learning_rate', '1e-3', '--save_steps', '3', '--logging_steps', '4', '--seed', '7',
-                                   '--nproc_per_node', '2'], stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=ENV)
+                                   '--nproc_per_node', '2'], stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=ENV | (env or {}))
         self.start = max([step_of(c) for c, _ in checkpoints(out)], default=0)   # new checkpoints are beyond every folder there now
 
     def running(self) -> bool: return self.p.poll() is None
@@ -86,8 +96,13 @@ class Run:
 def test_killed_at_random_moments_ends_with_the_same_model(prepared, tmp_path):
     tmp, rng = linked(prepared, tmp_path, 'data'), random.Random(15)
     data, whole, cut = tmp/'data', tmp/'whole', tmp/'cut'
-    first = Run(data, whole, tmp/'whole.log')   # the uninterrupted run
-    assert first.p.wait(timeout=600) == 0, Path(first.log).read_text()[-3000:]
+    hook = tmp/'hook'; hook.mkdir(); (hook/'sitecustomize.py').write_text(COUNT_OPENS)   # in every process of the first run
+    opens = tmp/'opens.log'
+    first = Run(data, whole, tmp/'whole.log', env={'PYTHONPATH': os.pathsep.join(filter(None, [str(hook), os.environ.get('PYTHONPATH')])),
+                                                   'COUNT_OPENS_OF': str(data/'dataset_dict.json'), 'COUNT_OPENS_LOG': str(opens)})
+    assert first.p.wait(timeout=600) == 0, Path(first.log).read_text()[-3000:]   # the uninterrupted run
+    pids = opens.read_text().split()   # the prepared folder read once by the launcher's preflight and once by each worker's
+    assert len(pids) == 3 == len(set(pids)) and str(first.p.pid) in pids, (first.p.pid, pids)   # (a worker is a process of its own)
 
     during_save, killed, n, last_pid = 0, [], 0, None
     # what to do to each launch (the last one runs to the end): kill it while it writes a checkpoint, right after it has

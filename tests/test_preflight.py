@@ -1,13 +1,12 @@
 """Checks of `trn_tutorials.training.preflight`: the output folder, the disk's room, the worker count, and `preflight` itself,
-the one order of checks every entry that starts a run makes; and how often one two-worker `trn-tutorials train` reads the
-prepared folder (once in each process)."""
-import os, shutil, subprocess, sys
+the one order of checks every entry that starts a run makes. How often a two-worker `trn-tutorials train` reads the prepared
+folder (once in each process) is counted in tests/test_chaos.py, whose first run is one."""
+import os, shutil
 from pathlib import Path
 
 import pytest
 from fastcore.test import test_eq as eq, test_fail as fails
 
-from test_train import linked
 from trn_tutorials.backends import Accelerator
 from trn_tutorials.core.options import UsageError
 from trn_tutorials.core.processes import free_port
@@ -78,31 +77,3 @@ def test_preflight_of_each_entry(prepared, tmp_path):
     assert 'more than the 360 training rows' in msg and '\n' not in msg, msg
     assert run.batch_note is None and preflight(TrainArguments(dataset_path=str(prepared/'data'), output_dir=str(tmp_path/'m'),
                                                                per_device_eval_batch_size=512), acc=CPU).batch_note.startswith('note:')
-
-
-COUNT_OPENS = """import os, sys
-_want, _log = os.environ['COUNT_OPENS_OF'], os.environ['COUNT_OPENS_LOG']
-def _hook(event, args):
-    if event == 'open' and args and isinstance(args[0], str) and args[0] == _want:
-        with open(_log, 'a') as f: f.write(f'{os.getpid()}\\n')
-sys.addaudithook(_hook)
-"""
-
-
-def test_two_workers_read_the_prepared_folder_once_each(prepared, tmp_path):
-    """`trn-tutorials train` with two workers: the launcher's preflight reads the prepared folder once, and so does each
-    worker's (a worker is a process of its own, so it cannot be handed the launcher's copy): three reads. A read is an open
-    of the folder's `dataset_dict.json`, which `load_from_disk` reads each time, seen by an audit hook in every process."""
-    work = linked(prepared, tmp_path, 'data', 'tiny-bert')
-    hook = tmp_path/'hook'; hook.mkdir(); (hook/'sitecustomize.py').write_text(COUNT_OPENS)
-    log = tmp_path/'opens.log'
-    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(hook), os.environ.get('PYTHONPATH', '')]).rstrip(os.pathsep),
-           'COUNT_OPENS_OF': str(work/'data'/'dataset_dict.json'), 'COUNT_OPENS_LOG': str(log), 'HF_HUB_OFFLINE': '1'}
-    exe = Path(sys.executable).with_name('trn-tutorials')
-    r = subprocess.Popen([str(exe), 'train', '--dataset_path', str(work/'data'), '--output_dir', str(tmp_path/'model'), '--backend', 'cpu',
-                          '--nproc_per_node', '2', '--max_steps', '2', '--save_steps', '0', '--eval_strategy', 'no'],
-                         env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = r.communicate(timeout=600)
-    assert r.returncode == 0, (out[-2000:], err[-3000:])
-    pids = log.read_text().split()
-    assert len(pids) == 3 and pids.count(str(r.pid)) == 1 and len(set(pids)) == 3, (r.pid, pids)
