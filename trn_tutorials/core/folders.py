@@ -244,6 +244,7 @@ def _half_written(p:Path, given:str) -> str|None:
     return (f"no prepared data at {given}: a `trn-tutorials prep` into it stopped before the data was whole ({left[0].name} is what it left); "
             f"run it again (trn-tutorials prep --dataset_path {os.path.abspath(p)} with the same --data), which removes that copy")
 
+# %% ../../nbs/reference/90a_folders.ipynb #edbcd3b7
 def check_prepared_path(dataset_path # the folder a run reads its prepared data from
                        ):
     "A one-line `UsageError` if `dataset_path` is empty, lies under a file, does not exist, or is a model, a checkpoint or a half-written prepare; what else a prepared folder needs, `load_prepared` checks."
