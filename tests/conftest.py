@@ -1,8 +1,14 @@
 """Fixtures with real components: a moto_server for the AWS APIs and an OpenSSH sshd on 127.0.0.1.
 
 A missing program fails the test with the command that installs it (`.ci/services.sh`); nothing is skipped.
+
+Also what the tests of more than one data module share: the bundled sample read, validated, measured and tokenized; a
+prepared CSV; the files the tests write (plain functions, imported as `from conftest import csv`).
 """
-import time
+from __future__ import annotations
+import json, time
+from pathlib import Path
+
 import pytest
 from local_services import AWS_VARS_TO_DROP, MissingService, MotoServer, Sshd, alive, procs_mentioning
 
@@ -130,6 +136,150 @@ def modernbert_like(tmp_path):
         tok.save_pretrained(path)
         return str(path)
     return make
+
+
+# ---- the data tests' shared pieces (test_sources, test_files, test_labels, test_checks, test_tokenizers, test_shapes,
+# test_prepare, test_prepared; pairs_csv also test_packing, test_xla_packing). The fixtures are module-scoped: each file that asks
+# computes them once. The helpers are plain functions: a test file imports them (`from conftest import csv`).
+
+@pytest.fixture(scope='module')
+def raw():
+    "The bundled sample as `load_raw` reads it: train 360, validation 72, test 72 rows."
+    from trn_tutorials.data.sources import load_raw, sample_data
+    return load_raw(sample_data())
+
+@pytest.fixture(scope='module')
+def ds(raw):
+    "`raw`, validated."
+    from trn_tutorials.data.checks import validate
+    return validate(raw)
+
+@pytest.fixture(scope='module')
+def lengths(ds, minilm_tokenizer):
+    "The MiniLM token lengths of `ds`'s train rows."
+    from trn_tutorials.data.shapes import token_lengths
+    return token_lengths(ds['train'], minilm_tokenizer)
+
+@pytest.fixture(scope='module')
+def length(lengths):
+    "The padded length chosen from `lengths` (the defaults: p99.9, a multiple of 8)."
+    from trn_tutorials.data.shapes import choose_length
+    return choose_length(lengths)[0]
+
+@pytest.fixture(scope='module')
+def tds(ds, minilm_tokenizer, length):
+    "`ds` tokenized by the MiniLM at the one `length`."
+    from trn_tutorials.data.shapes import tokenize
+    return tokenize(ds, minilm_tokenizer, length)
+
+@pytest.fixture(scope='module')
+def bl(lengths, length):
+    "Three bucket lengths chosen from `lengths`, the last `length`."
+    from trn_tutorials.data.shapes import choose_buckets
+    return choose_buckets(lengths, 3, length)
+
+@pytest.fixture(scope='module')
+def bds(ds, minilm_tokenizer, length, bl):
+    "`ds` tokenized by the MiniLM in the buckets `bl`."
+    from trn_tutorials.data.shapes import tokenize
+    return tokenize(ds, minilm_tokenizer, length, bl)
+
+
+@pytest.fixture(scope='module')
+def csv_prepared(tmp_path_factory):
+    """A CSV with its own column names (`review`, `stars`: good/bad) in a folder whose name has a space, prepared with the MiniLM
+    at length 32 in 2 buckets: (its folder, `prepare`'s record). Tests copy `prep` before changing it."""
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.data.prepare import prepare
+    from trn_tutorials.models import local_model
+    d = tmp_path_factory.mktemp('csvprep')
+    rows = ''.join(f'tweet {i} about {l},{l}\n' for i in range(20) for l in ('good', 'bad'))
+    (d/'my data.csv').write_text('review,stars\n' + rows)
+    m = prepare(DataArguments(data=str(d/'my data.csv'), text_column='review', label_column='stars', model_id=local_model(),
+                              dataset_path=str(d/'prep'), max_length=32, buckets=2))
+    return d, m
+
+
+# the files the data tests write, and their options
+def csv(d:Path, labels, name:str='d.csv', texts=None) -> str:
+    "A `text,label` CSV in `d` with one row per label (texts `row 0`, `row 1`, ... unless given)."
+    d.mkdir(parents=True, exist_ok=True)
+    texts = texts or [f'row {i}' for i in range(len(labels))]
+    (d/name).write_text('text,label\n' + ''.join(f'{t},{l}\n' for t, l in zip(texts, labels)))
+    return str(d/name)
+
+
+LABELS = ['joy', 'sadness']
+
+
+def rows(n=24, no_label=(), no_text=(), multiline=()):
+    "`n` (text, label) rows; those at `no_label` / `no_text` lack it; those at `multiline` have a text over three lines."
+    return [(None if i in no_text else f'i feel number {i}\nover\nlines' if i in multiline else f'i feel number {i} today',
+             None if i in no_label else LABELS[i % 2]) for i in range(n)]
+
+
+def write(d:Path, kind:str, rs, blank_after=(), name='train') -> tuple[Path, list[int]]:
+    "The rows `rs` as a `kind` file in `d` (blank lines after the rows at `blank_after`), and the line each row starts on, counted as written."
+    lines, at = [], []
+    def add(*ls): lines.extend(ls)
+    if kind in ('csv', 'tsv'): add('text,label' if kind == 'csv' else 'text\tlabel')
+    for i, (t, l) in enumerate(rs):
+        at.append(len(lines) + 1)
+        if kind == 'csv': row = f'''{'' if t is None else '"' + t + '"' if chr(10) in t else t},{l or ''}'''
+        elif kind == 'tsv': row = f"{t or ''}\t{l or ''}"
+        elif kind == 'txt': row = f"{t or ''};{l or ''}"
+        else: row = json.dumps({'text': t, 'label': l})
+        add(*row.split('\n'))
+        if i in blank_after: add('', '   ')   # blank and white-space lines: the loaders skip both
+    f = d/f"{name}.{'json' if kind == 'json-lines' else kind}"
+    f.write_text('\n'.join(lines) + '\n')
+    return f, at
+
+
+WORDS = ['the cat sat on the mat', 'a man plays a guitar', 'rain fell all day', 'she reads in the park', 'dogs run on the beach']
+
+
+def scores_csv(path:Path, values) -> str:
+    path.write_text('text,score\n' + ''.join(f'{WORDS[i % 5]} {i},{v}\n' for i, v in enumerate(values)))
+    return str(path)
+
+
+LISTS = [['sports', 'politics'], ['sports'], [], ['music', 'sports'], ['politics'], ['music']]
+
+
+def lists_jsonl(path:Path, n:int=36, lists=LISTS) -> str:
+    path.write_text(''.join(json.dumps({'text': f'{WORDS[i % 5]} {i}', 'label': lists[i % len(lists)]}) + '\n' for i in range(n)))
+    return str(path)
+
+
+FIRST = ['The cat sat on the mat', 'A man is playing a guitar', 'The sun rose over the hills', 'She reads a book in the park',
+         'Two dogs run along the beach', 'The train left the station late']
+
+
+SECOND = ['A cat is sitting on a mat', 'Someone plays music', 'It was dark all day', 'A woman is reading outside',
+          'The beach is empty', 'The train was on time']
+
+
+def pairs_csv(path:Path, n:int=24, empty:dict|None=None) -> str:
+    "A CSV of `n` sentence pairs (`s1`, `s2`, `label` yes/no); `empty`: row -> the column left empty."
+    rows = []
+    for i in range(n):
+        a, b = f"{FIRST[i % 6]} {i}", f"{SECOND[(i * 5) % 6]} {i}"
+        if (empty or {}).get(i) == 's1': a = ''
+        if (empty or {}).get(i) == 's2': b = ''
+        rows.append(f'"{a}","{b}",{["no", "yes"][i % 2]}\n')
+    path.write_text('s1,s2,label\n' + ''.join(rows))
+    return str(path)
+
+
+def pair_args(tmp_path, data, **kw):
+    "`DataArguments` preparing `data`'s sentence pairs (columns s1, s2) with the offline MiniLM into `tmp_path/prep`, changed by `kw`."
+    from trn_tutorials.data.sources import DataArguments
+    from trn_tutorials.models import local_model
+    return DataArguments(**{'data': data, 'model_id': local_model(), 'dataset_path': str(tmp_path/'prep'), 'text_column': ['s1', 's2'], **kw})
+
+
+TRAIN = ['joy'] * 4 + ['sadness'] * 4
 
 
 # ---- how many processes the tests start (CI's measure of what runs in-process and what does not) ----

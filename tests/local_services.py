@@ -85,7 +85,7 @@ def stop(p:subprocess.Popen, sig:int=signal.SIGTERM):
 
 
 def damage(d:Path, how:str):
-    "Damage the prepared folder `d` as `how` says: what `load_prepared` must refuse (tests/test_data.py lists the ways)."
+    "Damage the prepared folder `d` as `how` says: what `load_prepared` must refuse (tests/test_prepared.py lists the ways)."
     m = d/'trn_tutorials.json'
     if how == 'no manifest': m.unlink()
     elif how == 'not JSON': m.write_text('{"model_id": "x", ')

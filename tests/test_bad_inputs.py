@@ -221,7 +221,7 @@ CASES = [
     Case('run_cost of nan seconds', 'func', lambda d, p: lambda: run_cost('trn1.2xlarge', float('nan')), ['--seconds nan is not a finite number']),
     Case('parse_args nan', 'exit', lambda d, p: lambda: parse_args([TrainArguments], ['--learning_rate', 'nan'], prog='trn-tutorials train'),
          ['--learning_rate nan is not a finite number']),
-    # --- issue 15: data and labels (03_data)   (helpers: tests/test_data_labels.py)
+    # --- issue 15: data and labels (03_data)   (helpers: tests/conftest.py)
     Case('cli prep dataset_path is a file', 'cli',
          lambda d, p: ['prep', '--data', sample_data(), '--model_id', M(), '--dataset_path', write(d, 'notes.txt', 'mine')],
          ['--dataset_path', 'notes.txt is a file, not a folder']),

@@ -1,6 +1,7 @@
 """The `trn-tutorials` command: bad input in-process through its entry function (`run`), and each command once in a
 subprocess as a user runs it (the process boundary: status, one stderr line, what was imported)."""
-import json, os, shutil, subprocess, sys
+import errno, json, os, shutil, subprocess, sys
+from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -341,7 +342,7 @@ def test_option_classes_match_the_functions_they_configure():
 REFUSALS = [   # (command line, the words of its one line): each of the six commands that train, prepare, serve or submit
     (['train', '--dataset_path', 'nowhere'], 'no prepared data at nowhere: run `trn-tutorials prep --dataset_path nowhere` first'),
     (['prep', '--buckets', '0'], '--buckets 0 is out of range: use 1 to 8 (e.g. --buckets 2) (see --help)'),
-    (['predict', '--model_dir', 'nowhere', '--text', 'hi'], 'nowhere has no config.json: pass the folder a model was saved to'),
+    (['predict', '--model_dir', 'nowhere', '--text', 'hi'], 'no model folder at nowhere: pass --model_dir'),
     (['verify', '--model_dir', 'nowhere'], 'no model folder at nowhere: pass --model_dir'),
     (['precompile', '--lr', '0'], '--learning_rate 0.0 is out of range: use a number in (0, 1000]'),
     (['sm-train', '--dataset_path', 'nowhere', '--instance_count', '2'], 'no prepared data at nowhere'),
@@ -409,3 +410,53 @@ def test_the_whole_numbers_are_the_classes_ints():
         for k in limits:
             if k in VARIES or k not in hints: continue
             assert (_number_kind(hints[k]) is int) == (k in WHOLE), (cls.__name__, k, hints[k])
+
+
+# ------------------------------------------------------------- a full disk: the folder being written, on the disk that is full
+def parsed(cmd:str, **kw):
+    from trn_tutorials.cli import command
+    from trn_tutorials.core.options import parse_args
+    argv = [x for k, v in kw.items() for x in (f'--{k}', str(v))]
+    return parse_args(command(cmd)[1], argv, prog='t')
+
+
+@pytest.fixture
+def two_disks(tmp_path, monkeypatch):
+    "Folders `a` and `b` on two disks: `b`'s is full (1 kB free), `a`'s has room."
+    import trn_tutorials.core.folders as F
+    (tmp_path/'a').mkdir(); (tmp_path/'b').mkdir()
+    on_b = lambda p: Path(p) == tmp_path/'b' or tmp_path/'b' in Path(p).parents
+    monkeypatch.setattr(F, '_device', lambda p: 2 if on_b(F._existing(p)) else 1)
+    usage = namedtuple('usage', 'total used free')
+    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 1000) if on_b(p) else usage(10**12, 0, 10**12))
+    return tmp_path
+
+
+def test_full_disk_names_the_folder_written_not_the_data_read(two_disks):
+    "`train` reads --dataset_path on one disk and writes --output_dir on the full one: the line names the output folder only."
+    from trn_tutorials.cli import _written
+    from trn_tutorials.core.folders import disk_full
+    t = two_disks
+    p = parsed('train', dataset_path=t/'a'/'data', output_dir=t/'b'/'model')
+    msg = disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p))
+    assert msg.startswith(f"the disk holding {t/'b'/'model'} is full") and str(t/'a') not in msg, msg
+    p = parsed('train', dataset_path=t/'b'/'data', output_dir=t/'a'/'model')   # the data's disk is full, but training only reads it
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(t/'a'/'model'/'checkpoint-2'/'x')), _written(p)).startswith(
+        f"the disk holding {t/'a'/'model'} is full")
+
+
+def test_full_disk_of_a_command_writing_two_folders(two_disks):
+    "`quickstart` writes both: without a file named, the one on the disk with no room; with one, the folder that holds it."
+    from trn_tutorials.cli import _written
+    from trn_tutorials.core.folders import disk_full
+    t = two_disks
+    p = parsed('quickstart', dataset_path=t/'a'/'data', output_dir=t/'b'/'model')
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p)).startswith(f"the disk holding {t/'b'/'model'} is full")
+    p = parsed('quickstart', dataset_path=t/'b'/'data', output_dir=t/'a'/'model')
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
+    tmp = t/'b'/'.data.tmp-1a2b3c4d'/'train'/'data-00000-of-00001.arrow'   # prep saves beside the folder first
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(tmp)), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
+    cache = t/'b'/'cache'/'x.arrow'   # a cache on the full disk, which holds the data folder too: that is named
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
+    p = parsed('prep', dataset_path=t/'a'/'data')
+    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), _written(p)).startswith(f"the disk holding {t/'b'/'cache'} is full")

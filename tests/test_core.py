@@ -1,7 +1,7 @@
 """Checks of `trn_tutorials.core.options`: one-line errors and parsing, numbers checked at construction (`Limit`, `check_numbers`),
 one declaration per option (`field_help`, `documented`, `arguments_of`), folders checked before anything is written
 (`check_folder`), one run per folder (`folder_lock`, with real processes), and the records that say who wrote a folder
-(`check_owner`, `folder_record`). The chapter (nbs/reference/90_core.ipynb) shows each function once; these pin it down."""
+(`folder_record`). The chapter (nbs/reference/90_core.ipynb) shows each function once; these pin it down."""
 from __future__ import annotations
 import json, math, os, signal, subprocess, sys
 from dataclasses import asdict, dataclass, field
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from local_services import freeze, unfreeze
-from trn_tutorials.core.folders import (RECORD, check_folder, check_owner, folder_lock, folder_record, lock_holder, lock_path,
-                                        write_record)
+from trn_tutorials.core.folders import RECORD, check_folder, folder_lock, folder_record, lock_holder, lock_path
+from trn_tutorials.reader import STOP
 from trn_tutorials.core.options import (Limit, UsageError, arguments_of, check_number, check_numbers, documented, field_help,
                                         given_options, parse_args)
 
@@ -159,9 +159,12 @@ def test_lock_refuses_a_second_run_and_names_the_first(tmp_path):
         rec = lock_holder(folder)
         assert rec['pid'] == p.pid and rec['root'] == 12345 and rec['command'].startswith('`-c ')
         with pytest.raises(UsageError) as e:
-            with folder_lock(folder, 'output_dir'): pass
+            with folder_lock(folder, 'output_dir', STOP): pass
         msg = str(e.value)
         assert f'is in use by pid {p.pid} (`-c' in msg and f'trn-tutorials stop --output_dir {folder}' in msg and '\n' not in msg, msg
+        with pytest.raises(UsageError) as e:
+            with folder_lock(folder, 'output_dir'): pass   # no command named: the base knows none
+        assert 'stop it' not in str(e.value) and 'wait for it to finish, or pass another --output_dir' in str(e.value), e.value
     finally: p.kill(); p.wait()
 
 
@@ -256,30 +259,9 @@ def test_arguments_of_a_function():
 
 
 # ----------------------------------------------------------------------------------------------------
-# Issue 23: folders the package writes carry a record; `check_owner` lets a run write only into a new, empty or own folder,
-# and never nests a recorded folder in another. `check_numbers` types text, lists and flags, and expands `~` once.
+# Issue 23: folders the package writes carry a record (which folder a run may write, `check_owner`, is the reader's:
+# tests/test_reader_folder.py). `check_numbers` types text, lists and flags, and expands `~` once.
 # (was test_records.py)
-
-def test_new_empty_and_own_folders_pass(tmp_path):
-    assert check_owner(tmp_path/'new', 'model', 'output_dir') == tmp_path/'new'
-    (tmp_path/'empty').mkdir(); (tmp_path/'empty'/'.ipynb_checkpoints').mkdir()   # hidden entries do not count
-    check_owner(tmp_path/'empty', 'model', 'output_dir')
-    write_record(tmp_path/'m', {'kind': 'model'}); (tmp_path/'m'/'config.json').write_text('{}')
-    check_owner(tmp_path/'m', 'model', 'output_dir')
-
-@pytest.mark.parametrize('files', [{'config.json': '{}'}, {'metrics.json': '{"f1": 1}'}, {'train.log': 'mine'}, {'notes/a.txt': 'x'}])
-def test_unrecorded_files_are_refused_and_kept(tmp_path, files):
-    for n, t in files.items(): (tmp_path/'out'/n).parent.mkdir(parents=True, exist_ok=True); (tmp_path/'out'/n).write_text(t)
-    with pytest.raises(UsageError, match=r"holds files trn-tutorials did not write .*pass another --output_dir"): check_owner(tmp_path/'out', 'model', 'output_dir')
-    assert all((tmp_path/'out'/n).read_text() == t for n, t in files.items())
-
-def test_other_kind_damaged_and_nesting_are_refused(tmp_path):
-    write_record(tmp_path/'data', {'kind': 'prepared data'})
-    with pytest.raises(UsageError, match=r'is prepared data \(written by trn-tutorials prep\), not a model folder'): check_owner(tmp_path/'data', 'model', 'output_dir')
-    with pytest.raises(UsageError, match=r'lies inside .*data, prepared data .*pass another --output_dir, outside it'): check_owner(tmp_path/'data'/'model', 'model', 'output_dir')
-    with pytest.raises(UsageError, match=r'holds .*data, prepared data .*pass another --output_dir \(a new or empty folder of its own\)'): check_owner(tmp_path, 'model', 'output_dir')
-    (tmp_path/'bad').mkdir(); (tmp_path/'bad'/RECORD).write_text('{not json')
-    with pytest.raises(UsageError, match='is damaged'): check_owner(tmp_path/'bad', 'model', 'output_dir')
 
 def test_old_manifests_and_model_folders_are_recognised(tmp_path):
     (tmp_path/'d').mkdir(); (tmp_path/'d'/RECORD).write_text(json.dumps({'label_names': ['a', 'b'], 'rows': {}}))

@@ -423,7 +423,7 @@ def test_sdpa_attention_packs_the_same(family):
 
 def test_prepare_pack_pairs_and_train(tmp_path):
     "`prep --text_column s1 s2 --pack`, then a packed run: the pairs' segment ids in the rows and handed to the model, every pair scored once."
-    from test_data_checks import FIRST, SECOND, pairs_csv
+    from conftest import FIRST, SECOND, pairs_csv
     from trn_tutorials.data.sources import DataArguments
     from trn_tutorials.data.prepare import prepare
     from trn_tutorials.data.prepared import load_prepared

@@ -14,6 +14,7 @@ from trn_tutorials.data.files import EMOTION_LABELS
 from trn_tutorials.data.sources import load_raw, sample_data
 from trn_tutorials.serving.inference import TORCHSCRIPT, TRACE_INFO, model_fn, predict_fn
 from trn_tutorials.serving.predict import ClassifyArguments, classify, record_path, rows_done, windows
+from trn_tutorials.serving.preflight import serving_preflight
 
 SCORE_TOL = 1.0001e-4   # both round to 4 places
 CLI = [sys.executable, '-c', 'from trn_tutorials.cli import main; main()', 'predict']
@@ -181,7 +182,7 @@ def test_bad_input_is_one_line_before_the_model_loads(trained_model, tmp_path, m
     (tmp_path/'no-weights').mkdir(); (tmp_path/'no-weights'/'config.json').write_text('{}')
     m = str(trained_model)
     cases = [
-        (dict(model_dir=str(tmp_path/'nothing'), text=['hi']), 'has no config.json: pass the folder a model was saved to'),
+        (dict(model_dir=str(tmp_path/'nothing'), text=['hi']), 'nothing: pass --model_dir, the folder train wrote'),
         (dict(model_dir=str(tmp_path/'no-weights'), text=['hi']), 'has no weights'),
         (dict(model_dir=m, data=str(tmp_path/'tweets.csv')), "has no column 'text' (its columns: tweet, id): pass the one holding the texts with --text_column NAME"),
         (dict(model_dir=m, data=str(tmp_path/'empty.txt')), 'is empty'),
@@ -222,7 +223,7 @@ def test_on_neuron_only_a_compiled_model_runs(trained_model, tmp_path, monkeypat
     import shutil; shutil.copytree(trained_model, d)
     (d/TORCHSCRIPT).write_bytes(b'')
     (d/TRACE_INFO).write_text(json.dumps({'compiler': 'torch_neuronx 2.9.0', 'lengths': [40]}))
-    assert predict_mod.check_servable(str(d), 'neuron') == EMOTION_LABELS
+    assert serving_preflight(str(d), 'neuron').label_names == EMOTION_LABELS
     assert predict_mod.default_batch_size('neuron', 128) == 128 and predict_mod.default_batch_size('cpu', 40) == 102
 
 

@@ -1,12 +1,13 @@
-"""The reader's folder (core's `reader_folder`, `made_before`, `scratch`) and the journey that walks the chapters in it."""
+"""The reader's folders (`reader_folder`, `made_before`, `scratch`; which folder a run may write, `check_owner`) and the journey
+that walks the chapters in it."""
 import json, os, re, shutil, subprocess, sys, tomllib
 from pathlib import Path
 
 import pytest
 
-from trn_tutorials.reader import READER_ENV, made_before, reader_contents, reader_folder, reader_path, scratch
+from trn_tutorials.reader import READER_ENV, check_owner, made_before, reader_contents, reader_folder, reader_path, scratch
 from trn_tutorials.core.options import UsageError
-from trn_tutorials.core.folders import write_record
+from trn_tutorials.core.folders import RECORD, write_record
 
 ROOT = Path(__file__).parents[1]
 
@@ -142,3 +143,28 @@ def test_the_journey_answers_an_endpoint_with_its_archives_handler(tmp_path, mon
         assert aws.left() == {}
     finally:
         aws.stop(); os.environ.clear(); os.environ.update(saved)
+
+
+# Issue 23: `check_owner` lets a run write only into a new, empty or own folder, and never nests a recorded folder in another
+# (was test_core.py)
+
+def test_new_empty_and_own_folders_pass(tmp_path):
+    assert check_owner(tmp_path/'new', 'model', 'output_dir') == tmp_path/'new'
+    (tmp_path/'empty').mkdir(); (tmp_path/'empty'/'.ipynb_checkpoints').mkdir()   # hidden entries do not count
+    check_owner(tmp_path/'empty', 'model', 'output_dir')
+    write_record(tmp_path/'m', {'kind': 'model'}); (tmp_path/'m'/'config.json').write_text('{}')
+    check_owner(tmp_path/'m', 'model', 'output_dir')
+
+@pytest.mark.parametrize('files', [{'config.json': '{}'}, {'metrics.json': '{"f1": 1}'}, {'train.log': 'mine'}, {'notes/a.txt': 'x'}])
+def test_unrecorded_files_are_refused_and_kept(tmp_path, files):
+    for n, t in files.items(): (tmp_path/'out'/n).parent.mkdir(parents=True, exist_ok=True); (tmp_path/'out'/n).write_text(t)
+    with pytest.raises(UsageError, match=r"holds files trn-tutorials did not write .*pass another --output_dir"): check_owner(tmp_path/'out', 'model', 'output_dir')
+    assert all((tmp_path/'out'/n).read_text() == t for n, t in files.items())
+
+def test_other_kind_damaged_and_nesting_are_refused(tmp_path):
+    write_record(tmp_path/'data', {'kind': 'prepared data'})
+    with pytest.raises(UsageError, match=r'is prepared data \(written by trn-tutorials prep\), not a model folder'): check_owner(tmp_path/'data', 'model', 'output_dir')
+    with pytest.raises(UsageError, match=r'lies inside .*data, prepared data .*pass another --output_dir, outside it'): check_owner(tmp_path/'data'/'model', 'model', 'output_dir')
+    with pytest.raises(UsageError, match=r'holds .*data, prepared data .*pass another --output_dir \(a new or empty folder of its own\)'): check_owner(tmp_path, 'model', 'output_dir')
+    (tmp_path/'bad').mkdir(); (tmp_path/'bad'/RECORD).write_text('{not json')
+    with pytest.raises(UsageError, match='is damaged'): check_owner(tmp_path/'bad', 'model', 'output_dir')

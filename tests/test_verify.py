@@ -8,6 +8,7 @@ import pytest
 from trn_tutorials.core.options import UsageError
 from trn_tutorials.data.sources import DataArguments
 from trn_tutorials.data.prepare import prepare
+from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.data.sources import load_raw, sample_data
 from trn_tutorials.training.arguments import TrainArguments
 from trn_tutorials.training.launch import launch
@@ -129,10 +130,11 @@ def test_an_endpoint_that_cuts_texts_is_caught(trained, monkeypatch, server):
 
 def test_a_function_endpoint_and_the_rows_decoded(trained, monkeypatch):
     monkeypatch.chdir(trained)
-    rows, labels, m = split_rows('data')
+    data = load_prepared('data')
+    rows, labels = split_rows(data)
     texts = texts_of_rows(rows, load('model').tokenizer)
     raw = load_raw(sample_data())['test']
-    names = m['label_names']
+    names = data.label_names
     assert sorted(zip(texts, (names[l] for l in labels))) == sorted(zip(raw['text'], raw['label']))   # the test split's texts, each with its label
     v = verify('model', endpoint=handler('model'), record=False)
     assert v.forms['endpoint']['flips'] == 0
@@ -140,8 +142,9 @@ def test_a_function_endpoint_and_the_rows_decoded(trained, monkeypatch):
 
 def test_packed_rows_are_taken_apart_into_their_texts(prepared, tmp_path):
     prepare(DataArguments(data=sample_data(), model_id=str(prepared/'tiny-bert'), dataset_path=str(tmp_path/'packed'), pack=True))
-    plain, packed = split_rows(str(prepared/'data')), split_rows(str(tmp_path/'packed'))   # conftest's `data`: the plain prep
-    assert packed[2]['packing']['rows']['test'] < len(packed[0]) == len(plain[0]) == 72
+    packed_data = load_prepared(str(tmp_path/'packed'))
+    plain, packed = split_rows(load_prepared(str(prepared/'data'))), split_rows(packed_data)   # conftest's `data`: the plain prep
+    assert packed_data.manifest['packing']['rows']['test'] < len(packed[0]) == len(plain[0]) == 72
     key = lambda rl: sorted(zip((tuple(r['input_ids']) for r in rl[0]), rl[1]))
     assert key(packed) == key(plain)   # the same texts and labels; packed rows hold them longest first
 
@@ -149,6 +152,7 @@ def test_packed_rows_are_taken_apart_into_their_texts(prepared, tmp_path):
 def test_bad_input_is_one_line_before_any_model_loads(trained, monkeypatch, tmp_path):
     monkeypatch.chdir(trained)
     cases = [(dict(model_dir='nothing'), 'no model folder at nothing: pass --model_dir'),
+             (dict(model_dir='data'), 'data is prepared data (trn-tutorials prep writes them), not a model folder: pass --model_dir'),
              (dict(model_dir='tiny-bert'), 'tiny-bert has no metrics.json naming its data: pass --dataset_path'),
              (dict(model_dir='model', split='nosplit'), "data has no 'nosplit' split (it has train, validation, test)"),
              (dict(model_dir='model', dataset_path='nope'), 'no prepared data at nope'),

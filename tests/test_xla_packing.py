@@ -77,7 +77,7 @@ def test_packed_pairs_rehearsal_one_shape(tmp_path):
     "Packed pairs through torchrun on the XLA device (the Trn1 stand-in, .venv-trn1): one training shape; the second epoch and later evaluations compile nothing."
     pytest.importorskip('torch_xla', reason="the XLA rehearsal runs in the Trn1 stand-in (.venv-trn1)")
     import subprocess
-    from test_data_checks import FIRST, SECOND, pairs_csv
+    from conftest import FIRST, SECOND, pairs_csv
     from trn_tutorials.data.sources import DataArguments
     from trn_tutorials.data.prepare import prepare
     from trn_tutorials.training.launch import launch_env, torchrun_command

@@ -8,9 +8,9 @@ __all__ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scr
            'InstanceArguments', 'launch_instance', 'find_instance', 'find_instances', 'ssh_command', 'run_remote',
            'Tunnel', 'stop_all', 'open_jupyter', 'EMOTION_LABELS', 'load_raw', 'sample_data', 'DataArguments',
            'prepare', 'Prepared', 'load_prepared', 'rows_for_texts', 'TrainArguments', 'Run', 'preflight', 'train',
-           'launch', 'stop', 'Results', 'precompile', 'classify', 'ClassifyArguments', 'verify', 'JobArguments',
-           'sm_train', 'submit', 'wait_job', 'job_results', 'deploy', 'predict', 'delete', 'hf_deploy', 'cleanup',
-           'leftovers']
+           'launch', 'stop', 'Results', 'precompile', 'Served', 'serving_preflight', 'classify', 'ClassifyArguments',
+           'verify', 'JobArguments', 'sm_train', 'submit', 'wait_job', 'job_results', 'deploy', 'predict', 'delete',
+           'hf_deploy', 'cleanup', 'leftovers']
 
 # %% ../nbs/reference/architecture.ipynb #7c2f1bd6
 from .core.options import UsageError
@@ -32,6 +32,7 @@ from .training.preflight import Run, preflight
 from .training.train import train
 from .training.launch import launch, stop, Results
 from .training.precompile import precompile
+from .serving.preflight import Served, serving_preflight
 from .serving.predict import classify, ClassifyArguments
 from .serving.verify import verify
 from .sagemaker.training_job import JobArguments, sm_train, submit, wait_job, job_results
@@ -45,5 +46,5 @@ _all_ = ['UsageError', 'reader_folder', 'reader_contents', 'made_before', 'scrat
          'InstanceArguments', 'launch_instance', 'find_instance', 'find_instances', 'ssh_command',
          'run_remote', 'Tunnel', 'stop_all', 'open_jupyter', 'EMOTION_LABELS', 'load_raw', 'sample_data',
          'DataArguments', 'prepare', 'Prepared', 'load_prepared', 'rows_for_texts', 'TrainArguments', 'Run', 'preflight', 'train', 'launch',
-         'stop', 'Results', 'precompile', 'classify', 'ClassifyArguments', 'verify', 'JobArguments', 'sm_train', 'submit',
+         'stop', 'Results', 'precompile', 'Served', 'serving_preflight', 'classify', 'ClassifyArguments', 'verify', 'JobArguments', 'sm_train', 'submit',
          'wait_job', 'job_results', 'deploy', 'predict', 'delete', 'hf_deploy', 'cleanup', 'leftovers']

@@ -13,7 +13,8 @@ from typing import Literal
 
 from .backends import CATALOG, detect
 from .models import short_path
-from .core.folders import check_model_path, check_prepared_path, disk_full, folder_record
+from .reader import check_model_path, check_prepared_path
+from .core.folders import disk_full, folder_record
 from .core.options import (ALIASES, arguments_of, check_given_numbers, check_numbers, CLASSIFY_LIMITS, documented,
                                         given_options, given_text, JOB_LIMITS, Limit, NPROC_LIMIT, parse_args, SHAPE_LIMITS,
                                         TRAIN_LIMITS, UsageError)
@@ -298,7 +299,7 @@ EARLY = {   # command: the limits of its numbers and the check of each folder it
     'precompile': ({**TRAIN_LIMITS, 'nproc_per_node': NPROC_LIMIT}, {}),   # its data is read only where it compiles (not on the CPU, where it is not needed)
     'sm-train':   ({**TRAIN_LIMITS, **JOB_LIMITS}, {'dataset_path': check_prepared_path}),
     'predict':    (CLASSIFY_LIMITS, {'model_dir': check_model_path}),
-    'verify':     ({}, {'model_dir': lambda p: check_model_path(p, folder=True)}),
+    'verify':     ({}, {'model_dir': check_model_path}),
 }
 
 def early(name:str, # a key of `COMMANDS`

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from .backends import check_backend, detect, instance_type
 from .cli import interrupted, prep_cmd, prep_kept, train_cmd
 from .models import default_model, hub_reachable, short_path
-from .core.folders import check_owner, folder_lock, folder_record
+from .reader import check_owner, STOP
+from .core.folders import folder_lock, folder_record
 from .core.options import UsageError
 if TYPE_CHECKING:   # imported when a command is parsed: they load datasets and transformers
     from trn_tutorials.data.sources import DataArguments
@@ -103,7 +104,7 @@ def _quickstart(data, train, how, given, t0):
     train.model_id = data.model_id
     check_args(train)   # everything that can be wrong with the options, before the data is prepared
     check_owner(data.dataset_path, 'prepared data', 'dataset_path'); keep_user_data(data); check_output_dir(train)
-    with folder_lock(train.output_dir, 'output_dir'): pass   # a run into it now: refused before the data is prepared
+    with folder_lock(train.output_dir, 'output_dir', STOP): pass   # a run into it now: refused before the data is prepared
     if how.instance_type: instance_type(how.instance_type)
     backend = check_backend(train.backend, acc, how.instance_type)
     check_flags(train, backend)   # before the data is prepared

@@ -5,15 +5,15 @@
 # %% ../../nbs/reference/90a_folders.ipynb #5264803c
 from __future__ import annotations
 
-import json, os, re, shlex, socket, sys
+import json, os, socket, sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from .options import UsageError
 
 # %% auto #0
-__all__ = ['RECORD', 'KINDS', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'reading', 'folder_record',
-           'write_record', 'check_owner', 'check_prepared_path', 'check_model_path', 'disk_full']
+__all__ = ['RECORD', 'check_folder', 'lock_path', 'lock_holder', 'folder_lock', 'reading', 'folder_record', 'write_record',
+           'disk_full']
 
 # %% ../../nbs/reference/90a_folders.ipynb #e1ea4862
 def check_folder(path, # the folder given, e.g. `args.output_dir`
@@ -40,7 +40,7 @@ def check_folder(path, # the folder given, e.g. `args.output_dir`
 # %% ../../nbs/reference/90a_folders.ipynb #8b68a2e4
 def lock_path(folder # a folder a run writes, e.g. 'runs/emotion-model'
              ) -> Path:
-    "The lock file of `folder`: beside it (`runs/.emotion-model.lock`), since `prep` replaces the folder itself."
+    "The lock file of `folder`: beside it (`runs/.emotion-model.lock`), since a run may replace the folder itself."
     p = Path(os.path.abspath(Path(folder).expanduser()))
     return p.parent/f'.{p.name}.lock'
 
@@ -97,6 +97,7 @@ def _me(**extra) -> dict:
 @contextmanager
 def folder_lock(folder, # the folder the run writes
                 option:str, # the option that names it, for the message: 'output_dir' or 'dataset_path'
+                stop:str|None=None, # the command that stops the run holding it, for the message (`reader.STOP`); `None`: none is named
                 **extra # more to record, e.g. `root=`: the pid whose process tree `stop` ends (default: the holder's)
                ):
     "Hold `folder`'s lock for the block, or raise a one-line `UsageError` naming the process that holds it."
@@ -105,10 +106,11 @@ def folder_lock(folder, # the folder the run writes
     fd, rec = _take(lp, fcntl.LOCK_EX)
     if fd is None:
         if not rec and (readers := _readers(folder)):   # runs reading it hold it shared (`reading`), not a writer
-            r = next((r for r in readers if r.get('output_dir')), readers[0]); stop = f"stop it (`trn-tutorials stop --output_dir {r['output_dir']}`), " if r.get('output_dir') else ''
-            raise UsageError(f"{folder} is being read by {_holder(r)}: wait for it to finish, {stop}or pass another --{option}")
-        raise UsageError(f"{folder} is in use by {_holder(rec)}: wait for it to finish, stop it "
-                         f"(`trn-tutorials stop --{option} {folder}`), or pass another --{option}")
+            r = next((r for r in readers if r.get('output_dir')), readers[0])
+            how = f"stop it (`{stop} --output_dir {r['output_dir']}`), " if stop and r.get('output_dir') else ''
+            raise UsageError(f"{folder} is being read by {_holder(r)}: wait for it to finish, {how}or pass another --{option}")
+        how = f"stop it (`{stop} --{option} {folder}`), " if stop else ''
+        raise UsageError(f"{folder} is in use by {_holder(rec)}: wait for it to finish, {how}or pass another --{option}")
     stale = _read_lock(fd) or None   # the record of a run that was killed: its lock ended with it, so it is ours now
     rec = _me(folder=str(folder), **extra)
     os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(rec).encode(), 0)
@@ -140,7 +142,7 @@ def reading(folder, # the folder a run reads, e.g. its `dataset_path`
             option:str='dataset_path', # the option that names it, for the message
             **extra # more to record, e.g. `output_dir=`: what `stop` needs to end the run
            ):
-    "Hold `folder` shared for the block: `folder_lock` (a `prep` into it) is refused meanwhile, as this is while one writes."
+    "Hold `folder` shared for the block: `folder_lock` (a run writing it) is refused meanwhile, as this is while one writes."
     import fcntl, tempfile
     lp = lock_path(folder)
     if not Path(os.path.abspath(folder)).exists(): yield; return   # nothing to keep: the run refuses a missing folder itself
@@ -159,7 +161,6 @@ def reading(folder, # the folder a run reads, e.g. its `dataset_path`
 
 # %% ../../nbs/reference/90a_folders.ipynb #a7e0c002
 RECORD = 'trn_tutorials.json'   # the record of a folder the package wrote: its kind, options and data
-KINDS = {'prepared data': ('prepared data', 'trn-tutorials prep'), 'model': ('a model folder', 'trn-tutorials train')}
 
 def folder_record(folder # a folder, e.g. 'runs/emotion-data'
                  ) -> dict|None:
@@ -177,12 +178,6 @@ def folder_record(folder # a folder, e.g. 'runs/emotion-data'
     if 'kind' not in rec and 'label_names' in rec: rec = {**rec, 'kind': 'prepared data'}   # a manifest written before records had a kind
     return rec
 
-def _what(rec:dict) -> str:
-    if rec.get('kind') in KINDS: what, cmd = KINDS[rec['kind']]; return f"{what} (written by {cmd})"
-    return f"a folder whose {RECORD} is damaged ({rec.get('damaged', 'unknown kind')})"
-
-def _visible(p:Path) -> list[Path]: return sorted(x for x in p.iterdir() if not x.name.startswith('.'))   # `.ipynb_checkpoints`, `.DS_Store`
-
 def write_record(folder, # the folder the record describes (made if missing)
                  record:dict # what to record: `kind` and whatever a later run checks
                 ) -> Path:
@@ -191,81 +186,6 @@ def write_record(folder, # the folder the record describes (made if missing)
     tmp = p/f'.{RECORD}.tmp-{os.getpid()}'
     tmp.write_text(json.dumps(record, indent=2, default=str) + '\n'); os.replace(tmp, p/RECORD)
     return p/RECORD
-
-# %% ../../nbs/reference/90a_folders.ipynb #a7e0c003
-def check_owner(folder, # the folder a run will write, e.g. `args.output_dir`
-                kind:str, # what the run writes there: 'prepared data' or 'model'
-                option:str # the option that named it, e.g. 'output_dir'
-               ) -> Path:
-    "`folder` as a `Path` if a run writing `kind` may write it: new, empty, or recorded as `kind`; else a one-line `UsageError`."
-    p = check_folder(folder, option)
-    given = Path(folder).expanduser().parents
-    for k, up in enumerate(Path(os.path.abspath(p)).parents):   # nested inside another recorded folder
-        if (rec := folder_record(up)) is not None:
-            shown = given[k] if k < len(given) - 1 else up   # as the user named it, where they did
-            raise UsageError(f"--{option} {folder} lies inside {shown}, {_what(rec)}: pass another --{option}, outside it")
-    if not p.is_dir() or not _visible(p): return p
-    rec = folder_record(p)
-    if rec is None:
-        inner = next((q.parent for pat in ('*/', '*/*/') for q in sorted(p.glob(pat + RECORD))), None)
-        if inner: raise UsageError(f"--{option} {folder} holds {inner}, {_what(folder_record(inner))}: pass another --{option} (a new or empty folder of its own)")
-        names = [x.name for x in _visible(p)]
-        raise UsageError(f"--{option} {folder} holds files trn-tutorials did not write ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
-                         f"pass another --{option} (a new or empty folder)")
-    if rec.get('kind') != kind: raise UsageError(f"--{option} {folder} is {_what(rec)}, not {KINDS[kind][0]}: pass another --{option}")
-    return p
-
-# %% ../../nbs/reference/90a_folders.ipynb #b4c87f89
-_WEIGHTS = ('model.safetensors', 'model.safetensors.index.json', 'pytorch_model.bin')   # what a Hugging Face model folder holds
-_PARTIAL = re.compile(r'^\.(.+)\.(tmp|old)-[0-9a-f]{8}$')   # `prepare`'s copy while it saves, and the data it replaces
-
-def _what_else(p:Path, given:str) -> str|None:
-    "What the folder `p` holds, if it is a model, a checkpoint or a half-written prepare, with the fix; `None` for anything else."
-    if (m := _PARTIAL.match(p.name)):
-        dest = shlex.quote(os.path.abspath(p.with_name(m[1])))
-        return (f"{given} is a copy a stopped `trn-tutorials prep` left {'half-written' if m[2] == 'tmp' else 'while replacing the data'}: "
-                f"run `trn-tutorials prep --dataset_path {dest}` with the data it was preparing, which finishes or removes it, and pass {dest}")
-    def fix(model:Path) -> str:   # the data the model's record says it was trained on, where that is still there
-        rec = folder_record(model) or {}
-        data = rec['data'].get('dataset_path') if isinstance(rec.get('data'), dict) else None
-        return (f"pass --dataset_path {shlex.quote(data)}, the data it was trained on" if data and Path(data).is_dir() else
-                "pass --dataset_path, the folder `trn-tutorials prep` wrote")
-    if (folder_record(p) or {}).get('kind') == 'model' or (p/'config.json').is_file() and any((p/w).exists() for w in _WEIGHTS):
-        return f"{given} is a model folder (trn-tutorials train writes them), not prepared data: {fix(p)}"
-    if re.fullmatch(r'checkpoint-\d+', p.name) or (p/'trainer_state.json').is_file():
-        return (f"{given} is a training checkpoint (of the run in {p.parent}), not prepared data: {fix(p.parent)}; "
-                f"to resume the run, pass --output_dir {shlex.quote(str(p.parent))} instead")
-    return None
-
-def _half_written(p:Path, given:str) -> str|None:
-    "The fix for a folder that is not there because a `prep` into it stopped before it was whole; `None` otherwise."
-    left = sorted(p.parent.glob(f'.{p.name}.tmp-*')) if not p.exists() and p.parent.is_dir() else []
-    if not left: return None
-    return (f"no prepared data at {given}: a `trn-tutorials prep` into it stopped before the data was whole ({left[0].name} is what it left); "
-            f"run it again (trn-tutorials prep --dataset_path {os.path.abspath(p)} with the same --data), which removes that copy")
-
-# %% ../../nbs/reference/90a_folders.ipynb #edbcd3b7
-def check_prepared_path(dataset_path # the folder a run reads its prepared data from
-                       ):
-    "A one-line `UsageError` if `dataset_path` is empty, lies under a file, does not exist, or is a model, a checkpoint or a half-written prepare; what else a prepared folder needs, `load_prepared` checks."
-    if dataset_path is None or not str(dataset_path).strip():
-        raise UsageError("--dataset_path is empty: pass the folder `trn-tutorials prep` wrote, e.g. --dataset_path runs/emotion-data")
-    p = Path(dataset_path).expanduser()
-    up = next((q for q in p.parents if q.exists()), None) if not p.exists() else None
-    if up is not None and not up.is_dir():
-        raise UsageError(f"no prepared data at {dataset_path}: it lies under the file {up}; pass the folder `trn-tutorials prep` wrote")
-    if (why := _half_written(p, dataset_path)): raise UsageError(why)
-    if not p.exists(): raise UsageError(f"no prepared data at {dataset_path}: run `trn-tutorials prep --dataset_path {dataset_path}` first")
-    if p.is_dir() and (why := _what_else(p, dataset_path)): raise UsageError(why)
-
-def check_model_path(model_dir, # a trained model folder (train's --output_dir)
-                     folder:bool=False # first refuse a path that is no folder, in those words (`verify`'s)
-                    ):
-    "A one-line `UsageError` if `model_dir` holds no config.json: the model a command serves or scores must be there."
-    if folder and not Path(model_dir).is_dir():
-        raise UsageError(f"no model folder at {model_dir}: pass --model_dir, the folder train wrote (its --output_dir)")
-    if not (Path(model_dir)/'config.json').is_file():
-        raise UsageError(f"{model_dir} has no config.json: pass the folder a model was saved to (trn_tutorials.training.train's output_dir)")
 
 # %% ../../nbs/reference/90a_folders.ipynb #3b31761b
 def _existing(p) -> Path:

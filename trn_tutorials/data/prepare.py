@@ -13,7 +13,8 @@ from datasets import DatasetDict
 
 from .. import __version__
 from ..models import default_model, short_path, size_text
-from ..core.folders import check_owner, folder_lock, folder_record, RECORD
+from ..reader import check_owner, STOP
+from ..core.folders import folder_lock, folder_record, RECORD
 from ..core.options import check_type, UsageError
 from .checks import check_text_not_label, label_line, repeat_warning, validate_left_out
 from .files import data_files, is_disk_full, rows_text, SPLIT_NAMES
@@ -267,7 +268,7 @@ def prepare(args:DataArguments # what to prepare; see `DataArguments`
     _check_join(args)
     made = [p for p in Path(os.path.abspath(dest)).parents if not p.exists()]   # folders the lock file's creation adds
     try:
-        with folder_lock(args.dataset_path, 'dataset_path'):   # one `prep` per folder: a second one is refused, naming this one
+        with folder_lock(args.dataset_path, 'dataset_path', STOP):   # one `prep` per folder: a second one is refused, naming this one
             for note in _recover(Path(os.path.abspath(dest))): print(f"note: {note}", flush=True)
             check_owner(args.dataset_path, 'prepared data', 'dataset_path')   # again, now that no other run can write it
             _keep_other_data(given, args.data, dest)

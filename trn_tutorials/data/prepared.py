@@ -13,7 +13,8 @@ from datasets import ClassLabel, Dataset, DatasetDict, load_from_disk
 from fastcore.basics import patch
 
 from ..models import short_path, size_text
-from ..core.folders import check_prepared_path, RECORD
+from ..reader import check_prepared_path
+from ..core.folders import RECORD
 from ..core.options import UsageError
 from .files import data_files, datasets_quiet, PROBLEM_TYPES, root_cause
 from .labels import listed, problem_type_of

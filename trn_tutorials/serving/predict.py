@@ -16,13 +16,13 @@ from ..models import short_path
 from ..core.options import arguments_of, check_number, CLASSIFY_LIMITS, Limit, UsageError
 from ..data.files import datasets_quiet
 from ..data.sources import load_raw
-from .inference import (batch_logits, check_model_folder, Classifier, model_fn, ModelFolderError,
-                                             trained_lengths, TORCHSCRIPT, TRACE_INFO)
+from .inference import batch_logits, Classifier, model_fn, trained_lengths, TORCHSCRIPT, TRACE_INFO
+from .preflight import neuron_model, serving_preflight
 
 # %% auto #0
-__all__ = ['OUTPUT_KINDS', 'TOKENS_PER_BATCH', 'NEURON', 'BLOCK', 'MODEL_FILES', 'ClassifyArguments', 'read_texts',
-           'default_batch_size', 'neuron_model', 'load', 'check_servable', 'windows', 'probabilities', 'answer',
-           'fingerprint', 'model_fingerprint', 'window_length', 'record_path', 'rows_done', 'Predictions', 'classify']
+__all__ = ['OUTPUT_KINDS', 'TOKENS_PER_BATCH', 'BLOCK', 'MODEL_FILES', 'ClassifyArguments', 'read_texts', 'default_batch_size',
+           'load', 'windows', 'probabilities', 'answer', 'fingerprint', 'model_fingerprint', 'window_length',
+           'record_path', 'rows_done', 'Predictions', 'classify']
 
 # %% ../../nbs/serving/05c_predict.ipynb #b41f1f19
 def read_texts(data:str|None, # a file or folder `prep` reads, or '-' for stdin (one text a line)
@@ -54,7 +54,6 @@ def read_texts(data:str|None, # a file or folder `prep` reads, or '-' for stdin 
 # %% ../../nbs/serving/05c_predict.ipynb #403203b5
 OUTPUT_KINDS = ('.jsonl', '.csv')   # what --output may end with: one JSON object a line, or a table with a header line
 TOKENS_PER_BATCH = {'cpu': 4096, 'cuda': 65536, 'neuron': 16384, 'torchneuron': 16384, 'xla': 4096}   # padded tokens a forward pass takes
-NEURON = ('neuron', 'torchneuron')   # backends that serve only a model compiled for Neuron
 BLOCK = 16   # batches classified between two writes: a stop loses at most this much work
 
 def default_batch_size(backend:str, # `detect().backend`: cpu, cuda, neuron, ...
@@ -64,28 +63,10 @@ def default_batch_size(backend:str, # `detect().backend`: cpu, cuda, neuron, ...
     return max(1, min(1024, TOKENS_PER_BATCH.get(backend, 4096) // max_length))
 
 # %% ../../nbs/serving/05c_predict.ipynb #870fc129
-def neuron_model(model_dir:str # a model folder
-                ) -> bool:
-    "Whether `model_dir` holds a model compiled for Neuron: a `model.pt` whose `torchscript.json` names torch_neuronx."
-    d = Path(model_dir)
-    if not (d/TORCHSCRIPT).is_file() or not (d/TRACE_INFO).is_file(): return False
-    return 'neuron' in json.loads((d/TRACE_INFO).read_text()).get('compiler', '')
-
-def load(model_dir:str # a model folder `check_servable` accepted
+def load(model_dir:str # a model folder `serving_preflight` accepted
         ) -> Classifier:
     "The model as `model_fn` loads it (the eager model, a TorchScript or a Neuron-compiled `model.pt`), without the serving log's line."
     with redirect_stderr(io.StringIO()): return model_fn(model_dir)
-
-def check_servable(model_dir:str, # the trained model folder
-                backend:str # where it will run
-               ) -> list[str]:
-    "The model's label names; a one-line `UsageError` for a folder without a trained model, or a Neuron machine without a compiled one."
-    try: labels = check_model_folder(model_dir)
-    except ModelFolderError as e: raise UsageError(str(e)) from None
-    if backend in NEURON and not neuron_model(model_dir):
-        raise UsageError(f"on Neuron, predict runs the compiled model and {short_path(model_dir)} has none: compile it once with "
-                         f"python -c \"from trn_tutorials.serving.torchscript import trace; trace('{short_path(model_dir)}', neuron=True)\"")
-    return labels
 
 # %% ../../nbs/serving/05c_predict.ipynb #d0f43eaf
 def windows(texts:list, # strings, or `{'text', 'text_pair'}` pairs
@@ -241,7 +222,7 @@ def classify(model_dir:str='runs/emotion-model', # the trained model folder (tra
     if output is not None and Path(output).suffix.lower() not in OUTPUT_KINDS:
         raise UsageError(f"--output {output} ends with {Path(output).suffix or 'no suffix'}: name a .jsonl or a .csv file")
     backend = detect().backend
-    check_servable(model_dir, backend)
+    serving_preflight(model_dir, backend)
     length = window_length(model_dir)
     check_number('stride', stride, int, Limit(0, length // 2, example=length // 4), optional=True)   # at most half a window
     check_number('batch_size', batch_size, int, Limit(1, example=32), optional=True)

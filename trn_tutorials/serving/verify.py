@@ -13,11 +13,12 @@ from typing import Callable
 
 from ..models import short_path
 from ..core.options import check_number, Limit, UsageError
-from ..data.prepared import load_prepared
-from .inference import (batch_logits, check_model_folder, Classifier, input_fn, JSON, ModelFolderError,
-                                             output_fn, predict_fn, TORCHSCRIPT, TRACE_INFO)
+from ..data.prepared import Prepared
+from .inference import (batch_logits, Classifier, input_fn, JSON, output_fn, predict_fn, TORCHSCRIPT,
+                                             TRACE_INFO)
+from .preflight import serving_preflight
 from .torchscript import trace
-from ..training.progress import (classification_metrics, MAIN_METRIC, MULTI_LABEL, multi_label_metrics, problem_of,
+from ..training.progress import (classification_metrics, MAIN_METRIC, MULTI_LABEL, multi_label_metrics,
                                              REGRESSION, regression_metrics)
 from .predict import load   # the model as model_fn loads it, without the serving log's line
 
@@ -25,17 +26,14 @@ from .predict import load   # the model as model_fn loads it, without the servin
 __all__ = ['FORMS', 'VERIFY_RECORD', 'WEIGHTS', 'NO_NEURON', 'split_rows', 'view', 'quiet_tokenizer', 'compiled_for',
            'served_form', 'texts_of_rows', 'served_rows', 'logits_of', 'predictions', 'scores', 'flipped', 'score_form',
            'http_endpoint', 'handler', 'answers_as_predictions', 'endpoint_line', 'file_hash', 'weights_hash',
-           'Verification', 'verify_inputs', 'verify', 'check_verified']
+           'Verification', 'verify', 'check_verified']
 
 # %% ../../nbs/serving/11c_verify.ipynb #8c745010
-def split_rows(dataset_path:str, # the folder `prepare` wrote (the model's `metrics.json` names it)
-              split:str='test' # the split to score
-             ) -> tuple[list[dict], list, dict]:
-    "The split's texts as the model saw them (token ids, unpadded; packed rows taken apart), their labels, and the folder's manifest."
-    prepared = load_prepared(dataset_path)
-    ds, m = prepared.splits, prepared.manifest
-    if split not in ds: raise UsageError(f"{dataset_path} has no {split!r} split (it has {', '.join(ds)}): pass --split with one of them")
-    d, rows, labels = ds[split], [], []
+def split_rows(data:Prepared, # the prepared data the model was trained on (`Served.data`)
+               split:str='test' # the split to score, one the data holds (`serving_preflight` checked it)
+              ) -> tuple[list[dict], list]:
+    "The split's texts as the model saw them (token ids, unpadded; packed rows taken apart) and their labels."
+    d, rows, labels = data[split], [], []
     types = 'token_type_ids' in d.column_names
     if 'segment_ids' in d.column_names:   # packed: text k of a row is where segment_ids == k; its label in slot k - 1
         for r in d:
@@ -49,7 +47,7 @@ def split_rows(dataset_path:str, # the folder `prepare` wrote (the model's `metr
             n = sum(r['attention_mask']) if 'attention_mask' in r else len(r['input_ids'])
             rows.append({'input_ids': r['input_ids'][:n], **({'token_type_ids': r['token_type_ids'][:n]} if types else {})})
             labels.append(r['labels'])
-    return rows, labels, m
+    return rows, labels
 
 # %% ../../nbs/serving/11c_verify.ipynb #b8b106c6
 FORMS = ('eager', 'torchscript', 'neuron', 'endpoint')   # what verify compares, in this order; the eager model is the reference
@@ -255,34 +253,6 @@ class Verification:
     def _repr_markdown_(self): return f"{self.rows} texts of {self.dataset_path} ({self.split}):\n\n" + self.table()
     def __str__(self): return self._repr_markdown_()
 
-# %% ../../nbs/serving/11c_verify.ipynb #5c095bf2
-def verify_inputs(model_dir:str, # the trained model folder
-                  dataset_path:str|None, # the prepared data; `None`: the folder the model's metrics.json names
-                  split:str, # the split to score
-                  max_f1_drop:float, # how far below the eager model a form may score
-                  batch_size:int # rows a forward pass
-                 ) -> tuple[list[str], str, list[dict], list, str]:
-    "What `verify` scores (the label names, the data's folder, the split's rows and labels, the problem type), checked before any model loads: one line naming the fix otherwise."
-    if not Path(model_dir).is_dir(): raise UsageError(f"no model folder at {model_dir}: pass --model_dir, the folder train wrote (its --output_dir)")
-    try: names = check_model_folder(model_dir)
-    except ModelFolderError as e: raise UsageError(str(e)) from None
-    check_number('max_f1_drop', max_f1_drop, float, Limit(0, 1, example=0.01))
-    check_number('batch_size', batch_size, int, Limit(1, example=32))
-    if dataset_path is None:
-        mf = Path(model_dir)/'metrics.json'
-        if not mf.is_file():
-            raise UsageError(f"{model_dir} has no metrics.json naming its data: pass --dataset_path, the folder `trn-tutorials prep` wrote")
-        dataset_path = json.loads(mf.read_text())['dataset_path']
-        if not Path(dataset_path).exists():
-            raise UsageError(f"{model_dir}/metrics.json names the data {dataset_path}, which is not here (training ran in another folder?): "
-                             "pass --dataset_path, the folder `trn-tutorials prep` wrote")
-    rows, labels, manifest = split_rows(dataset_path, split)
-    problem = problem_of(manifest)
-    if problem != REGRESSION and manifest.get('label_names') and manifest['label_names'] != names:
-        raise UsageError(f"{dataset_path} has the labels {', '.join(manifest['label_names'])} and {model_dir} has {', '.join(names)}: "
-                         "pass --dataset_path, the folder the model was trained on")
-    return names, dataset_path, rows, labels, problem
-
 # %% ../../nbs/serving/11c_verify.ipynb #1796125a
 NO_NEURON = ("not run: this Python has no torch-neuronx (no NeuronCore here); run verify on a Trn1 or Inf2 instance, "
              "in the Neuron DLAMI's PyTorch venv")
@@ -297,7 +267,10 @@ def verify(model_dir:str='runs/emotion-model', # the trained model folder (train
           ) -> Verification:
     "Score the split with every form the model is served in (eager, TorchScript, Neuron-compiled, an endpoint) and compare each with the eager model."
     import torch
-    names, dataset_path, rows, labels, problem = verify_inputs(model_dir, dataset_path, split, max_f1_drop, batch_size)
+    check_number('max_f1_drop', max_f1_drop, float, Limit(0, 1, example=0.01))
+    check_number('batch_size', batch_size, int, Limit(1, example=32))
+    served = serving_preflight(model_dir, dataset_path=dataset_path, split=split)
+    rows, labels = split_rows(served.data, split)
     forms, own = {}, compiled_for(model_dir)
     ask = http_endpoint(endpoint) if isinstance(endpoint, str) else endpoint
     if ask is not None: ask(texts_of_rows(rows[:1], quiet_tokenizer(model_dir)))   # asked once before the slow part
@@ -318,7 +291,7 @@ def verify(model_dir:str='runs/emotion-model', # the trained model folder (train
         except ImportError: forms['neuron'] = {'status': NO_NEURON}
         forms['endpoint'] = ({'status': 'not run: no endpoint given (--endpoint_url, or endpoint= a function)'} if ask is None
                              else endpoint_line(ask, rows, labels, ref, eager, batch_size))
-    v = Verification(short_path(model_dir), short_path(dataset_path), split, len(rows), MAIN_METRIC[problem], forms, max_f1_drop)
+    v = Verification(short_path(model_dir), short_path(served.data.path), split, len(rows), MAIN_METRIC[served.problem_type], forms, max_f1_drop)
     if record:
         rec = {'date': date.today().isoformat(), 'weights': weights_hash(model_dir), 'model_pt': file_hash(Path(model_dir)/TORCHSCRIPT),
                'torch': torch.__version__.split('+')[0], **{k: getattr(v, k) for k in ('dataset_path', 'split', 'rows', 'metric', 'max_f1_drop', 'forms')}}

@@ -16,6 +16,7 @@ from ..backends import run_cost, set_backend_env, XLA_BACKENDS
 from ..core.folders import folder_lock, lock_holder, reading
 from ..core.options import check_number, check_numbers, documented, Limit, NPROC_LIMIT, UsageError
 from ..core.processes import die_with_parent, free_port, stop_signals_as_ctrl_c
+from ..reader import STOP
 from .checkpoints import newest_complete, resume_from
 from .live_progress import Progress
 from .preflight import claim_output_dir, preflight
@@ -269,7 +270,7 @@ def launch(args:TrainArguments, # the run's arguments, as the script parses them
     run = preflight(args, nproc_per_node, instance_type)   # every check before torchrun starts; the data read once
     args, n, out = run.args, run.workers, run.output_dir
     _wait_for_dying_holder(args.output_dir)
-    with (folder_lock(args.output_dir, 'output_dir', root=None) as lock,   # `root`: torchrun's pid, once it runs
+    with (folder_lock(args.output_dir, 'output_dir', STOP, root=None) as lock,   # `root`: torchrun's pid, once it runs
           reading(args.dataset_path, output_dir=args.output_dir), tempfile.TemporaryDirectory(prefix='torchrun-') as logs):
         _end_stale(lock['stale'], args.output_dir)
         resume_from(args, run.data, n, fill_last=args.backend in XLA_BACKENDS)

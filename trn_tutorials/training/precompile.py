@@ -13,6 +13,7 @@ from ..backends import Accelerator, check_backend, detect
 from ..core.folders import check_folder, folder_lock, RECORD
 from ..core.options import check_number, Limit, NPROC_LIMIT
 from ..core.processes import die_with_parent
+from ..reader import STOP
 from ..data.prepared import Prepared
 from .launch import launch_env, LaunchError, torchrun_command
 from .preflight import claim_output_dir, preflight, Run
@@ -108,7 +109,7 @@ def _trial(cmd:list[str], # `precompile_command`
           ):
     "Run `cmd` under the lock of its scratch folder; keep only its log (and the folder's record) there."
     scratch = check_folder(trial.output_dir, 'output_dir')
-    with folder_lock(scratch, 'output_dir', root=None):
+    with folder_lock(scratch, 'output_dir', STOP, root=None):
         claim_output_dir(trial, data)   # a model folder of ours, like a run's
         log = str(scratch/'precompile.log')
         print(f"precompile: {trial.max_steps}-step trial on {n} worker(s), outputs (garbage) in {scratch}", flush=True)

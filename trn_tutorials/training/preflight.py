@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from ..backends import Accelerator, check_backend, detect, instance_type as check_instance_type
 from ..models import size_text
-from ..core.folders import check_folder, check_owner, write_record
+from ..core.folders import check_folder, write_record
+from ..reader import check_owner
 from ..core.options import check_number, NPROC_LIMIT, UsageError
 from ..data.prepared import load_prepared, Prepared
 from .checkpoints import free_name

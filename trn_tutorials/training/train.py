@@ -13,6 +13,7 @@ from ..backends import check_backend, set_backend_env, XLA_BACKENDS
 from ..core.folders import folder_lock, reading
 from ..core.options import parse_args, UsageError
 from ..core.processes import die_with_parent, free_port, quick_exit, stop_signals_as_ctrl_c
+from ..reader import STOP
 from ..data.packing import texts_per_row
 if TYPE_CHECKING: from trn_tutorials.training.arguments import TrainArguments   # imported when a run is parsed: it loads transformers
 
@@ -329,7 +330,7 @@ def _output_lock(args:TrainArguments):
     out = check_output_dir(args)   # before the lock, which lives beside the folder
     mine = os.environ.get(LOCK_ENV) != os.path.abspath(out) and int(os.environ.get('LOCAL_RANK', 0)) == 0
     root = os.getppid() if torchrun_worker() else os.getpid()
-    return folder_lock(args.output_dir, 'output_dir', root=root) if mine else contextlib.nullcontext()
+    return folder_lock(args.output_dir, 'output_dir', STOP, root=root) if mine else contextlib.nullcontext()
 
 def _data_lock(args:TrainArguments):
     "The data folder held for reading while the run lasts: a `prep` into it is refused meanwhile (one worker a node holds it)."

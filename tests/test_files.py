@@ -1,14 +1,16 @@
-"""Checks of `trn_tutorials.data.files`: data sources and the files people have, read as they are. First the datasets of the
-SageMaker tutorials through the data chapter (issue 14, item 4): amazon_polarity and CoLA.
+"""Checks of `trn_tutorials.data.files`: the files people have, read as they are. First the datasets of the SageMaker tutorials
+through the data chapter (issue 14, item 4): amazon_polarity and CoLA.
 
 Every file here is written by the test itself, shaped like the real data (columns, header or not, quotes, labels) but with
 made-up rows: the real files are for research use and stay out of the repository. Each set is prepared with a tiny BERT
 whose vocabulary holds the fixtures' words, and the test reads back what training reads: `load_prepared`'s splits and
 manifest (label names = the model's id2label, labels, rows) and the token ids of the text.
+
+Then the messages, in the user's terms (issue 42): a bad row named by its line in the user's file, a spreadsheet's empty
+rows, a malformed JSON line, columns of another kind said in words, a full disk where the datasets cache is.
 """
 from __future__ import annotations
-import errno, json, re, shutil, subprocess
-from collections import namedtuple
+import errno, json, re, subprocess
 from pathlib import Path
 
 import pytest
@@ -16,16 +18,17 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 from transformers import AutoTokenizer
 
 from careless import ENV, TRN
+from conftest import LABELS, rows, write
 from local_services import REPR, refused
-from trn_tutorials.core.options import UsageError, parse_args
+from trn_tutorials.core.options import UsageError
 from trn_tutorials.models import local_model, tiny_bert
 from trn_tutorials.data.files import KNOWN_DATA
-from trn_tutorials.data.sources import known_defaults, load_raw
-from trn_tutorials.data.sources import DataArguments
+from trn_tutorials.data.sources import DataArguments, load_raw
 from trn_tutorials.data.prepare import prepare
 from trn_tutorials.data.prepared import load_prepared
 from trn_tutorials.data.labels import label_maps
 from trn_tutorials.data.checks import validate
+
 
 # ------------------------------------------------------------------------------------------------ amazon_polarity
 # label (0 negative, 1 positive), title, content; titles with and without end punctuation, one empty, quotes and commas
@@ -39,8 +42,12 @@ AMAZON_TRAIN = [
     (1, 'Lovely book', 'A quiet, warm story that I read twice.'),
     (0, 'Boring', 'I fell asleep at page ten, twice.'),
 ] * 3
+
+
 AMAZON_TEST = [(1, 'Happy', 'It works, and it looks great.'), (0, 'Sad "gift"', 'It broke before the party.'),
                (1, 'Fine.', 'Good value'), (0, 'Meh', 'Slow, loud and hot.')]
+
+
 AMAZON_TEXT = {  # title + content as the tutorial trains on it: joined as sentences
     'Happy': 'Happy. It works, and it looks great.', 'Sad "gift"': 'Sad "gift". It broke before the party.',
     'Fine.': 'Fine. Good value', 'Meh': 'Meh. Slow, loud and hot.'}
@@ -59,6 +66,7 @@ def write_amazon(folder:Path, kind:str) -> str:
         else: (folder/f'{split}.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in d.to_list()))
     return str(folder)
 
+
 # ----------------------------------------------------------------------------------------------------------- CoLA
 # sentence_source, label (0/1), label_notes, sentence: a tab between fields, no quoting, lone `"`s in sentences (one opens a field)
 COLA_TRAIN = [
@@ -69,8 +77,12 @@ COLA_TRAIN = [
     ('bc01', 1, '', 'He said "hello" and left.'),
     ('bc01', 0, '??', 'Her "hi, was.'),
 ] * 3
+
+
 COLA_DEV = [('clc95', 1, '', 'Somebody just left "the room".'), ('clc95', 0, '*', 'Them left "'),
             ('clc95', 1, '', 'The sailors rode the breeze.'), ('clc95', 0, '*', 'Rode the sailors breeze the.')]
+
+
 COLA_HEADER = 'sentence_source\tlabel\tlabel_notes\tsentence\n'
 
 
@@ -107,43 +119,6 @@ def read_back(tmp_path):
 
 
 def ids(tiny, text, length): return AutoTokenizer.from_pretrained(tiny)(text, padding='max_length', max_length=length)['input_ids']
-
-
-# -------------------------------------------------------------------------------------------------------- options
-def test_options_have_one_name_and_one_type_on_the_cli_and_in_python():
-    from trn_tutorials.core.options import _parser
-    p = _parser([DataArguments], 'trn-tutorials prep')   # the CLI's HfArgumentParser, each field's help in place (alone, not after another test)
-    a, = p.parse_args_into_dataclasses(['--text_column', 'title', 'content', '--label_names', 'negative', 'positive',
-                                        '--column_names', 'a', 'b', '--preset', 'cola'])
-    assert a == DataArguments(text_column=['title', 'content'], label_names=['negative', 'positive'], column_names=['a', 'b'], preset='cola')
-    assert DataArguments(text_column='review').text_column == ['review']   # from Python, one column may be a str
-    helps = {act.dest: act.help for act in p._actions}
-    assert all(k in helps['preset'] for k in KNOWN_DATA)
-    with pytest.raises(SystemExit): parse_args([DataArguments], ['--text_columns', 'a'], prog='trn-tutorials prep')
-
-
-def test_known_defaults():
-    "A known name in --data, or --preset, fills what the user left out; what the user gave wins; other data keeps `text`."
-    a = known_defaults(DataArguments(data='amazon_polarity'))
-    assert (a.preset, a.text_column, a.label_names, a.column_names) == ('amazon_polarity', ['title', 'content'], ['negative', 'positive'], None)
-    assert known_defaults(DataArguments(data='fancyzhx/amazon_polarity')).preset == 'amazon_polarity'
-    c = known_defaults(DataArguments(preset='cola'))
-    assert (c.data, c.text_column, c.label_names) == ('cola', ['sentence'], ['unacceptable', 'acceptable'])
-    assert c.column_names == ['sentence_source', 'label', 'label_notes', 'sentence']
-    assert known_defaults(DataArguments(data='x.csv', preset='cola', text_column=['body'])).text_column == ['body']
-    assert known_defaults(DataArguments(data='nyu-mll/glue')).preset is None    # GLUE holds many tasks: only `cola` names one
-    plain = known_defaults(DataArguments(data='reviews.csv'))
-    assert (plain.preset, plain.text_column, plain.label_names) == (None, ['text'], None)
-    with pytest.raises(UsageError, match="unknown --preset 'sst2': use one of emotion, amazon_polarity, cola"):
-        known_defaults(DataArguments(preset='sst2'))
-    with pytest.raises(UsageError, match="--label_names pos pos names a label twice"):   # `validate` called on its own checks too
-        validate(DatasetDict(train=Dataset.from_dict({'text': ['a', 'b'], 'label': [0, 1]})), label_names=['pos', 'pos'])
-
-
-def test_hub_names_need_the_hub(monkeypatch):
-    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-    for name in ('amazon_polarity', 'cola'):
-        with pytest.raises(UsageError, match=f"'{name}' is not a local path and the Hub is unreachable"): load_raw(name)
 
 
 # --------------------------------------------------------------------------------------------------- amazon_polarity
@@ -287,6 +262,7 @@ BAD = [  # (files to write, DataArguments fields, words of the one line)
      "train-00001-of-00002.csv has columns body, label but train-00000-of-00002.csv has text, label: give the files of split 'train' the same columns"),
 ]
 
+
 @pytest.mark.parametrize('files,kw,words', BAD, ids=[w.split(':')[0][:50] for _, _, w in BAD])
 def test_bad_input_one_line_before_tokenizing(files, kw, words, tmp_path, monkeypatch):
     "Each is refused by `prepare` in one line naming the fix, before the tokenizer is loaded (the model folder does not exist)."
@@ -329,35 +305,7 @@ def test_prep_cli_bad_input(tmp_path):
 # ----------------------------------------------------------------------------------------------------
 # Messages speak the user's terms (issue 42, principle 6): a bad row is named by its line in the user's file and every bad row is
 # counted; a spreadsheet's empty rows are left out with a note; a malformed JSON line is named by its line; labels and text columns of
-# another kind are said in words, never as a `datasets` feature's repr; a full disk is the disk of the folder being written; the
-# space check counts what the save needs, not an old copy that is not there.
-# (was test_data_messages.py)
-
-LABELS = ['joy', 'sadness']
-def rows(n=24, no_label=(), no_text=(), multiline=()):
-    "`n` (text, label) rows; those at `no_label` / `no_text` lack it; those at `multiline` have a text over three lines."
-    return [(None if i in no_text else f'i feel number {i}\nover\nlines' if i in multiline else f'i feel number {i} today',
-             None if i in no_label else LABELS[i % 2]) for i in range(n)]
-
-
-def write(d:Path, kind:str, rs, blank_after=(), name='train') -> tuple[Path, list[int]]:
-    "The rows `rs` as a `kind` file in `d` (blank lines after the rows at `blank_after`), and the line each row starts on, counted as written."
-    lines, at = [], []
-    def add(*ls): lines.extend(ls)
-    if kind in ('csv', 'tsv'): add('text,label' if kind == 'csv' else 'text\tlabel')
-    for i, (t, l) in enumerate(rs):
-        at.append(len(lines) + 1)
-        if kind == 'csv': row = f'''{'' if t is None else '"' + t + '"' if chr(10) in t else t},{l or ''}'''
-        elif kind == 'tsv': row = f"{t or ''}\t{l or ''}"
-        elif kind == 'txt': row = f"{t or ''};{l or ''}"
-        else: row = json.dumps({'text': t, 'label': l})
-        add(*row.split('\n'))
-        if i in blank_after: add('', '   ')   # blank and white-space lines: the loaders skip both
-    f = d/f"{name}.{'json' if kind == 'json-lines' else kind}"
-    f.write_text('\n'.join(lines) + '\n')
-    return f, at
-
-
+# another kind are said in words, never as a `datasets` feature's repr; a full disk of the datasets cache is said so.
 def said(lines:list[int]) -> str:
     "`lines 4, 9 and 12` (no runs, at most five) as the messages say them."
     return f"line {lines[0]}" if len(lines) == 1 else f"lines {', '.join(map(str, lines[:-1]))} and {lines[-1]}"
@@ -531,14 +479,6 @@ def test_columns_of_another_kind_said_in_words(tmp_path, name, content, words):
     assert all(w in msg for w in words), msg
 
 
-def test_integer_ids_with_a_missing_one_name_the_line(tmp_path):
-    "pandas reads integer labels as floats when one is missing: that row is named, not `numbers with decimals`."
-    (tmp_path/'ids.csv').write_text('text,label\n' + ''.join(f"tweet {i},{'' if i == 6 else i % 2}\n" for i in range(12)))
-    assert refused(validate, load_raw(str(tmp_path/'ids.csv'))) == f"{tmp_path/'ids.csv'}: 1 row has no label (line 8): give every row one"
-    (tmp_path/'ids.csv').write_text('text,label\n' + ''.join(f"tweet {i}.,{float(i % 2)}\n" for i in range(12)))
-    assert validate(load_raw(str(tmp_path/'ids.csv')))['train'].features['label'].names == ['0', '1']
-
-
 FEATURES = [Value('bool'), Value('float64'), Value('int64'), Value('timestamp[s]'), Sequence(Value('string')), {'a': Value('string')},
             ClassLabel(names=['x', 'y'])]
 
@@ -571,56 +511,7 @@ def test_files_of_one_split_with_different_kinds(tmp_path):
     assert "hold different kinds of values in column 'label'" in msg and 'holds whole numbers (0, 1)' in msg and 'holds lists ([0])' in msg, msg
 
 
-# --- a full disk: the folder being written, on the disk that is full
-def parsed(cmd:str, **kw):
-    from trn_tutorials.cli import command
-    from trn_tutorials.core.options import parse_args
-    argv = [x for k, v in kw.items() for x in (f'--{k}', str(v))]
-    return parse_args(command(cmd)[1], argv, prog='t')
-
-
-@pytest.fixture
-def two_disks(tmp_path, monkeypatch):
-    "Folders `a` and `b` on two disks: `b`'s is full (1 kB free), `a`'s has room."
-    import trn_tutorials.core.folders as F
-    (tmp_path/'a').mkdir(); (tmp_path/'b').mkdir()
-    on_b = lambda p: Path(p) == tmp_path/'b' or tmp_path/'b' in Path(p).parents
-    monkeypatch.setattr(F, '_device', lambda p: 2 if on_b(F._existing(p)) else 1)
-    usage = namedtuple('usage', 'total used free')
-    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 1000) if on_b(p) else usage(10**12, 0, 10**12))
-    return tmp_path
-
-
-def test_full_disk_names_the_folder_written_not_the_data_read(two_disks):
-    "`train` reads --dataset_path on one disk and writes --output_dir on the full one: the line names the output folder only."
-    from trn_tutorials.cli import _written
-    from trn_tutorials.core.folders import disk_full
-    t = two_disks
-    p = parsed('train', dataset_path=t/'a'/'data', output_dir=t/'b'/'model')
-    msg = disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p))
-    assert msg.startswith(f"the disk holding {t/'b'/'model'} is full") and str(t/'a') not in msg, msg
-    p = parsed('train', dataset_path=t/'b'/'data', output_dir=t/'a'/'model')   # the data's disk is full, but training only reads it
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(t/'a'/'model'/'checkpoint-2'/'x')), _written(p)).startswith(
-        f"the disk holding {t/'a'/'model'} is full")
-
-
-def test_full_disk_of_a_command_writing_two_folders(two_disks):
-    "`quickstart` writes both: without a file named, the one on the disk with no room; with one, the folder that holds it."
-    from trn_tutorials.cli import _written
-    from trn_tutorials.core.folders import disk_full
-    t = two_disks
-    p = parsed('quickstart', dataset_path=t/'a'/'data', output_dir=t/'b'/'model')
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p)).startswith(f"the disk holding {t/'b'/'model'} is full")
-    p = parsed('quickstart', dataset_path=t/'b'/'data', output_dir=t/'a'/'model')
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device'), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
-    tmp = t/'b'/'.data.tmp-1a2b3c4d'/'train'/'data-00000-of-00001.arrow'   # prep saves beside the folder first
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(tmp)), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
-    cache = t/'b'/'cache'/'x.arrow'   # a cache on the full disk, which holds the data folder too: that is named
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), _written(p)).startswith(f"the disk holding {t/'b'/'data'} is full")
-    p = parsed('prep', dataset_path=t/'a'/'data')
-    assert disk_full(OSError(errno.ENOSPC, 'No space left on device', str(cache)), _written(p)).startswith(f"the disk holding {t/'b'/'cache'} is full")
-
-
+# --- a full disk where the datasets cache is
 def test_full_disk_while_reading_names_the_datasets_cache(tmp_path, monkeypatch):
     "Reading a file writes an Arrow copy to the datasets cache: a full disk there is said so, not `could not read ... valid .csv`."
     import datasets, trn_tutorials.data.files as F
@@ -630,42 +521,3 @@ def test_full_disk_while_reading_names_the_datasets_cache(tmp_path, monkeypatch)
     msg = refused(load_raw, str(f))
     assert msg.startswith(f"the disk holding the datasets cache {datasets.config.HF_DATASETS_CACHE} is full (reading {f} writes a copy there)"), msg
     assert 'HF_DATASETS_CACHE' in msg and 'valid' not in msg
-
-
-# --- the space check: what the save needs
-def test_space_estimate_covers_the_save(tmp_path, monkeypatch):
-    "The bytes `check_save_space` asks for cover the save's peak (the new copy and one rewrite of its largest file), with no room for an old copy."
-    import trn_tutorials.data.prepare as D
-    from trn_tutorials.data.prepared import _folder_bytes, _space_needed
-    peak, real = [], D.datasets3_form
-    def measure(folder):
-        arrows = [f.stat().st_size for f in Path(folder).rglob('*.arrow')]
-        peak.append(_folder_bytes(Path(folder)) + max(arrows))
-        return real(folder)
-    monkeypatch.setattr(D, 'datasets3_form', measure)
-    for kw in (dict(), dict(buckets=3)):
-        m = prepare(DataArguments(data=str(write(tmp_path, 'csv', rows(400))[0]), model_id=local_model(), dataset_path=str(tmp_path/'prep'), **kw))
-        need, data = _space_needed(m['rows'], m['max_length'], 3)
-        assert peak[-1] <= need + 64_000 and need < 2 * data, (peak, need, data)
-
-
-def test_a_new_folder_needs_no_room_for_an_old_copy(tmp_path, monkeypatch):
-    import trn_tutorials.data.files as F
-    from trn_tutorials.data.prepared import _space_needed
-    f, _ = write(tmp_path, 'csv', rows(400))
-    args = lambda: DataArguments(data=str(f), model_id=local_model(), dataset_path=str(tmp_path/'prep'), max_length=32)
-    need, data = _space_needed({'train': 360, 'validation': 40}, 32, 3)
-    usage = namedtuple('usage', 'total used free')
-    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**12, 10**12, need + 1000))   # less than two copies: enough
-    assert need + 1000 < 2 * data and prepare(args())['rows'] == {'train': 360, 'validation': 40}
-    monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage(10**12, 10**12, 50_000))
-    msg = refused(prepare, args())   # the data prepared before: named, its size said
-    from trn_tutorials.models import size_text
-    from trn_tutorials.data.prepared import _folder_bytes
-    old = size_text(_folder_bytes(tmp_path/'prep'))
-    assert f"the data prepared there before ({old}) is removed only once the new copy is whole) but 50 kB are free" in msg, msg
-    shutil.rmtree(tmp_path/'prep')
-    msg = refused(prepare, args())   # a new folder: no old copy in the message
-    assert re.fullmatch(rf"saving the prepared data needs about [\d.]+ kB free at {re.escape(str(tmp_path))} \([\d.]+ kB of data, and room to rewrite "
-                        r"its largest file once\) but 50 kB are free: free some space there, or pass another --dataset_path on a disk with more room", msg), msg
-    assert not (tmp_path/'prep').exists()
