@@ -134,7 +134,7 @@ def test_an_empty_text_of_a_pair_refused_by_line(tmp_path, col, capsys):
 
 
 def test_accepted_label_rows_left_out_keep_pairs_aligned(tmp_path):
-    "_encode leaves out the rows of an accepted label train lacks: text and text_pair drop the same rows."
+    "encode_split leaves out the rows of an accepted label train lacks: text and text_pair drop the same rows."
     d = tmp_path/'d'; d.mkdir()
     pairs_csv(d/'train.csv')
     (d/'validation.csv').write_text('s1,s2,label\n' + ''.join(f'"first {i}","second {i}",{["no", "maybe", "yes"][i % 3]}\n' for i in range(9)))

@@ -12,9 +12,9 @@ from datasets import ClassLabel, concatenate_datasets, Dataset, DatasetDict, Val
 from ..core.folders import RECORD
 from ..core.options import check_number, Limit, UsageError
 from .files import column_kind, rows_text, SPLIT_NAMES
-from .labels import (_alike, _encode, _label_names, _label_sets, _label_values, _multi_names, _of, _problem,
-                                       _regression_values, _where, check_problem, column_values, listed, problem_type_of,
-                                       similar_labels)
+from .labels import (check_problem, column_values, encode_split, label_sets, label_values, listed, look_alike,
+                                       multi_label_names, problem_type_of, regression_values, rows_read_from, similar_labels,
+                                       split_named, train_label_names, train_problem_type)
 
 # %% auto #0
 __all__ = ['SPLIT_LIMITS', 'REPEAT_WARN', 'check_text_not_label', 'label_line', 'validate_left_out', 'validate', 'repeated_rows',
@@ -33,13 +33,13 @@ def _check_columns(d:Dataset, split:str, text_columns:list[str], label_column:st
     for c in text_columns:
         ft = d.features[c]
         if not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string', 'null')):
-            raise UsageError(f"column {c!r} of {_of(split, where)} holds {column_kind(ft, d[:50][c])}, not text: pass --text_column naming the text column")
+            raise UsageError(f"column {c!r} of {split_named(split, where)} holds {column_kind(ft, d[:50][c])}, not text: pass --text_column naming the text column")
     if len(d) == 0: raise UsageError(f"split {split!r} is empty: add rows to it or leave it out")
 
 def check_text_not_label(text_columns:list[str], # the text column(s)
                          label_column:str # the label column
                         ):
-    "Refuse a label column that is also a text column: the model would read the answer. Public: `prepare` checks it before loading."
+    "Refuse a label column that is also a text column: the model would read the answer."
     if label_column in text_columns:
         raise UsageError(f"--text_column {label_column} is also the --label_column: pass the column that holds the text as --text_column, "
                          f"or another --label_column")
@@ -65,7 +65,7 @@ def _as_option(labels) -> str:
 def label_line(counts:dict, # label -> rows
                most:int=12 # how many labels to name
               ) -> str:
-    "`sadness 4,666, joy 5,362, ...`: each label with its rows, the first `most` of them. Public: `prepare`'s summary lists labels with it."
+    "`sadness 4,666, joy 5,362, ...`: each label with its rows, the first `most` of them."
     items = [f"{l} {n:,}" for l, n in counts.items()]
     return ', '.join(items[:most]) + (f", and {len(items) - most} more (label_rows in {RECORD})" if len(items) > most else '')
 
@@ -94,7 +94,7 @@ def _refuse_unknown(bad:dict, out:dict, counts:dict, names:list, need:list, fix,
     "Refuse the labels of a split that train lacks (`bad`: split -> those not accepted), with their rows, look-alikes and the fix."
     for s, ls in bad.items():
         if not ls: continue
-        like = [f"{l!r} looks like {n!r}" for l in ls[:6] for n in names[:1000] if _alike(l, n)][:3]
+        like = [f"{l!r} looks like {n!r}" for l in ls[:6] for n in names[:1000] if look_alike(l, n)][:3]
         every = sum(out[s].values()) == sum(counts[s].values())
         tail = (f" to leave {'it' if len(ls) == 1 else 'them'} out of the label lists of split {s!r}" if multi and need == ls and sum(map(bool, bad.values())) == 1 else
                 f" to leave those rows out of split {s!r}" if need == ls and sum(map(bool, bad.values())) == 1 else
@@ -185,21 +185,21 @@ def _labels_of(splits:dict, where:dict, label_column:str, label_names:list[str]|
     "The label names (regression: `[label_column]`) and each split's labels: names (single), lists of names (multi-label) or numbers (regression)."
     if problem == 'regression':
         if label_names: raise UsageError(f"--label_names names classes, but {label_column!r} is a number to predict (regression): leave --label_names out")
-        labels = {s: _regression_values(d, s, label_column, where[s]) for s, d in splits.items()}
+        labels = {s: regression_values(d, s, label_column, where[s]) for s, d in splits.items()}
         if len(set(labels['train'])) < 2:
             raise UsageError(f"every row of split 'train' has {label_column!r} {labels['train'][0]:g}: a regression needs values that vary; add rows of other values")
         return [label_column], labels
     if problem == 'multi_label_classification':
-        sets = {s: _label_sets(d, s, label_column, label_separator, where[s]) for s, d in splits.items()}
-        names = _multi_names(sets['train'], label_column, label_names)
+        sets = {s: label_sets(d, s, label_column, label_separator, where[s]) for s, d in splits.items()}
+        names = multi_label_names(sets['train'], label_column, label_names)
         ids = lambda s: [[names[v] if 0 <= v < len(names) else str(v) for v in r] if r and not isinstance(r[0], str) else r for r in s]
         return names, {s: ids(v) for s, v in sets.items()}
-    names = _label_names(splits['train'], label_column, label_names, where['train'])
+    names = train_label_names(splits['train'], label_column, label_names, where['train'])
     ft = splits['train'].features[label_column]
     rename = dict(zip(ft.names, names)) if isinstance(ft, ClassLabel) and label_names else {}
     labels = {}
     for s, d in splits.items():   # every split's labels as names: integer ids become the names they stand for
-        vals = _label_values(d, s, label_column, where[s])
+        vals = label_values(d, s, label_column, where[s])
         labels[s] = [names[v] if 0 <= v < len(names) else str(v) for v in vals] if vals and not isinstance(vals[0], str) else \
                     [rename.get(v, v) for v in vals]
     return names, labels
@@ -217,7 +217,7 @@ def validate_left_out(ds:DatasetDict, # data as loaded by `load_raw`
                       problem_type:str|None=None, # one of `PROBLEM_TYPES`; `None`: read from the label column
                       label_separator:str|None=None # multi-label: the separator of label names joined in one text
                      ) -> tuple[DatasetDict, dict]:
-    "`validate`, and the rows it left out: split -> {label: rows}. Public: `prepare` reports those rows."
+    "`validate`, and the rows it left out: split -> {label: rows}."
     texts = [text_column] if isinstance(text_column, str) else list(text_column)
     check_number('eval_fraction', eval_fraction, float, SPLIT_LIMITS['eval_fraction'])
     check_number('split_seed', seed, int, SPLIT_LIMITS['split_seed'])
@@ -227,11 +227,11 @@ def validate_left_out(ds:DatasetDict, # data as loaded by `load_raw`
     splits, where = {}, {}
     for name, d in ds.items():
         s = SPLIT_NAMES.get(name.lower())
-        if s and s not in splits: splits[s], where[s] = d, _where(ds, name)   # a file's rows are named by their lines
+        if s and s not in splits: splits[s], where[s] = d, rows_read_from(ds, name)   # a file's rows are named by their lines
     if 'train' not in splits: raise UsageError(f"no train split (splits: {', '.join(ds)}): name the training file train.* or the split 'train'")
     if 'test' in splits and _unlabelled(splits['test'], label_column): del splits['test']   # e.g. GLUE's test set: nothing to score
     for s, d in splits.items(): _check_columns(d, s, texts, label_column, where[s])
-    problem = _problem(splits['train'], label_column, problem_type, label_separator)
+    problem = train_problem_type(splits['train'], label_column, problem_type, label_separator)
     names, labels = _labels_of(splits, where, label_column, label_names, problem, label_separator)
     if problem != 'regression' and len(names) < 2:
         raise UsageError(f"only one label ({names[0]!r}) in split 'train': a classifier needs at least two; add rows of another label")
@@ -243,7 +243,7 @@ def validate_left_out(ds:DatasetDict, # data as loaded by `load_raw`
         left_out = _check_labels({s: [l for r in v for l in r] if multi else v for s, v in labels.items()}, names, min_label_rows,
                                  list(accept_labels or []), 'validation' not in splits and not multi, eval_fraction, multi)
     pair = len(texts) == 2 and not join_texts
-    out = {s: _encode(d, s, texts, labels[s], names, where[s], problem, pair) for s, d in splits.items()}
+    out = {s: encode_split(d, s, texts, labels[s], names, where[s], problem, pair) for s, d in splits.items()}
     if 'validation' not in out: out['train'], out['validation'] = _split_off(out['train'], eval_fraction, seed)
     return DatasetDict({s: out[s] for s in ('train', 'validation', 'test') if s in out}), left_out
 

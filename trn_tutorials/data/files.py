@@ -17,9 +17,9 @@ from datasets.utils import logging as datasets_logging
 from ..core.options import documented, UsageError
 
 # %% auto #0
-__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'SPLIT_NAMES', 'HUB_ID', 'NUMBER_RE', 'KnownData',
-           'root_cause', 'data_files', 'datasets_quiet', 'numbers_text', 'column_kind', 'where_rows', 'rows_text',
-           'is_disk_full']
+__all__ = ['HUB_DATA', 'EMOTION_LABELS', 'PROBLEM_TYPES', 'KNOWN_DATA', 'FILE_TYPES', 'SPLIT_NAMES', 'HUB_ID', 'FILE_KINDS',
+           'TEXT_NAMES', 'NUMBER_RE', 'KnownData', 'root_cause', 'data_files', 'datasets_quiet', 'numbers_text',
+           'column_kind', 'where_rows', 'rows_text', 'is_disk_full', 'read_data_file', 'concat_splits']
 
 # %% ../../nbs/data/03b_data_files.ipynb #13e4f7c4
 HUB_DATA = 'dair-ai/emotion'
@@ -51,15 +51,15 @@ KNOWN_DATA = {
 }
 
 # %% ../../nbs/data/03b_data_files.ipynb #a213165d
-_FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.tsv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
+FILE_TYPES = {'.txt': 'csv', '.csv': 'csv', '.tsv': 'csv', '.jsonl': 'json', '.json': 'json', '.parquet': 'parquet'}
 
 SPLIT_NAMES = {'train': 'train', 'validation': 'validation', 'valid': 'validation', 'val': 'validation', 'dev': 'validation', 'test': 'test'}
 
 HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')  # `name` or `owner/name`
 
-_KINDS = ".txt (`text;label` lines), .csv, .tsv, .jsonl/.json or .parquet"
+FILE_KINDS = ".txt (`text;label` lines), .csv, .tsv, .jsonl/.json or .parquet"
 
-_TEXT_NAMES = ('text', 'sentence', 'content', 'review', 'tweet', 'document', 'comment', 'body', 'utterance', 'message', 'post')  # what files call their text
+TEXT_NAMES = ('text', 'sentence', 'content', 'review', 'tweet', 'document', 'comment', 'body', 'utterance', 'message', 'post')  # what files call their text
 
 _NA = dict(keep_default_na=False, na_values=[''])  # only an empty field is missing: a tweet saying `null` or `NA` is text
 
@@ -105,7 +105,7 @@ def _table_options(f:Path, column_names:list[str]|None) -> dict:
 
 def root_cause(e:BaseException # an exception, often re-raised by `datasets` or pyarrow
               ) -> str:
-    "The first line of the innermost exception behind `e`. Public: every data module's one-line messages quote it."
+    "The first line of the innermost exception behind `e`."
     while e.__cause__ or e.__context__: e = e.__cause__ or e.__context__
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
@@ -205,7 +205,7 @@ def _split_of(f:Path) -> str|None:
     "The split a file holds, by its name: `dev.csv`; for a data file also `in_domain_train.tsv` or `train-00000-of-00002.parquet`."
     stem = f.stem.lower()
     if stem in SPLIT_NAMES: return SPLIT_NAMES[stem]
-    if f.suffix.lower() not in _FILE_TYPES: return None
+    if f.suffix.lower() not in FILE_TYPES: return None
     shard = re.fullmatch(r'([a-z]+)-\d+-of-\d+', stem)   # the Hub's parquet layout: train-00000-of-00002
     return SPLIT_NAMES.get(shard[1] if shard else re.split(r'[-_.\s]+', stem)[-1])   # in_domain_train, out_of_domain_dev
 
@@ -216,23 +216,23 @@ def data_files(folder:str|Path # a folder of split files
     for f in sorted(folder.iterdir()):
         split = _split_of(f) if f.is_file() else None
         if split is None:
-            left.append((f.name, 'a folder' if f.is_dir() else 'not a data file' if f.suffix.lower() not in _FILE_TYPES else
+            left.append((f.name, 'a folder' if f.is_dir() else 'not a data file' if f.suffix.lower() not in FILE_TYPES else
                          'its name names no split (train, validation/valid/val/dev, test)'))
-        elif f.suffix.lower() not in _FILE_TYPES: other.setdefault(split, []).append(f)
+        elif f.suffix.lower() not in FILE_TYPES: other.setdefault(split, []).append(f)
         else:
             bare = [g for g in files.get(split, []) + [f] if g.stem.lower() in SPLIT_NAMES]   # `train.csv`: the whole split in one file
             if bare and split in files:
                 raise UsageError(f"two files for split {split!r} in {folder}: {files[split][0].name} and {f.name}; keep one")
             files.setdefault(split, []).append(f)
     for split, fs in other.items():
-        if split not in files: raise UsageError(f"unknown file type {fs[0].suffix!r} ({fs[0]}): save it as one of {_KINDS}")
+        if split not in files: raise UsageError(f"unknown file type {fs[0].suffix!r} ({fs[0]}): save it as one of {FILE_KINDS}")
         left += [(f.name, f"unknown type {f.suffix} ({', '.join(g.name for g in files[split])} read instead)") for f in fs]
     if 'train' not in files: raise UsageError(f"no train.* file in {folder}: name the files train.*, validation.* (or valid.*, val.*, dev.*) and test.*")
     return files, sorted(left)
 
 @contextmanager
 def datasets_quiet():
-    "Silence `datasets`' error log inside the block: a failure there reaches the user as one `UsageError` line instead. Public: `load_prepared` reads through it too."
+    "Silence `datasets`' error log inside the block: a failure there reaches the user as one `UsageError` line instead."
     level = datasets_logging.get_verbosity()
     datasets_logging.set_verbosity(datasets_logging.CRITICAL)
     try: yield
@@ -242,7 +242,7 @@ def datasets_quiet():
 def numbers_text(ns, # line or row numbers
                  most:int=5 # how many items to name; the rest are counted
                 ) -> str:
-    "Line or row numbers for a message: runs shortened (`60-62`), the first `most` items named and the rest counted: `11, 14, 20-22 and 9 more`. Public: the data checks name rows with it."
+    "Line or row numbers for a message: runs shortened (`60-62`), the first `most` items named and the rest counted: `11, 14, 20-22 and 9 more`."
     runs = []
     for n in ns:
         if runs and n == runs[-1][1] + 1: runs[-1][1] = n
@@ -259,7 +259,7 @@ def _shown(v) -> str:
 def column_kind(ft, # a `datasets` feature
                 vals=() # some of the column's values, for examples
                ) -> str:
-    "What a column of the `datasets` feature `ft` holds, in a user's words, with examples from its values `vals`: never the feature's repr. Public: the data checks describe label columns with it."
+    "What a column of the `datasets` feature `ft` holds, in a user's words, with examples from its values `vals`: never the feature's repr."
     seen = [v for v in vals if v is not None][:1000]
     eg = lambda vs: f" ({', '.join(dict.fromkeys(map(_shown, vs)))})" if vs else ''
     if isinstance(ft, ClassLabel): return f"class labels{eg(ft.names[:4])}"
@@ -320,7 +320,7 @@ def _empty_rows(d:Dataset) -> np.ndarray:
 def where_rows(lines:list|None, # each row's line in its file; `None`: not known
                rows # the rows' positions
               ) -> str:
-    "Where `rows` (positions) of a file are: `lines 11, 14 and 20` when each row's line is known, else their positions. Public: the data checks name bad rows with it."
+    "Where `rows` (positions) of a file are: `lines 11, 14 and 20` when each row's line is known, else their positions."
     rows = list(rows)
     if lines is not None: return f"line{'s' * (len(rows) > 1)} {numbers_text([lines[i] for i in rows])}"
     return f"row{'s' * (len(rows) > 1)} {numbers_text(rows)}, counted from 0"
@@ -338,12 +338,12 @@ def _drop_empty(d:Dataset, f:Path, lines:list|None) -> tuple[Dataset, list|None]
 
 def rows_text(n:int # a number of rows
              ) -> str:
-    "`1 row`, `1,234 rows`: a count of rows for a message. Public: the data checks and `prepare`'s summary count rows with it."
+    "`1 row`, `1,234 rows`: a count of rows for a message."
     return f"{n:,} row{'s' * (n != 1)}"
 
 def is_disk_full(e:BaseException # an error from reading or writing data
                 ) -> bool:
-    "Whether `e`, or an error behind it, says the disk (or the quota) is full. Public: `prepare` turns a full disk into one line with it."
+    "Whether `e`, or an error behind it, says the disk (or the quota) is full."
     import errno
     while e is not None:
         if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or 'No space left on device' in str(e): return True
@@ -351,12 +351,12 @@ def is_disk_full(e:BaseException # an error from reading or writing data
     return False
 
 # %% ../../nbs/data/03b_data_files.ipynb #a3dd87c6
-def _load_file(f:Path, split:str, text_column:str, label_column:str, column_names:list[str]|None=None) -> tuple[Dataset, tuple]:
+def read_data_file(f:Path, split:str, text_column:str, label_column:str, column_names:list[str]|None=None) -> tuple[Dataset, tuple]:
     "Split `split` read from the data file `f`, its wholly empty rows left out; and where its rows are: `(f, each row's line or None, rows)`."
     if f.stat().st_size == 0: raise UsageError(f"split {split!r} is empty ({f}): add rows or remove the file")
     kind, (opts, at) = f.suffix.lower(), _file_options(f, text_column, label_column, column_names)
     try:
-        with datasets_quiet(): d = load_dataset(_FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
+        with datasets_quiet(): d = load_dataset(FILE_TYPES[kind], data_files={split: str(f)}, **opts)[split]
     except Exception as e:
         if 'corresponds to no data' in str(e): raise UsageError(f"{f} holds no rows: add rows or remove the file") from None
         if is_disk_full(e):   # the loader writes an Arrow copy of the file to its cache
@@ -368,7 +368,7 @@ def _load_file(f:Path, split:str, text_column:str, label_column:str, column_name
     d, lines = _drop_empty(d, f, at if at is not None and len(at) == len(d) else None)   # lines only where each row's is sure
     return d, (str(f), lines, len(d))
 
-def _concat(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
+def concat_splits(parts:list[Dataset], files:list[Path], split:str) -> Dataset:
     "The rows of `parts`, read from `files`, as one split; the files must have the same columns (a column that is text in one is text in all)."
     if len(parts) == 1: return parts[0]
     cols = parts[0].column_names

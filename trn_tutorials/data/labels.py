@@ -13,21 +13,23 @@ from ..core.options import UsageError
 from .files import column_kind, EMOTION_LABELS, NUMBER_RE, numbers_text, PROBLEM_TYPES, where_rows
 
 # %% auto #0
-__all__ = ['column_values', 'listed', 'problem_type_of', 'check_problem', 'edit_distance', 'similar_labels', 'label_maps']
+__all__ = ['column_values', 'rows_read_from', 'split_named', 'listed', 'label_values', 'train_label_names', 'problem_type_of',
+           'check_problem', 'train_problem_type', 'regression_values', 'label_sets', 'multi_label_names',
+           'encode_split', 'edit_distance', 'look_alike', 'similar_labels', 'label_maps']
 
 # %% ../../nbs/data/03g_labels.ipynb #b261368b
 def column_values(d:Dataset, # a split
                   col:str # a column of it
                  ) -> list:
-    "Column `col` of `d` as a Python list. Public: `prepare` reads labels and texts with it."
+    "Column `col` of `d` as a Python list."
     return list(d[col])
 
-def _where(ds:DatasetDict, name:str) -> list|None:
+def rows_read_from(ds:DatasetDict, name:str) -> list|None:
     "Where the rows of split `name` of `ds` come from, as `load_raw` read them: `[(file, each row's line or None, rows)]`; `None` for data not read from files (or changed since)."
     got = getattr(ds, 'row_lines', {}).get(name)
     return got[1] if got and got[0] == getattr(ds[name], '_fingerprint', None) and sum(w[2] for w in got[1]) == len(ds[name]) else None
 
-def _of(split:str, where:list|None) -> str:
+def split_named(split:str, where:list|None) -> str:
     "What a message names a split by: its file, when it was read from one, else `split 'train'`."
     return where[0][0] if where and len(where) == 1 else f"split {split!r}"
 
@@ -49,7 +51,7 @@ def _bad_rows(split:str, rows:list[int], says:tuple[str, str], fix:str, where:li
 def listed(labels, # label names
            most:int=6 # how many to name; the rest are counted
           ) -> str:
-    "`labels` quoted and joined, at most `most` of them. Public: `prepare` and `load_prepared` name labels with it."
+    "`labels` quoted and joined, at most `most` of them."
     ls = [repr(str(l)) for l in labels]
     return ', '.join(ls[:most]) + (f" and {len(ls) - most} more" if len(ls) > most else '')
 
@@ -75,8 +77,8 @@ def _texts(d:Dataset, split:str, text_columns:list[str], pair:bool, where:list|N
     return cols[0], cols[1]
 
 # %% ../../nbs/data/03g_labels.ipynb #d29ec485
-def _label_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list:
-    "The labels of split `split` (read from `where`, see `_where`) as names (strings) or integer ids; a `ClassLabel` gives names."
+def label_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list:
+    "The labels of split `split` (read from `where`, see `rows_read_from`) as names (strings) or integer ids; a `ClassLabel` gives names."
     ft, vals = d.features[label_column], column_values(d, label_column)
     if isinstance(ft, ClassLabel): vals = [ft.names[v] if v is not None and 0 <= v < ft.num_classes else v for v in vals]
     elif isinstance(ft, Value) and 'float' in ft.dtype and all(v is None or v != v or float(v).is_integer() for v in vals):
@@ -84,15 +86,15 @@ def _label_values(d:Dataset, split:str, label_column:str, where:list|None=None) 
     elif not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string', 'null') or 'int' in ft.dtype)):
         other = (", or leave --problem_type out to predict the number (regression)" if isinstance(ft, Value) and 'float' in ft.dtype else
                  ", or leave --problem_type out for several labels a row (multi-label)" if _is_list(ft) else '')
-        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {column_kind(ft, vals)}: give each row a label name "
+        raise UsageError(f"the label column {label_column!r} of {split_named(split, where)} holds {column_kind(ft, vals)}: give each row a label name "
                          f"(text, e.g. positive) or an integer class id (0, 1, ...), or pass --label_column naming the column that holds them{other}")
     if (bad := [i for i, v in enumerate(vals) if v is None]): raise UsageError(_bad_rows(split, bad, ('has no label', 'have no label'), 'give every row one', where))
     return vals
 
 # %% ../../nbs/data/03g_labels.ipynb #7e90b906
-def _label_names(d:Dataset, label_column:str, label_names:list[str]|None=None, where:list|None=None) -> list[str]:
+def train_label_names(d:Dataset, label_column:str, label_names:list[str]|None=None, where:list|None=None) -> list[str]:
     "Label names, in id order, from the train split (read from `where`) and `label_names`, the names the user gave."
-    ft, vals = d.features[label_column], _label_values(d, 'train', label_column, where)
+    ft, vals = d.features[label_column], label_values(d, 'train', label_column, where)
     given = f"--label_names {' '.join(label_names)}" if label_names else ''
     if label_names and len(set(label_names)) != len(label_names): raise UsageError(f"{given} names a label twice: give each label one name")
     if isinstance(ft, ClassLabel):
@@ -134,7 +136,7 @@ def problem_type_of(feature # the `label` feature of validated data, or the `lab
 def check_problem(problem_type:str|None, # --problem_type as given
                   label_separator:str|None # --label_separator as given
                  ):
-    "Refuse a --problem_type that is not one of `PROBLEM_TYPES`, and a --label_separator that cannot be used. Public: `prepare` checks its options with it."
+    "Refuse a --problem_type that is not one of `PROBLEM_TYPES`, and a --label_separator that cannot be used."
     if problem_type is not None and problem_type not in PROBLEM_TYPES:
         raise UsageError(f"unknown --problem_type {problem_type!r}: use one of {', '.join(PROBLEM_TYPES)}, or leave it out (it is read from the label column)")
     if label_separator is not None:
@@ -148,7 +150,7 @@ def _decimal(v) -> bool:
     if isinstance(v, str): return bool(NUMBER_RE.fullmatch(v.strip())) and any(c in v for c in '.eE')
     return isinstance(v, float) and not (v != v) and not float(v).is_integer()
 
-def _problem(d:Dataset, label_column:str, problem_type:str|None, label_separator:str|None) -> str:
+def train_problem_type(d:Dataset, label_column:str, problem_type:str|None, label_separator:str|None) -> str:
     "The problem type of the train split `d`: `problem_type` as given, else read from its label column (lists or --label_separator: multi-label; decimal numbers: regression)."
     check_problem(problem_type, label_separator)
     if problem_type is not None: return problem_type
@@ -162,11 +164,11 @@ def _problem(d:Dataset, label_column:str, problem_type:str|None, label_separator
 
 
 # %% ../../nbs/data/03g_labels.ipynb #9c1d2e02
-def _regression_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list[float]:
+def regression_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list[float]:
     "The labels of split `split` as finite numbers (text that is a number read as one); a missing or non-number label refused, naming its rows."
     ft, vals = d.features[label_column], column_values(d, label_column)
     if not (isinstance(ft, Value) and (ft.dtype in ('string', 'large_string', 'null') or 'int' in ft.dtype or 'float' in ft.dtype)):
-        raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {column_kind(ft, vals)}: regression needs a number in each row "
+        raise UsageError(f"the label column {label_column!r} of {split_named(split, where)} holds {column_kind(ft, vals)}: regression needs a number in each row "
                          f"(e.g. 3.8), or pass --label_column naming the column that holds them")
     out, missing, bad = [], [], []
     for i, v in enumerate(vals):
@@ -183,20 +185,20 @@ def _regression_values(d:Dataset, split:str, label_column:str, where:list|None=N
 
 
 # %% ../../nbs/data/03g_labels.ipynb #9c1d2e03
-def _label_sets(d:Dataset, split:str, label_column:str, label_separator:str|None, where:list|None=None) -> list[list]:
+def label_sets(d:Dataset, split:str, label_column:str, label_separator:str|None, where:list|None=None) -> list[list]:
     "Each row's labels in split `split` (names, or integer ids), each once: a list column's lists, or text split at `label_separator`; a row may have none."
     ft, vals = d.features[label_column], column_values(d, label_column)
     if label_separator is not None:
         if isinstance(ft, ClassLabel): vals = [None if v is None else ft.names[v] for v in vals]
         elif not (isinstance(ft, Value) and ft.dtype in ('string', 'large_string', 'null')):
             raise UsageError(f"--label_separator {label_separator!r} splits label names joined in text, but the label column {label_column!r} of "
-                             f"{_of(split, where)} holds {column_kind(ft, vals)}: leave --label_separator out")
+                             f"{split_named(split, where)} holds {column_kind(ft, vals)}: leave --label_separator out")
         sets = [[] if v is None else [p.strip() for p in v.split(label_separator) if p.strip()] for v in vals]   # an empty field: no labels
     elif _is_list(ft):
         inner = getattr(ft, 'feature', None)
         if isinstance(inner, ClassLabel): vals = [v if v is None else [x if x is None else inner.names[x] for x in v] for v in vals]
         elif not (isinstance(inner, Value) and (inner.dtype in ('string', 'large_string', 'null') or 'int' in inner.dtype)):
-            raise UsageError(f"the label column {label_column!r} of {_of(split, where)} holds {column_kind(ft, vals)}: give each row a list of label names "
+            raise UsageError(f"the label column {label_column!r} of {split_named(split, where)} holds {column_kind(ft, vals)}: give each row a list of label names "
                              f"(e.g. [\"sports\", \"politics\"]) or of integer ids")
         if (bad := [i for i, v in enumerate(vals) if v is None or None in v]):
             raise UsageError(_bad_rows(split, bad, ('has no labels', 'have no labels'), 'give every row a list of its labels ([] for none)', where))
@@ -204,17 +206,17 @@ def _label_sets(d:Dataset, split:str, label_column:str, label_separator:str|None
     else:
         eg = next((v for v in vals if isinstance(v, str) and re.search(r'[,;|]', v)), None)
         sep = re.search(r'[,;|]', eg)[0] if eg else ','
-        raise UsageError(f"--problem_type multi_label_classification needs several labels a row, but the label column {label_column!r} of {_of(split, where)} "
+        raise UsageError(f"--problem_type multi_label_classification needs several labels a row, but the label column {label_column!r} of {split_named(split, where)} "
                          f"holds {column_kind(ft, vals)}: pass --label_separator {sep!r} if each row's names are joined in one text, or give each row a list")
     return [list(dict.fromkeys(s)) for s in sets]
 
-def _multi_names(sets:list[list], label_column:str, label_names:list[str]|None) -> list[str]:
-    "The label names of multi-label train rows `sets`, in id order: the rules of single labels (`_label_names`) applied to every label of every row."
+def multi_label_names(sets:list[list], label_column:str, label_names:list[str]|None) -> list[str]:
+    "The label names of multi-label train rows `sets`, in id order: the rules of single labels (`train_label_names`) applied to every label of every row."
     flat = [l for s in sets for l in s]
     if not flat: raise UsageError("no row of split 'train' has a label: give the train rows their labels")
     if len({type(l) for l in flat}) > 1:
         raise UsageError(f"the labels of split 'train' mix integer ids with names ({listed(dict.fromkeys(map(str, flat)))}): give every label a name, or every label an id")
-    return _label_names(Dataset.from_dict({label_column: flat}), label_column, label_names)
+    return train_label_names(Dataset.from_dict({label_column: flat}), label_column, label_names)
 
 
 # %% ../../nbs/data/03g_labels.ipynb #5d82edd9
@@ -223,7 +225,7 @@ def _label_feature(problem:str, names:list[str]):
     if problem == 'regression': return Value('float32')
     return Sequence(ClassLabel(names=names)) if problem == 'multi_label_classification' else ClassLabel(names=names)
 
-def _encode(d:Dataset, split:str, text_columns:list[str], labels:list, names:list[str], where:list|None=None,
+def encode_split(d:Dataset, split:str, text_columns:list[str], labels:list, names:list[str], where:list|None=None,
             problem:str='single_label_classification', pair:bool=False) -> Dataset:
     "Split `split` (read from `where`) with columns exactly `text` (str), `text_pair` (with `pair`) and `label`, a `ClassLabel` of `names`: rows whose label is not in `names` are left out (multi-label: that label is left out of the row; regression: the numbers, as floats)."
     texts, pairs = _texts(d, split, text_columns, pair, where)
@@ -267,7 +269,7 @@ def _series(a, b) -> bool:
     diff = [(x, y) for x, y in zip(ta, tb) if x.casefold() != y.casefold()]
     return len(ta) == len(tb) >= 2 and len(diff) == 1 and max(len(diff[0][0]), len(diff[0][1])) <= 2
 
-def _alike(a, b) -> str|None:
+def look_alike(a, b) -> str|None:
     "How the labels `a` and `b` look like one label spelt two ways ('case' or 'one letter'), or `None`."
     sa, sb = _squash(a), _squash(b)
     if sa == sb: return 'case'

@@ -20,9 +20,9 @@ from .checks import check_text_not_label, label_line, repeat_warning, validate_l
 from .files import data_files, is_disk_full, rows_text, SPLIT_NAMES
 from .labels import check_problem, column_values, listed, problem_type_of
 from .packing import check_packable, choose_packing, pack_splits
-from .prepared import _record_options, _REDO, check_save_space, datasets3_form, free_at, prep_command
-from .shapes import (_covering, choose_buckets, choose_length, length_stats, padded_lengths, padding_share,
-                                       token_lengths, tokenize)
+from .prepared import check_save_space, datasets3_form, free_at, prep_command, RECORD_OPTIONS, recorded_options
+from .shapes import (choose_buckets, choose_length, covering_length, length_stats, padded_lengths,
+                                       padding_share, token_lengths, tokenize)
 from .sources import DataArguments, known_defaults, load_raw
 from .tokenizers import check_unknown, load_tokenizer, max_positions, model_example, tokenizer_fingerprint
 
@@ -111,7 +111,7 @@ def _manifest(args:DataArguments, dest:Path, model_id:str, tok, raw:DatasetDict,
     "The record `prepare` saves beside the data: what training reads, how the length was chosen, and every option."
     data, length = args.data, bl[-1]
     local = data and Path(data).expanduser().exists()
-    options = {**{k: getattr(args, k) for k in _REDO}, 'data': str(Path(data).expanduser().resolve()) if local else data,
+    options = {**{k: getattr(args, k) for k in RECORD_OPTIONS}, 'data': str(Path(data).expanduser().resolve()) if local else data,
                'model_id': model_id, 'dataset_path': os.path.abspath(dest)}
     labels = _label_record(args, ds)
     return {'kind': 'prepared data', 'model_id': model_id, 'tokenizer': tokenizer_fingerprint(tok), 'max_length': length,
@@ -182,7 +182,7 @@ def _labels_said(m:dict, ds:DatasetDict) -> str:
 def _summary(args:DataArguments, raw:DatasetDict, ds:DatasetDict, m:dict, train_lengths:np.ndarray, segments:bool=True) -> str:
     "What `prepare` prints: where from, the tokenizer, the length and why, the buckets, padding, rows, labels and truncated rows."
     length, bl = m.get('packing', {}).get('text_length', m['max_length']), m['bucket_lengths']
-    how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {_covering(np.sort(train_lengths), args.percentile)}"
+    how = 'fixed by --max_length' if args.max_length else f"covers {args.percentile:g}% of train rows, p{args.percentile:g} = {covering_length(np.sort(train_lengths), args.percentile)}"
     buckets = (f"\n  buckets: {', '.join(map(str, bl))} tokens (train rows: {' / '.join(map(str, m['bucket_rows']['train']))})"
                if len(bl) > 1 else '')
     if (pk := m.get('packing')):
@@ -246,10 +246,10 @@ def _not_in_a_model(dest:Path, option:str='dataset_path'):
 def _keep_other_data(given:DataArguments, data:str, dest:Path):
     "Refuse to replace the data prepared in `dest` by the default `data` when no --data was given: only an explicit --data replaces it."
     rec = folder_record(dest) if given.data is None else None
-    held = _record_options(rec).get('data') if rec and rec.get('kind') == 'prepared data' else None
+    held = recorded_options(rec).get('data') if rec and rec.get('kind') == 'prepared data' else None
     if not held or held in (data, str(Path(data).expanduser().resolve())): return
     defaults = DataArguments()
-    changes = {k: getattr(given, k) for k in _REDO if k != 'data' and getattr(given, k) != getattr(defaults, k)}
+    changes = {k: getattr(given, k) for k in RECORD_OPTIONS if k != 'data' and getattr(given, k) != getattr(defaults, k)}
     redo = prep_command(rec, **{**changes, 'dataset_path': os.path.abspath(dest)})
     raise UsageError(f"{given.dataset_path} holds data prepared from {held}, and no --data was given (the default, {data}, would replace it): "
                      f"to prepare its own data again, run `{redo}`; to replace it, pass --data")

@@ -22,15 +22,16 @@ from .sources import DataArguments, known_defaults
 from .tokenizers import load_tokenizer, tokenizer_diff, tokenizer_fingerprint
 
 # %% auto #0
-__all__ = ['prep_into_own', 'unprepared_fix', 'read_manifest', 'prep_command', 'data_fingerprint', 'row_lengths', 'Prepared',
-           'load_prepared', 'datasets3_form', 'free_at', 'check_save_space']
+__all__ = ['RECORD_OPTIONS', 'prep_into_own', 'unprepared_fix', 'read_manifest', 'recorded_options', 'prep_command',
+           'data_fingerprint', 'row_lengths', 'Prepared', 'load_prepared', 'datasets3_form', 'free_at',
+           'check_save_space']
 
 # %% ../../nbs/data/03e_prepared.ipynb #26fe7e53
 _NEEDED = {'model_id': str, 'max_length': int, 'label_names': list, 'rows': dict}   # what training reads from the manifest
 
 def prep_into_own(raw:Path # raw data given where a prepared folder was expected
                  ) -> str:
-    "The fix for raw data given where prepared data belongs: prepare it into a folder of its own (under ./runs), then pass that. Public: `load_prepared` names it."
+    "The fix for raw data given where prepared data belongs: prepare it into a folder of its own (under ./runs), then pass that."
     import shlex
     dest = Path('runs', f"{raw.stem if raw.is_file() else raw.name}-data").absolute()
     return (f"prepare it into a folder of its own: run `trn-tutorials prep --data {shlex.quote(str(raw.absolute()))} --dataset_path "
@@ -39,7 +40,7 @@ def prep_into_own(raw:Path # raw data given where a prepared folder was expected
 def unprepared_fix(p:Path, # a folder without a prepared folder's record
                    given:str # the path as the user gave it
                   ) -> str:
-    "The fix for a folder `prepare` did not write: raw data is prepared into a folder of its own; a tokenized one lost its record. Public: `load_prepared` names it."
+    "The fix for a folder `prepare` did not write: raw data is prepared into a folder of its own; a tokenized one lost its record."
     import shlex
     if not [x for x in p.iterdir() if not x.name.startswith('.')]: return f"run `trn-tutorials prep --dataset_path {shlex.quote(str(p.absolute()))}` first"
     if any('input_ids' in f.read_text(errors='replace') for f in p.glob('*/dataset_info.json')):
@@ -51,7 +52,7 @@ def unprepared_fix(p:Path, # a folder without a prepared folder's record
 def read_manifest(p:Path, # a prepared folder
                   again:str # the fix a message ends with: the command that prepares it again
                  ) -> dict:
-    "The manifest in the prepared folder `p`, checked for what training needs; else a one-line `UsageError` ending in `again`. Public: `load_prepared` reads the record with it."
+    "The manifest in the prepared folder `p`, checked for what training needs; else a one-line `UsageError` ending in `again`."
     f = p/RECORD
     try: m = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e: raise UsageError(f"{f} is damaged ({root_cause(e)}): {again}") from None
@@ -79,16 +80,16 @@ def _again(p:Path) -> str:
             f"it was prepared from")
 
 # %% ../../nbs/data/03e_prepared.ipynb #d692debf
-_REDO = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'join_texts', 'label_column', 'problem_type', 'label_separator', 'column_names', 'label_names', 'accept_labels',
+RECORD_OPTIONS = ('dataset_path', 'data', 'model_id', 'preset', 'text_column', 'join_texts', 'label_column', 'problem_type', 'label_separator', 'column_names', 'label_names', 'accept_labels',
          'min_label_rows', 'percentile', 'max_length', 'pad_multiple', 'buckets', 'pack', 'row_length', 'max_texts', 'eval_fraction', 'split_seed')   # a record's options
 def _check_record(manifest):
     if not isinstance(manifest, dict):
         raise UsageError(f"{type(manifest).__name__} {str(manifest)[:40]!r} is not a prepared folder's record: pass the manifest "
                          f"`prepare` returns, or load_prepared(path).manifest")
-def _record_options(manifest:dict) -> dict:
+def recorded_options(manifest:dict) -> dict:
     "The `prep` options a manifest records; an older manifest without `options` gives what it has (data, model, columns, length)."
     o = manifest.get('options')
-    if isinstance(o, dict): return {k: o.get(k) for k in _REDO}
+    if isinstance(o, dict): return {k: o.get(k) for k in RECORD_OPTIONS}
     fixed = manifest.get('percentile') is None
     return {'data': manifest.get('data'), 'model_id': manifest.get('model_id'), 'text_column': manifest.get('text_column'),
             'label_column': manifest.get('label_column'), 'max_length': manifest.get('max_length') if fixed else None,
@@ -101,8 +102,8 @@ def prep_command(manifest:dict, # a prepared folder's record (`prepare`'s return
     "The complete `trn-tutorials prep` command that prepares the folder of `manifest` again (with `changes`), quoted for a shell."
     import shlex
     _check_record(manifest)
-    given = {**_record_options(manifest), **changes}
-    o = {k: given[k] for k in sorted(given, key=lambda k: _REDO.index(k) if k in _REDO else len(_REDO)) if given[k] is not None}
+    given = {**recorded_options(manifest), **changes}
+    o = {k: given[k] for k in sorted(given, key=lambda k: RECORD_OPTIONS.index(k) if k in RECORD_OPTIONS else len(RECORD_OPTIONS)) if given[k] is not None}
     base = DataArguments()
     if o.get('data'):   # what the data's known dataset fills in by itself need not be said
         try: base = known_defaults(DataArguments(data=o['data'], preset=o.get('preset')))
@@ -120,7 +121,7 @@ def data_fingerprint(manifest:dict # a prepared folder's record
     "What a model trained on the folder depends on: labels, rows per split, tokenizer, lengths, the data and its columns; and `sha256`, a short hash of them."
     import hashlib
     _check_record(manifest)
-    o = _record_options(manifest)
+    o = recorded_options(manifest)
     fp = {'label_names': manifest.get('label_names'), 'rows': manifest.get('rows'), 'tokenizer': manifest.get('tokenizer'),
           'max_length': manifest.get('max_length'), 'bucket_lengths': manifest.get('bucket_lengths') or [manifest.get('max_length')],
           'data': o.get('data'), 'text_column': o.get('text_column'), 'label_column': o.get('label_column'),
@@ -247,7 +248,7 @@ def datasets3_form(folder:str|Path # a `save_to_disk` folder
 # %% ../../nbs/data/03e_prepared.ipynb #d7f11e0c
 def free_at(dest:Path # a folder, made or to be made
            ) -> tuple[Path, int]:
-    "The nearest existing folder of `dest` and the bytes free on its disk. Public: `prepare`'s full-disk message names them."
+    "The nearest existing folder of `dest` and the bytes free on its disk."
     here = Path(os.path.abspath(dest))
     while not here.exists(): here = here.parent
     return here, shutil.disk_usage(here).free

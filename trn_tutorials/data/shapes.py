@@ -14,8 +14,8 @@ from ..core.options import check_number, UsageError
 from .sources import DATA_LIMITS
 
 # %% auto #0
-__all__ = ['token_lengths', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths', 'padding_share', 'plot_lengths',
-           'tokenize']
+__all__ = ['token_lengths', 'covering_length', 'length_stats', 'choose_length', 'choose_buckets', 'padded_lengths',
+           'padding_share', 'plot_lengths', 'tokenize']
 
 # %% ../../nbs/data/03_data.ipynb #d0a7a001
 from .labels import problem_type_of
@@ -36,7 +36,7 @@ def token_lengths(ds:Dataset, # data with a `text` column (and `text_pair`, for 
 
 
 # %% ../../nbs/data/03_data.ipynb #f946bb3e
-def _covering(s:np.ndarray, percentile:float) -> int:
+def covering_length(s:np.ndarray, percentile:float) -> int:
     "Shortest length that at least `percentile`% of the sorted lengths `s` fit in."
     k = max(1, math.ceil(round(len(s) * percentile / 100, 6)))  # round: 1000*99.9/100 must give 999, not 999.0000000000001
     return int(s[min(k, len(s)) - 1])
@@ -54,7 +54,7 @@ def length_stats(lengths # token lengths, e.g. from `token_lengths`
                 ) -> dict:
     "Rows, mean, median, p95, p99, p99.9 and maximum of `lengths`."
     s = np.sort(_lengths(lengths, 'describe'))
-    return {'rows': len(s), 'mean': round(float(s.mean()), 1), **{f'p{p:g}': _covering(s, p) for p in (50, 95, 99, 99.9)}, 'max': int(s[-1])}
+    return {'rows': len(s), 'mean': round(float(s.mean()), 1), **{f'p{p:g}': covering_length(s, p) for p in (50, 95, 99, 99.9)}, 'max': int(s[-1])}
 
 # %% ../../nbs/data/03_data.ipynb #c5ed958b
 def choose_length(lengths, # token lengths of the training rows
@@ -67,7 +67,7 @@ def choose_length(lengths, # token lengths of the training rows
     check_number('pad_multiple', pad_multiple, int, DATA_LIMITS['pad_multiple'])
     check_number('limit', limit, int, DATA_LIMITS['max_length'])
     l = _lengths(lengths, 'choose from')
-    n = min(math.ceil(_covering(np.sort(l), percentile) / pad_multiple) * pad_multiple, limit)
+    n = min(math.ceil(covering_length(np.sort(l), percentile) / pad_multiple) * pad_multiple, limit)
     return n, int((l > n).sum())
 
 # %% ../../nbs/data/03_data.ipynb #0c1609e1

@@ -15,8 +15,8 @@ from ..models import hub_reachable
 from ..core.folders import RECORD
 from ..core.options import check_numbers, documented, SHAPE_LIMITS, UsageError
 from .checks import SPLIT_LIMITS
-from .files import (_concat, _FILE_TYPES, _KINDS, _load_file, _TEXT_NAMES, data_files, HUB_DATA, HUB_ID,
-                                      KNOWN_DATA, root_cause)
+from .files import (concat_splits, data_files, FILE_KINDS, FILE_TYPES, HUB_DATA, HUB_ID, KNOWN_DATA,
+                                      read_data_file, root_cause, TEXT_NAMES)
 
 # %% auto #0
 __all__ = ['DATA_LIMITS', 'sample_data', 'default_data', 'known_name', 'known_defaults', 'load_raw', 'DataArguments']
@@ -34,7 +34,7 @@ def default_data(online:bool|None=None # whether the Hub is reachable; `None` ch
 
 def known_name(data:str|None # a `--data` value: a known dataset's key, a Hub id or a local path
               ) -> str|None:
-    "The `KNOWN_DATA` key that `data` names (its key or Hub id), unless `data` is a local path. Public: `prepare` and `known_defaults` both ask it."
+    "The `KNOWN_DATA` key that `data` names (its key or Hub id), unless `data` is a local path."
     if not data or Path(data).expanduser().exists(): return None
     return next((k for k, v in KNOWN_DATA.items() if data == k or (data == v.hub_id and v.config is None)), None)
 
@@ -55,8 +55,8 @@ def known_defaults(args # the settings as given: a `DataArguments` (trn_tutorial
 
 # %% ../../nbs/data/03a_sources.ipynb #dfc38dd7
 def _text_named(d:Dataset) -> list[str]:
-    "The columns of `d` named as text columns usually are (`_TEXT_NAMES`, any case)."
-    return [c for c in d.column_names if c.lower() in _TEXT_NAMES]
+    "The columns of `d` named as text columns usually are (`TEXT_NAMES`, any case)."
+    return [c for c in d.column_names if c.lower() in TEXT_NAMES]
 
 def _find_text(ds:DatasetDict, texts:list[str], label_column:str, data:str) -> DatasetDict:
     "`ds`, where splits name the default text column `text` differently, with a copy named `text` of each one's usual text column; `ds.text_from` maps split -> that column."
@@ -88,7 +88,7 @@ def load_raw(data:str, # Hub dataset id or known name, data file, folder of spli
     p = Path(data).expanduser()
     texts = [text_column] if isinstance(text_column, str) else list(text_column)
     if not p.exists():
-        if p.suffix.lower() in _FILE_TYPES or not HUB_ID.match(data): raise UsageError(f"no such file or folder: {data} (check the path)")
+        if p.suffix.lower() in FILE_TYPES or not HUB_ID.match(data): raise UsageError(f"no such file or folder: {data} (check the path)")
         if not hub_reachable():
             raise UsageError(f"{data!r} is not a local path and the Hub is unreachable: pass a local path, "
                              f"e.g. the bundled sample {sample_data()}, or set up network access")
@@ -102,11 +102,11 @@ def load_raw(data:str, # Hub dataset id or known name, data file, folder of spli
             ds = load_from_disk(str(p))
             return _find_text(ds if isinstance(ds, DatasetDict) else DatasetDict(train=ds), texts, label_column, data)
         files = data_files(p)[0]
-    elif p.suffix.lower() in _FILE_TYPES: files = {'train': [p]}
-    else: raise UsageError(f"unknown file type {p.suffix!r} ({data}): use {_KINDS}, or a folder of them")
+    elif p.suffix.lower() in FILE_TYPES: files = {'train': [p]}
+    else: raise UsageError(f"unknown file type {p.suffix!r} ({data}): use {FILE_KINDS}, or a folder of them")
     txt = texts[0] if len(texts) == 1 else 'text'   # a `.txt` line has one text field
-    read = {s: [_load_file(f, s, txt, label_column, column_names) for f in files[s]] for s in ('train', 'validation', 'test') if s in files}
-    ds = _find_text(DatasetDict({s: _concat([d for d, _ in r], files[s], s) for s, r in read.items()}), texts, label_column, data)
+    read = {s: [read_data_file(f, s, txt, label_column, column_names) for f in files[s]] for s in ('train', 'validation', 'test') if s in files}
+    ds = _find_text(DatasetDict({s: concat_splits([d for d, _ in r], files[s], s) for s, r in read.items()}), texts, label_column, data)
     ds.row_lines = {s: (ds[s]._fingerprint, [w for _, w in r]) for s, r in read.items()}   # for messages: the file and line of a row
     return ds
 

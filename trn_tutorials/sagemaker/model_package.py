@@ -18,7 +18,7 @@ from ..serving.torchscript import model_labels
 # %% auto #0
 __all__ = ['DEFAULT_INSTANCE_TYPE', 'IMAGES_CHECKED', 'IMAGES', 'IMAGE_TORCH', 'IMAGE_REGIONS', 'NEURON_CORES',
            'CORES_PER_WORKER', 'REQUIREMENTS', 'check_instance_type', 'image_kind', 'inference_image', 'neuron_workers',
-           'requirements', 'neuron_compiler', 'package']
+           'requirements', 'neuron_compiler', 'ships_trace', 'package']
 
 # %% ../../nbs/sagemaker/12a_model_package.ipynb #9370af2d
 DEFAULT_INSTANCE_TYPE = 'ml.m5.large'  # 2 vCPU, 8 GiB: room for the model, torch and the pip install at start
@@ -131,7 +131,7 @@ def neuron_compiler(model_dir:str # a model folder
     compiler = json.loads(info.read_text()).get('compiler') or ''
     return compiler if compiler.startswith('torch_neuronx') else None
 
-def _ships_trace(model_dir, instance_type:str, torchscript:bool) -> bool:
+def ships_trace(model_dir, instance_type:str, torchscript:bool) -> bool:
     "Whether the archive for `instance_type` carries `model.pt` (instead of the eager weights); refuses Neuron without a compiled model that fits a worker."
     compiled, has_trace = neuron_compiler(model_dir), (Path(model_dir)/TORCHSCRIPT).is_file()
     if image_kind(instance_type) == 'neuron':
@@ -157,7 +157,7 @@ def package(model_dir:str, # a model folder (`train`'s output_dir), traced or no
     model_labels(model_dir)
     import trn_tutorials.serving.inference as handler
     src, dest = Path(model_dir), Path(dest)
-    skip = _EAGER_WEIGHTS if _ships_trace(model_dir, instance_type, torchscript) else (TORCHSCRIPT, TRACE_INFO)
+    skip = _EAGER_WEIGHTS if ships_trace(model_dir, instance_type, torchscript) else (TORCHSCRIPT, TRACE_INFO)
     files = sorted(p for p in src.iterdir() if p.is_file() and not any(p.match(x) for x in _LEFT_OUT + skip) and p.resolve() != dest.resolve())
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(dest, 'w:gz') as tar:
