@@ -8,7 +8,7 @@ from __future__ import annotations
 import os, shlex, shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Callable, TYPE_CHECKING
 
 from ..backends import Accelerator, check_backend, detect, instance_type as check_instance_type
 from ..models import size_text
@@ -117,7 +117,8 @@ def preflight(args:TrainArguments, # the run's arguments
               instance_type:str|None=None, # e.g. 'trn1.2xlarge': checked, and the backend against it
               acc:Accelerator|None=None, # the accelerator; default `detect()` (not needed by a torchrun worker)
               world_size:int|None=None, # a torchrun worker's: the workers torchrun started, instead of counting them
-              here:bool=True # the run is on this machine; `False`: a SageMaker job (no backend, workers or output folder here)
+              here:bool=True, # the run is on this machine; `False`: a SageMaker job (no backend, workers or output folder here)
+              worker_check:Callable[[TrainArguments], None]|None=None # a torchrun worker's own check, once the backend is resolved (`check_torchrun`)
              ) -> Run:
     "Every check an entry that starts a run makes before anything slow, in one order, the prepared data read once; the `Run`."
     from trn_tutorials.training.arguments import check_args, check_flags
@@ -130,6 +131,7 @@ def preflight(args:TrainArguments, # the run's arguments
     if instance_type: check_instance_type(instance_type)
     if world_size is None: acc = acc or detect()   # once, here: the workers are handed the backend instead of each running `neuron-ls`
     args = replace(args, backend=check_backend(args.backend, acc, instance_type))
+    if worker_check: worker_check(args)   # e.g. a NeuronCore run outside torchrun: refused before anything is read
     check_flags(args, args.backend)   # a flag the backend cannot run: before torchrun and its workers start
     n = world_size or workers(nproc_per_node, acc, args.backend)
     out = check_output_dir(args)

@@ -128,10 +128,8 @@ def _note(text:str):
 def _prepare(args:TrainArguments # the run's arguments
             ) -> tuple[Run, Path|None, str|None]:
     "A worker's checks before anything slow (`preflight`, and what only a worker checks); on the first worker the output folder's record and the notes. The run, the checkpoint it resumes from, a note on few steps."
-    from trn_tutorials.training.arguments import check_args
-    check_torchrun(check_backend(check_args(args).backend), args=args)   # in a notebook kernel on a NeuronCore: refused before anything is loaded
     world = int(os.environ.get('WORLD_SIZE', 1))
-    run = preflight(args, world_size=world)   # the prepared data is read here, once
+    run = preflight(args, world_size=world, worker_check=lambda a: check_torchrun(a.backend, args=args))   # a NeuronCore run in a notebook kernel: refused before anything loads; the prepared data is read here, once
     check_space(run.args, run.model_id)
     few_steps = few_steps_warning(run.args, run.data.rows['train'], world)
     set_backend_env(run.args.backend)
