@@ -337,6 +337,7 @@ def _one_by_one(fn, # a command's function
     if len(types) != 1 or not ps or ps[0].annotation in (types[0], types[0].__name__): return False
     return ps[0].name in {f.name for f in fields(types[0])}
 
+# %% ../nbs/reference/07_cli.ipynb #21168f63
 def run(argv:list[str]|None=None # arguments; default `sys.argv[1:]`
        ):
     "Run one `trn-tutorials` command; return what its function returns."

@@ -89,6 +89,7 @@ def quickstart(data:DataArguments, train:TrainArguments, how:LaunchArguments,
     t0, before = time.time(), folder_record(data.dataset_path)
     with interrupted(lambda: prep_kept(data.dataset_path, before)): return _quickstart(data, train, how, given, t0)
 
+# %% ../nbs/reference/07a_quickstart.ipynb #e5f18e8e
 def _quickstart(data, train, how, given, t0):
     from trn_tutorials.data.sources import default_data
     from trn_tutorials.training.preflight import check_output_dir, workers

@@ -256,6 +256,7 @@ def _shown(v) -> str:
     s = json.dumps(v, ensure_ascii=False) if isinstance(v, (bool, dict, list)) else str(v)
     return s if len(s) <= 30 else s[:29] + '…'
 
+# %% ../../nbs/data/03b_data_files.ipynb #95095b52
 def column_kind(ft, # a `datasets` feature
                 vals=() # some of the column's values, for examples
                ) -> str:
@@ -341,6 +342,7 @@ def rows_text(n:int # a number of rows
     "`1 row`, `1,234 rows`: a count of rows for a message."
     return f"{n:,} row{'s' * (n != 1)}"
 
+# %% ../../nbs/data/03b_data_files.ipynb #b4407a42
 def is_disk_full(e:BaseException # an error from reading or writing data
                 ) -> bool:
     "Whether `e`, or an error behind it, says the disk (or the quota) is full."

@@ -150,6 +150,7 @@ def _decimal(v) -> bool:
     if isinstance(v, str): return bool(NUMBER_RE.fullmatch(v.strip())) and any(c in v for c in '.eE')
     return isinstance(v, float) and not (v != v) and not float(v).is_integer()
 
+# %% ../../nbs/data/03g_labels.ipynb #cc0d049b
 def train_problem_type(d:Dataset, label_column:str, problem_type:str|None, label_separator:str|None) -> str:
     "The problem type of the train split `d`: `problem_type` as given, else read from its label column (lists or --label_separator: multi-label; decimal numbers: regression)."
     check_problem(problem_type, label_separator)
@@ -161,7 +162,6 @@ def train_problem_type(d:Dataset, label_column:str, problem_type:str|None, label
         nums = [v for v in vals if not isinstance(v, str) or NUMBER_RE.fullmatch(v.strip())]
         if any(map(_decimal, nums)) and (ft.dtype != 'string' or len(nums) * 2 > len(vals)): return 'regression'   # text scores: most are numbers
     return 'single_label_classification'
-
 
 # %% ../../nbs/data/03g_labels.ipynb #9c1d2e02
 def regression_values(d:Dataset, split:str, label_column:str, where:list|None=None) -> list[float]:

@@ -49,6 +49,7 @@ def unprepared_fix(p:Path, # a folder without a prepared folder's record
     except UsageError: return "pass the folder `trn-tutorials prep` wrote"
     return prep_into_own(p)
 
+# %% ../../nbs/data/03e_prepared.ipynb #20df171a
 def read_manifest(p:Path, # a prepared folder
                   again:str # the fix a message ends with: the command that prepares it again
                  ) -> dict:

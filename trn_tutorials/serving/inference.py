@@ -106,6 +106,7 @@ def _problem_type(config, model_dir) -> tuple[str, float]:
         raise ModelFolderError(f"{model_dir}/config.json has multi_label_threshold {t!r}: set a number between 0 and 1, e.g. 0.5")
     return kind, float(t)
 
+# %% ../../nbs/serving/11_inference.ipynb #210a9f26
 def _neuron_cause(info:dict) -> str:
     "Why a model compiled for Neuron did not load in this worker, and the fix: from its record and the endpoint's environment."
     workers, cores = os.environ.get('SAGEMAKER_MODEL_SERVER_WORKERS'), os.environ.get('NEURON_RT_NUM_CORES')
@@ -119,7 +120,6 @@ def _neuron_cause(info:dict) -> str:
     each = f'{cores} NeuronCore each' if cores else 'no NEURON_RT_NUM_CORES, so the first takes every core'
     return (f"no free NeuronCore for this worker ({workers} workers, {each}): another process holds them or the instance has fewer; "
             "deploy with trn_tutorials.sagemaker.endpoint.deploy, which sets one worker per NeuronCore of the instance type")
-
 
 # %% ../../nbs/serving/11_inference.ipynb #305fd042
 def model_fn(model_dir:str, # where SageMaker unpacked model.tar.gz (/opt/ml/model)
@@ -199,6 +199,7 @@ def texts_of(body # a decoded JSON request: {"inputs": a text, a pair, or a list
     if empty: raise RequestError(400, f"text {empty[0]} of inputs is empty ({len(empty)} of {len(body)} are): send non-empty texts")
     return [t if isinstance(t, str) else _pair(t, f'item {i} of inputs') for i, t in enumerate(body)]
 
+# %% ../../nbs/serving/11_inference.ipynb #0dc02bd5
 def input_fn(input_data, # the request body: bytes, or str when the toolkit decoded it
              content_type:str, # the request's Content-Type
              context=None # the model server's context (unused)
@@ -213,7 +214,6 @@ def input_fn(input_data, # the request body: bytes, or str when the toolkit deco
     except json.JSONDecodeError as e:
         raise RequestError(400, f"malformed JSON ({e.msg}: line {e.lineno} column {e.colno}): {USAGE}") from None
     return texts_of(body)
-
 
 # %% ../../nbs/serving/11_inference.ipynb #773e38fb
 def _pad_to(n:int, clf:Classifier) -> int:

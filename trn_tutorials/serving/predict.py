@@ -208,6 +208,7 @@ def _line(row:dict, kind:str, labels:list[str]) -> str:
     csv.writer(s, lineterminator='\n').writerow([row['row'], label, row['score'], row['windows'], *(row.get('probabilities', {}).get(n, '') for n in labels)])
     return s.getvalue()
 
+# %% ../../nbs/serving/05c_predict.ipynb #5f5d8da3
 def classify(model_dir:str='runs/emotion-model', # the trained model folder (train's --output_dir)
              data:str|None=None, # the texts: a file or folder in a format prep reads (.txt, .csv, .tsv, .jsonl, .json, .parquet, a save_to_disk folder), or - for stdin, one text a line
              text:list[str]|None=None, # texts given inline, instead of --data
@@ -272,4 +273,5 @@ def classify(model_dir:str='runs/emotion-model', # the trained model folder (tra
         if f: f.close()
     return res
 
+# %% ../../nbs/serving/05c_predict.ipynb #a078c3f2
 ClassifyArguments = arguments_of(classify, CLASSIFY_LIMITS, name='ClassifyArguments')   # its limits: in `trn_tutorials.core.options`, read before anything loads

@@ -109,6 +109,7 @@ def served_rows(clf:Classifier, # a loaded form (`model_fn`)
         out.append(r)
     return out, cut
 
+# %% ../../nbs/serving/11c_verify.ipynb #7cb8ab10
 def logits_of(clf:Classifier, # a loaded form (`model_fn`)
               rows:list[dict], # token ids, unpadded (`served_rows`)
               batch_size:int=32 # rows per forward pass
@@ -257,6 +258,7 @@ class Verification:
 NO_NEURON = ("not run: this Python has no torch-neuronx (no NeuronCore here); run verify on a Trn1 or Inf2 instance, "
              "in the Neuron DLAMI's PyTorch venv")
 
+# %% ../../nbs/serving/11c_verify.ipynb #2b9ec44a
 def verify(model_dir:str='runs/emotion-model', # the trained model folder (train's --output_dir)
            dataset_path:str|None=None, # the prepared data to score; default: the folder the model was trained on (its metrics.json)
            split:str='test', # the split to score

@@ -190,6 +190,7 @@ def scores_text(self:Results) -> str:
 _BASELINE = {SINGLE: 'always predicting the majority label', REGRESSION: 'always predicting the training mean',
              MULTI_LABEL: "predicting each label's majority, or every label"}  # what a run that does not beat its baseline is no better than
 
+# %% ../../nbs/training/05_launch.ipynb #de826a93
 @patch
 def rows(self:Results) -> list[tuple[str, str]]:
     "What a reader wants to see, rounded for reading."
