@@ -53,7 +53,7 @@ def made_before(name:str, # a folder in the reader's folder, e.g. 'runs/emotion-
     rec = folder_record(name)
     if rec is None or rec.get('kind') != kind:
         chapter, cmd = FIRST[kind]
-        has = 'has no' if rec is None else f"has {_what(rec)} as"
+        has = 'has no' if rec is None else f"has {_described(rec)} as"
         raise UsageError(f"your folder {has} {name}: run {chapter} first, or `{cmd.format(name=name)}`")
     return name
 
@@ -61,7 +61,7 @@ def made_before(name:str, # a folder in the reader's folder, e.g. 'runs/emotion-
 KINDS = {'prepared data': ('prepared data', 'trn-tutorials prep'), 'model': ('a model folder', 'trn-tutorials train')}   # what a record's kind is called, and the command that writes it
 STOP = 'trn-tutorials stop'   # the command that stops the run holding a folder: what a refused `folder_lock` or `reading` names
 
-def _what(rec:dict) -> str:
+def _described(rec:dict) -> str:
     if rec.get('kind') in KINDS: what, cmd = KINDS[rec['kind']]; return f"{what} (written by {cmd})"
     return f"a folder whose {RECORD} is damaged ({rec.get('damaged', 'unknown kind')})"
 
@@ -78,16 +78,16 @@ def check_owner(folder, # the folder a run will write, e.g. `args.output_dir`
     for k, up in enumerate(Path(os.path.abspath(p)).parents):   # nested inside another recorded folder
         if (rec := folder_record(up)) is not None:
             shown = given[k] if k < len(given) - 1 else up   # as the user named it, where they did
-            raise UsageError(f"--{option} {folder} lies inside {shown}, {_what(rec)}: pass another --{option}, outside it")
+            raise UsageError(f"--{option} {folder} lies inside {shown}, {_described(rec)}: pass another --{option}, outside it")
     if not p.is_dir() or not _visible(p): return p
     rec = folder_record(p)
     if rec is None:
         inner = next((q.parent for pat in ('*/', '*/*/') for q in sorted(p.glob(pat + RECORD))), None)
-        if inner: raise UsageError(f"--{option} {folder} holds {inner}, {_what(folder_record(inner))}: pass another --{option} (a new or empty folder of its own)")
+        if inner: raise UsageError(f"--{option} {folder} holds {inner}, {_described(folder_record(inner))}: pass another --{option} (a new or empty folder of its own)")
         names = [x.name for x in _visible(p)]
         raise UsageError(f"--{option} {folder} holds files trn-tutorials did not write ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
                          f"pass another --{option} (a new or empty folder)")
-    if rec.get('kind') != kind: raise UsageError(f"--{option} {folder} is {_what(rec)}, not {KINDS[kind][0]}: pass another --{option}")
+    if rec.get('kind') != kind: raise UsageError(f"--{option} {folder} is {_described(rec)}, not {KINDS[kind][0]}: pass another --{option}")
     return p
 
 # %% ../nbs/reference/90c_reader.ipynb #b4c87f89

@@ -14,7 +14,7 @@ from ..core.options import check_number, Limit, UsageError
 # %% auto #0
 __all__ = ['PACKING_LIMITS', 'ORDER_SEED', 'ROW_LENGTHS', 'TEXTS_PER_ROW', 'PACKABLE', 'pack_lengths', 'packing_share',
            'shuffled', 'row_cost', 'choose_packing', 'pack_texts', 'pack_splits', 'texts_per_row', 'rows_for_texts',
-           'packed_mask', 'check_packable', 'encode_split', 'packed_forward', 'pack_model']
+           'packed_mask', 'check_packable', 'packed_forward', 'pack_model']
 
 # %% ../../nbs/data/03d_packing.ipynb #e49d8e42
 PACKING_LIMITS = {'row_length': Limit(8, example=128), 'max_texts': Limit(1, 512, example=12)}   # the numbers packing takes
@@ -208,7 +208,7 @@ def _blocks(transformer, h, mask):
     return h
 
 # %% ../../nbs/data/03d_packing.ipynb #76ea3e57
-def encode_split(model, input_ids, position_ids, segment_ids, token_type_ids):
+def _encode(model, input_ids, position_ids, segment_ids, token_type_ids):
     "The encoder's last hidden states of packed rows: each family's embeddings with its own position ids, then its layers under the block mask."
     import torch
     t, base = model.config.model_type, model.base_model
@@ -245,7 +245,7 @@ def packed_forward(model, # a `...ForSequenceClassification` of a family in `PAC
     import torch.nn.functional as F
     from transformers.modeling_outputs import SequenceClassifierOutput
     check_packable(model.config)
-    h = encode_split(model, input_ids, position_ids, segment_ids, token_type_ids)
+    h = _encode(model, input_ids, position_ids, segment_ids, token_type_ids)
     cls = F.one_hot(cls_index, input_ids.shape[1]).to(h.dtype) @ h   # [batch, max_texts, hidden]
     logits = _classify(model, cls.reshape(-1, 1, cls.shape[-1])).reshape(*cls_index.shape, -1)
     loss = None if labels is None else F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
