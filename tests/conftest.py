@@ -139,53 +139,53 @@ def modernbert_like(tmp_path):
 
 
 # ---- the data tests' shared pieces (test_sources, test_files, test_labels, test_checks, test_tokenizers, test_shapes,
-# test_prepare, test_prepared; pairs_csv also test_packing, test_xla_packing). The fixtures are module-scoped: each file that asks
-# computes them once. The helpers are plain functions: a test file imports them (`from conftest import csv`).
+# test_prepare, test_prepared; pairs_csv also test_packing, test_xla_packing). The fixtures are session-scoped and read-only: computed once,
+# for every file that asks. The helpers are plain functions: a test file imports them (`from conftest import csv`).
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def raw():
     "The bundled sample as `load_raw` reads it: train 360, validation 72, test 72 rows."
     from trn_tutorials.data.sources import load_raw, sample_data
     return load_raw(sample_data())
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def ds(raw):
     "`raw`, validated."
     from trn_tutorials.data.checks import validate
     return validate(raw)
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def lengths(ds, minilm_tokenizer):
     "The MiniLM token lengths of `ds`'s train rows."
     from trn_tutorials.data.shapes import token_lengths
     return token_lengths(ds['train'], minilm_tokenizer)
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def length(lengths):
     "The padded length chosen from `lengths` (the defaults: p99.9, a multiple of 8)."
     from trn_tutorials.data.shapes import choose_length
     return choose_length(lengths)[0]
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def tds(ds, minilm_tokenizer, length):
     "`ds` tokenized by the MiniLM at the one `length`."
     from trn_tutorials.data.shapes import tokenize
     return tokenize(ds, minilm_tokenizer, length)
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def bl(lengths, length):
     "Three bucket lengths chosen from `lengths`, the last `length`."
     from trn_tutorials.data.shapes import choose_buckets
     return choose_buckets(lengths, 3, length)
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def bds(ds, minilm_tokenizer, length, bl):
     "`ds` tokenized by the MiniLM in the buckets `bl`."
     from trn_tutorials.data.shapes import tokenize
     return tokenize(ds, minilm_tokenizer, length, bl)
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def csv_prepared(tmp_path_factory):
     """A CSV with its own column names (`review`, `stars`: good/bad) in a folder whose name has a space, prepared with the MiniLM
     at length 32 in 2 buckets: (its folder, `prepare`'s record). Tests copy `prep` before changing it."""
